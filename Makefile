@@ -1,0 +1,117 @@
+# uvccl: plain Makefile. `make` builds the libraries and tools, `make check`
+# builds and runs the tests, `make demo` runs the demo. SANITIZE=1 builds
+# everything with AddressSanitizer and UndefinedBehaviorSanitizer into
+# build-san/. V=1 prints full commands.
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+CC         ?= cc
+PROVE      ?= prove
+PROVE_OPTS ?=
+PYTHON     ?= /usr/bin/python3
+
+ifeq ($(SANITIZE),1)
+BUILD      ?= build-san
+SAN_FLAGS   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT        ?= -O1 -g
+else
+BUILD      ?= build
+SAN_FLAGS   =
+OPT        ?= -O2 -g
+endif
+
+UV_CFLAGS  := $(shell pkg-config --cflags libuv 2>/dev/null)
+UV_LIBS    := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
+
+CFLAGS_ALL  = -std=gnu11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wshadow \
+	      -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc \
+	      $(UV_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
+LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+LIBS_ALL    = $(UV_LIBS) -pthread -ldl -lm
+
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
+
+LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TOOL_SRCS := $(sort $(wildcard tools/*.c))
+TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
+TEST_SRCS := $(sort $(wildcard t/[0-9]*.c))
+TESTS     := $(TEST_SRCS:%.c=%.t)
+HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h)
+
+STATIC    := $(BUILD)/libuvccl.a
+SHARED    := $(BUILD)/libuvccl.so
+
+.PHONY: all deps check demo install clean fuzz tests bench-store
+all: deps $(STATIC) $(SHARED) $(TOOLS)
+
+# Installs what building and testing need, where it is missing (Debian).
+deps:
+	$(Q)./tools/deps.sh
+
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(STATIC): $(LIB_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libuvccl.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
+
+$(BUILD)/bin/%: tools/%.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TOOL    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+# Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
+# they link the static library of the current build flavour.
+t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS)
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
+	  -DUVCCL_SRC_DIR='"$(CURDIR)"' $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+tests: all $(TESTS)
+
+# Test binaries depend on the flavour, so always relink them for check.
+check: all
+	$(Q)rm -f $(TESTS)
+	$(Q)$(MAKE) --no-print-directory tests
+	UVCCL_BUILD_DIR=$(abspath $(BUILD)) $(PROVE) $(PROVE_OPTS) t/
+
+demo: all
+	$(Q)./tools/demo.sh $(BUILD)
+
+bench-store: all
+	$(Q)./bench/store/run.sh
+
+# libFuzzer target for the protocol parser (clang). FUZZ_SECONDS bounds it.
+FUZZ_SECONDS ?= 30
+fuzz:
+	$(Q)mkdir -p build-fuzz
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	  $(UV_CFLAGS) -o build-fuzz/store_proto_fuzz fuzz/store_proto_fuzz.c \
+	  src/store/proto.c src/loop/error.c src/loop/alloc.c $(UV_LIBS)
+	$(Q)mkdir -p build-fuzz/corpus
+	./build-fuzz/store_proto_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus fuzz/corpus
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/uvccl.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libuvccl.so.0
+	ln -sf libuvccl.so.0 $(DESTDIR)$(PREFIX)/lib/libuvccl.so
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' uvccl.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvccl.pc
+
+clean:
+	rm -rf build build-san build-fuzz t/*.t

@@ -1,0 +1,424 @@
+/* uvccl: distributed communication on libuv.
+ *
+ * This is the one public header. Everything uvccl does runs on a uv_loop_t
+ * that belongs to the caller; uvccl never runs, owns or hides a loop.
+ *
+ * Conventions (the same as libuv's):
+ *  - Handles (stores, servers) and requests (work objects) are allocated by
+ *    the caller and must not move while in use.
+ *  - Every asynchronous call takes a uvccl_work_t and a callback, and
+ *    returns 0 or a negative error code. If it returned 0 the callback runs
+ *    exactly once, on the loop thread, never inside the call. If it returned
+ *    an error the callback never runs.
+ *  - Error codes are negative: libuv's (which are -errno on Unix) pass
+ *    through unchanged, uvccl's own live in [-20999, -20000]. Every code has
+ *    uvccl_strerror() and uvccl_err_name().
+ *  - Nothing here is thread-safe unless it says so: call it from the loop's
+ *    thread.
+ */
+#ifndef UVCCL_H
+#define UVCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define UVCCL_EXTERN __attribute__((visibility("default")))
+#else
+#define UVCCL_EXTERN
+#endif
+
+#define UVCCL_VERSION_MAJOR 0
+#define UVCCL_VERSION_MINOR 1
+#define UVCCL_VERSION_PATCH 0
+#define UVCCL_VERSION_STRING "0.1.0"
+
+UVCCL_EXTERN const char *uvccl_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+
+#define UVCCL_ERRNO_MAP(XX)                                                    \
+  XX(EPROTO, -20001, "protocol violation")                                     \
+  XX(ELIMIT, -20002, "size limit exceeded")                                    \
+  XX(ENOKEY, -20003, "key not found")                                          \
+  XX(ENOTNUM, -20004, "value is not an integer")                               \
+  XX(ENOTSUP, -20005, "operation not supported by this store or dialect")      \
+  XX(ECLOSING, -20006, "handle is closing")                                    \
+  XX(EBUSY, -20007, "work object is already in use")                           \
+  XX(EQEMPTY, -20008, "queue is empty")                                        \
+  XX(ECONNLOST, -20009, "connection to the store server was lost")             \
+  XX(EPEER, -20010, "a peer failed")                                           \
+  XX(EABORTED, -20011, "aborted")                                              \
+  XX(ENOTMEMBER, -20012, "not a member of the group")                          \
+  XX(ENOGPU, -20013, "no GPU available")                                       \
+  XX(ENOMEM_STORE, -20014, "store memory limit reached")
+
+typedef enum {
+#define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
+  UVCCL_ERRNO_MAP(UVCCL__ERR_ENUM)
+#undef UVCCL__ERR_ENUM
+  UVCCL_ERRNO_MIN = -20999,
+  UVCCL_ERRNO_MAX = -20000
+} uvccl_errno_t;
+
+/* A human-readable message for any code: uvccl's, libuv's or -errno. */
+UVCCL_EXTERN const char *uvccl_strerror(int err);
+/* The symbolic name ("UVCCL_ENOKEY", "ECONNREFUSED", ...). */
+UVCCL_EXTERN const char *uvccl_err_name(int err);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+
+/* Levels, most verbose last. The initial level comes from the environment
+ * variable UVCCL_LOG (error, warn, info, debug, trace or off; default warn).
+ * Lines go to stderr as "uvccl[rank R] LEVEL component: message". */
+typedef enum {
+  UVCCL_LOG_OFF = 0,
+  UVCCL_LOG_ERROR = 1,
+  UVCCL_LOG_WARN = 2,
+  UVCCL_LOG_INFO = 3,
+  UVCCL_LOG_DEBUG = 4,
+  UVCCL_LOG_TRACE = 5
+} uvccl_log_level_t;
+
+UVCCL_EXTERN void uvccl_log_set_level(uvccl_log_level_t level);
+UVCCL_EXTERN uvccl_log_level_t uvccl_log_get_level(void);
+/* Tags every following line with a rank (-1 removes the tag). */
+UVCCL_EXTERN void uvccl_log_set_rank(int rank);
+/* Replaces the sink (NULL restores stderr). The line has no newline. */
+typedef void (*uvccl_log_sink_cb)(uvccl_log_level_t level,
+                                  const char *component, const char *line,
+                                  void *arg);
+UVCCL_EXTERN void uvccl_log_set_sink(uvccl_log_sink_cb cb, void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Work objects                                                             */
+
+/* The future that every asynchronous operation completes. The caller owns
+ * the memory; it must stay valid and unmoved from the call that starts the
+ * operation until the callback has run. A work object may be reused for
+ * another operation once its callback has run (or, with a NULL callback,
+ * once uvccl_work_done() is true); call uvccl_work_cleanup() first if the
+ * operation returned values. */
+typedef struct uvccl_work_s uvccl_work_t;
+typedef void (*uvccl_work_cb)(uvccl_work_t *work, int status);
+
+typedef enum {
+  UVCCL_WORK_IDLE = 0,  /* never started, or cleaned up */
+  UVCCL_WORK_PENDING,   /* started, not yet completed */
+  UVCCL_WORK_SUCCEEDED, /* status == 0 */
+  UVCCL_WORK_FAILED,    /* status < 0, an error */
+  UVCCL_WORK_TIMED_OUT, /* status == UV_ETIMEDOUT */
+  UVCCL_WORK_CANCELLED  /* status == UV_ECANCELED */
+} uvccl_work_state_t;
+
+typedef struct {
+  void *base;
+  size_t len;
+} uvccl_buf_t;
+
+/* Private: how the owner of a work reacts to cancel and timeout. */
+struct uvccl__work_ops;
+
+#define UVCCL_WORK_MSG_LEN 192
+
+struct uvccl_work_s {
+  /* public */
+  void *data;
+  /* read-only */
+  uvccl_work_state_t state;
+  int status;           /* 0, or the negative error code */
+  const char *op;       /* "store.get", ...: static string */
+  char msg[UVCCL_WORK_MSG_LEN]; /* why it failed: which peer, key, op */
+  /* Results, by operation (see each call): */
+  int64_t result;       /* add, num_keys, delete_key, check, queue_len */
+  void *value;          /* get, compare_set, queue_pop: owned by the work */
+  size_t value_len;
+  uvccl_buf_t *values;  /* multi_get, list_keys: owned by the work */
+  size_t nvalues;
+  /* private */
+  uv_loop_t *loop_;
+  uvccl_work_cb cb_;
+  uvccl_work_cb inner_cb_;  /* a wrapper (prefix store) may interpose */
+  void *inner_data_;
+  const struct uvccl__work_ops *ops_;
+  void *owner_;
+  uvccl_work_t *next_;
+  uvccl_work_t *prev_;
+  uint64_t timeout_ms_;
+  uint64_t started_ms_;
+  int flags_;
+  int pending_status_;
+  uv_timer_t timer_;
+  void *priv_[4];
+};
+
+/* True when the work is no longer pending (it may be idle). */
+UVCCL_EXTERN int uvccl_work_done(const uvccl_work_t *work);
+/* Cancels a pending work: its callback runs (on the loop, later) with
+ * UV_ECANCELED unless it has already completed. Returns 0, or UV_EINVAL if
+ * the work is not pending. */
+UVCCL_EXTERN int uvccl_work_cancel(uvccl_work_t *work);
+/* Runs the work's loop until the work is done: for code outside any
+ * callback (bootstrap, tests, synchronous callers). Must not be called from
+ * a callback of the same loop. Returns the work's status. */
+UVCCL_EXTERN int uvccl_work_wait(uvccl_work_t *work);
+/* Frees the values an operation returned and makes the work idle. Safe on
+ * an idle work. */
+UVCCL_EXTERN void uvccl_work_cleanup(uvccl_work_t *work);
+UVCCL_EXTERN const char *uvccl_work_state_name(uvccl_work_state_t state);
+
+/* ------------------------------------------------------------------------ */
+/* Stores                                                                   */
+
+/* One handle type for every kind of store, so the collectives can
+ * bootstrap over any of them: a TCP client (talking to a uvccl or PyTorch
+ * TCPStore server), an in-process hash store, a prefix store over another
+ * store, or a file store shared by processes on one host.
+ *
+ * Keys are NUL-terminated strings. Values are byte strings of any content.
+ * Operations complete in the order they were started, except that get and
+ * wait complete when their keys appear (or time out). */
+typedef struct uvccl_store_s uvccl_store_t;
+typedef void (*uvccl_store_close_cb)(uvccl_store_t *store);
+
+typedef enum {
+  UVCCL_STORE_TCP = 1,
+  UVCCL_STORE_HASH,
+  UVCCL_STORE_PREFIX,
+  UVCCL_STORE_FILE
+} uvccl_store_type_t;
+
+struct uvccl__store_vtable;
+
+struct uvccl_store_s {
+  /* public */
+  void *data;
+  /* read-only */
+  uvccl_store_type_t type;
+  uv_loop_t *loop;
+  /* private */
+  const struct uvccl__store_vtable *vt_;
+  void *impl_;
+  uint64_t timeout_ms_;
+  int closing_;
+  uvccl_store_close_cb close_cb_;
+};
+
+/* The default timeout, as PyTorch's Store::kDefaultTimeout. */
+#define UVCCL_STORE_DEFAULT_TIMEOUT_MS 300000
+/* "No timeout" for uvccl_store_set_timeout and per-call timeouts. */
+#define UVCCL_NO_TIMEOUT UINT64_MAX
+/* Per-call timeout argument meaning "the store's timeout". */
+#define UVCCL_DEFAULT_TIMEOUT 0
+
+/* The timeout of get, wait and every other operation (0 restores the
+ * default). */
+UVCCL_EXTERN void uvccl_store_set_timeout(uvccl_store_t *store,
+                                          uint64_t timeout_ms);
+UVCCL_EXTERN uint64_t uvccl_store_get_timeout(const uvccl_store_t *store);
+
+/* Closes any store: pending operations complete with UV_ECANCELED, then
+ * close_cb runs (on the loop, later; may be NULL). The memory may be freed
+ * in close_cb. A base store must outlive the prefix stores over it. */
+UVCCL_EXTERN void uvccl_store_close(uvccl_store_t *store,
+                                    uvccl_store_close_cb close_cb);
+
+/* Operations. Results are in the work object (see struct uvccl_work_s).
+ * Common errors: UV_EINVAL (bad arguments), UVCCL_EBUSY (work pending),
+ * UVCCL_ECLOSING (store closing) at the call; UV_ETIMEDOUT,
+ * UVCCL_ECONNLOST, UV_ECONNREFUSED etc. in the callback. */
+
+/* Sets key to value (copied before the call returns). */
+UVCCL_EXTERN int uvccl_store_set(uvccl_store_t *store, uvccl_work_t *work,
+                                 const char *key, const void *value,
+                                 size_t len, uvccl_work_cb cb);
+/* Waits (up to the store's timeout) until key exists, then returns its
+ * value in work->value / work->value_len. */
+UVCCL_EXTERN int uvccl_store_get(uvccl_store_t *store, uvccl_work_t *work,
+                                 const char *key, uvccl_work_cb cb);
+/* Adds delta to the integer stored at key (missing counts as 0, stored as
+ * decimal text); the new value is in work->result. UVCCL_ENOTNUM if the
+ * value is not a number. */
+UVCCL_EXTERN int uvccl_store_add(uvccl_store_t *store, uvccl_work_t *work,
+                                 const char *key, int64_t delta,
+                                 uvccl_work_cb cb);
+/* PyTorch's compare_set: if key holds expected (or is missing and expected
+ * is empty) it becomes desired. work->value is the value after the call
+ * (for a missing key with non-empty expected: expected, as PyTorch). */
+UVCCL_EXTERN int uvccl_store_compare_set(uvccl_store_t *store,
+                                         uvccl_work_t *work, const char *key,
+                                         const void *expected, size_t elen,
+                                         const void *desired, size_t dlen,
+                                         uvccl_work_cb cb);
+/* work->result = 1 if every key exists now, else 0. Never waits. */
+UVCCL_EXTERN int uvccl_store_check(uvccl_store_t *store, uvccl_work_t *work,
+                                   const char *const *keys, size_t nkeys,
+                                   uvccl_work_cb cb);
+/* Completes when every key exists; UV_ETIMEDOUT after timeout_ms
+ * (UVCCL_DEFAULT_TIMEOUT: the store's). */
+UVCCL_EXTERN int uvccl_store_wait(uvccl_store_t *store, uvccl_work_t *work,
+                                  const char *const *keys, size_t nkeys,
+                                  uint64_t timeout_ms, uvccl_work_cb cb);
+/* work->result = 1 if the key existed and was deleted, else 0. */
+UVCCL_EXTERN int uvccl_store_delete_key(uvccl_store_t *store,
+                                        uvccl_work_t *work, const char *key,
+                                        uvccl_work_cb cb);
+/* work->result = the number of keys. */
+UVCCL_EXTERN int uvccl_store_num_keys(uvccl_store_t *store,
+                                      uvccl_work_t *work, uvccl_work_cb cb);
+/* Appends value to key (creating it). */
+UVCCL_EXTERN int uvccl_store_append(uvccl_store_t *store, uvccl_work_t *work,
+                                    const char *key, const void *value,
+                                    size_t len, uvccl_work_cb cb);
+/* Waits for every key, then work->values[i] is the value of keys[i]. */
+UVCCL_EXTERN int uvccl_store_multi_get(uvccl_store_t *store,
+                                       uvccl_work_t *work,
+                                       const char *const *keys, size_t nkeys,
+                                       uvccl_work_cb cb);
+UVCCL_EXTERN int uvccl_store_multi_set(uvccl_store_t *store,
+                                       uvccl_work_t *work,
+                                       const char *const *keys,
+                                       const uvccl_buf_t *values, size_t n,
+                                       uvccl_work_cb cb);
+/* Queues (newer dialect and in-process stores). */
+UVCCL_EXTERN int uvccl_store_queue_push(uvccl_store_t *store,
+                                        uvccl_work_t *work, const char *key,
+                                        const void *value, size_t len,
+                                        uvccl_work_cb cb);
+/* Pops the oldest item into work->value. With block, waits (up to the
+ * store's timeout) for one; without, fails with UVCCL_EQEMPTY. */
+UVCCL_EXTERN int uvccl_store_queue_pop(uvccl_store_t *store,
+                                       uvccl_work_t *work, const char *key,
+                                       int block, uvccl_work_cb cb);
+UVCCL_EXTERN int uvccl_store_queue_len(uvccl_store_t *store,
+                                       uvccl_work_t *work, const char *key,
+                                       uvccl_work_cb cb);
+/* work->values = every key (work->values[i].base is NUL-terminated). */
+UVCCL_EXTERN int uvccl_store_list_keys(uvccl_store_t *store,
+                                       uvccl_work_t *work, uvccl_work_cb cb);
+
+/* Blocking wrappers for bootstrap code: start the operation, then run the
+ * store's loop until it completes (uvccl_work_wait). Not from callbacks. */
+UVCCL_EXTERN int uvccl_store_set_sync(uvccl_store_t *store, const char *key,
+                                      const void *value, size_t len);
+/* *value is malloc'ed (NUL-terminated past len); free() it. */
+UVCCL_EXTERN int uvccl_store_get_sync(uvccl_store_t *store, const char *key,
+                                      void **value, size_t *len);
+UVCCL_EXTERN int uvccl_store_add_sync(uvccl_store_t *store, const char *key,
+                                      int64_t delta, int64_t *result);
+UVCCL_EXTERN int uvccl_store_wait_sync(uvccl_store_t *store,
+                                       const char *const *keys, size_t nkeys,
+                                       uint64_t timeout_ms);
+
+/* --- TCP store client ---------------------------------------------------- */
+
+typedef enum {
+  UVCCL_DIALECT_AUTO = 0,   /* server side: detect per connection */
+  UVCCL_DIALECT_MODERN = 1, /* PyTorch >= 2.1: VALIDATE, PING, queues */
+  UVCCL_DIALECT_LEGACY = 2  /* PyTorch 1.13 */
+} uvccl_dialect_t;
+
+typedef struct {
+  const char *host;         /* name or address; required */
+  int port;                 /* required */
+  uvccl_dialect_t dialect;  /* default MODERN */
+  uint64_t timeout_ms;      /* store timeout, also the connect deadline;
+                               0 = UVCCL_STORE_DEFAULT_TIMEOUT_MS */
+  /* As PyTorch's wait_for_workers: if world_size > 0, the connection adds 1
+   * to "init/"; uvccl_tcp_store_wait_workers() waits for world_size. */
+  int world_size;
+} uvccl_tcp_store_options_t;
+
+/* A client of a TCPStore server (ours or PyTorch's). It connects lazily on
+ * the first operation, retrying with backoff until the timeout; a lost
+ * connection fails the pending operations with UVCCL_ECONNLOST (naming the
+ * server) and the next operation reconnects. Keys are sent as "/" + key,
+ * as PyTorch's client does, so both see the same keys. */
+UVCCL_EXTERN int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *store,
+                                      const uvccl_tcp_store_options_t *opts);
+/* Connects now (and registers under "init/" if world_size was given). */
+UVCCL_EXTERN int uvccl_tcp_store_connect(uvccl_store_t *store,
+                                         uvccl_work_t *work, uvccl_work_cb cb);
+
+/* --- TCP store server ---------------------------------------------------- */
+
+typedef struct uvccl_store_server_s uvccl_store_server_t;
+typedef void (*uvccl_store_server_close_cb)(uvccl_store_server_t *server);
+
+typedef struct {
+  const char *host;        /* NULL: "::" dual-stack, falling back to
+                              0.0.0.0 */
+  int port;                /* 0 picks a free port */
+  int listen_fd;           /* >= 0: adopt this bound (listening or not)
+                              socket instead of binding; -1 = none */
+  int backlog;             /* 0 = somaxconn */
+  size_t max_key_len;      /* 0 = 8 KiB, as PyTorch's libuv server */
+  size_t max_value_len;    /* 0 = 8 MiB */
+  size_t max_keys;         /* per request; 0 = 128 Ki */
+  size_t max_memory;       /* keys + values held; 0 = 1 GiB */
+  size_t max_output;       /* per connection, before reads pause;
+                              0 = 64 MiB */
+} uvccl_store_server_options_t;
+
+struct uvccl_store_server_s {
+  /* public */
+  void *data;
+  /* read-only */
+  uv_loop_t *loop;
+  int port;                /* the bound port */
+  /* private */
+  void *impl_;
+};
+
+/* Starts serving on loop. Fills server->port. Errors: UV_EADDRINUSE and
+ * other bind/listen errors, UV_EINVAL. */
+UVCCL_EXTERN int uvccl_store_server_init(uv_loop_t *loop,
+                                         uvccl_store_server_t *server,
+                                         const uvccl_store_server_options_t *o);
+/* Graceful shutdown: stops accepting, answers requests already received,
+ * closes clients, frees everything, then close_cb (may be NULL). */
+UVCCL_EXTERN void uvccl_store_server_close(uvccl_store_server_t *server,
+                                           uvccl_store_server_close_cb cb);
+
+typedef struct {
+  uint64_t connections;     /* open now */
+  uint64_t accepted;        /* since start */
+  uint64_t requests;        /* requests answered */
+  uint64_t keys;            /* keys held */
+  uint64_t memory;          /* bytes of keys and values held */
+  uint64_t waiting;         /* connections with a pending WAIT */
+  uint64_t protocol_errors; /* connections closed for bad input */
+} uvccl_store_server_stats_t;
+
+UVCCL_EXTERN void uvccl_store_server_stats(const uvccl_store_server_t *server,
+                                           uvccl_store_server_stats_t *stats);
+
+/* --- Other stores -------------------------------------------------------- */
+
+/* An in-process store: a hash map on the loop (PyTorch's HashStore). */
+UVCCL_EXTERN int uvccl_hash_store_init(uv_loop_t *loop, uvccl_store_t *store);
+
+/* Every key of base, seen under "prefix/" (PyTorch's PrefixStore). The
+ * prefix is copied. base must outlive this store. */
+UVCCL_EXTERN int uvccl_prefix_store_init(uvccl_store_t *store,
+                                         const char *prefix,
+                                         uvccl_store_t *base);
+
+/* A store in a file shared by the processes of one host (PyTorch's
+ * FileStore, same file format). File I/O runs on libuv's thread pool;
+ * get and wait poll the file. world_size > 0: the last of world_size users
+ * to close removes the file (as PyTorch); <= 0: the file stays. */
+UVCCL_EXTERN int uvccl_file_store_init(uv_loop_t *loop, uvccl_store_t *store,
+                                       const char *path, int world_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* UVCCL_H */

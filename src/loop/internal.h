@@ -1,0 +1,116 @@
+/* Loop core internals: work life cycle, logging, time, cross-thread queue.
+ * Not installed. Internal non-static names use the uvccl__ prefix. */
+#ifndef UVCCL_LOOP_INTERNAL_H
+#define UVCCL_LOOP_INTERNAL_H
+
+#include "uvccl.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define UVCCL__CONTAINER_OF(ptr, type, member)                                \
+  ((type *)((char *)(ptr)-offsetof(type, member)))
+#define UVCCL__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- Work life cycle ------------------------------------------------------
+ *
+ * A work is started by its owner (a store, a group) with uvccl__work_start()
+ * and finished with uvccl__work_complete() or uvccl__work_fail(). Completion
+ * closes the work's timer handle; the user's callback runs from that
+ * handle's close callback. That gives three guarantees for free: the
+ * callback never runs inside the call that completed the work, it runs
+ * exactly once, and when it runs the work holds no libuv handle, so the
+ * caller may free or reuse it right there.
+ *
+ * When a pending work times out or is cancelled, ops->abandon() tells the
+ * owner to forget it (unlink it from its queues; if a reply is still due on
+ * the wire, the owner keeps a placeholder so the stream stays in step). */
+struct uvccl__work_ops {
+  void (*abandon)(uvccl_work_t *work, int status);
+};
+
+/* flags_ */
+#define UVCCL__WORK_COMPLETING 0x1
+
+/* Returns 0, UVCCL_EBUSY if the work is pending, UV_EINVAL for bad args.
+ * timeout_ms: 0 or UVCCL_NO_TIMEOUT = none. Frees leftover values of a
+ * previous operation. */
+int uvccl__work_start(uvccl_work_t *work, uv_loop_t *loop, const char *op,
+                      const struct uvccl__work_ops *ops, void *owner,
+                      uint64_t timeout_ms, uvccl_work_cb cb);
+/* Completes a pending work with status (first call wins; later ones are
+ * ignored). Safe to call from inside the owner's own call paths. */
+void uvccl__work_complete(uvccl_work_t *work, int status);
+/* As complete, with a message for work->msg (printf format). */
+void uvccl__work_fail(uvccl_work_t *work, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* True while the work is pending and not yet completing. */
+int uvccl__work_is_live(const uvccl_work_t *work);
+
+/* ---- Doubly linked lists of works (through next_/prev_) ---------------- */
+typedef struct {
+  uvccl_work_t *head;
+  uvccl_work_t *tail;
+  size_t len;
+} uvccl__work_list_t;
+
+void uvccl__work_list_push(uvccl__work_list_t *l, uvccl_work_t *w);
+void uvccl__work_list_remove(uvccl__work_list_t *l, uvccl_work_t *w);
+uvccl_work_t *uvccl__work_list_pop(uvccl__work_list_t *l);
+
+/* ---- Logging ------------------------------------------------------------- */
+extern int uvccl__log_level; /* -1 until read from UVCCL_LOG */
+int uvccl__log_enabled(uvccl_log_level_t level);
+void uvccl__log(uvccl_log_level_t level, const char *component,
+                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define UVCCL__LOG(level, comp, ...)                                         \
+  do {                                                                       \
+    if (uvccl__log_enabled(level)) uvccl__log(level, comp, __VA_ARGS__);     \
+  } while (0)
+#define LOG_ERROR(comp, ...) UVCCL__LOG(UVCCL_LOG_ERROR, comp, __VA_ARGS__)
+#define LOG_WARN(comp, ...) UVCCL__LOG(UVCCL_LOG_WARN, comp, __VA_ARGS__)
+#define LOG_INFO(comp, ...) UVCCL__LOG(UVCCL_LOG_INFO, comp, __VA_ARGS__)
+#define LOG_DEBUG(comp, ...) UVCCL__LOG(UVCCL_LOG_DEBUG, comp, __VA_ARGS__)
+#define LOG_TRACE(comp, ...) UVCCL__LOG(UVCCL_LOG_TRACE, comp, __VA_ARGS__)
+
+/* ---- Time ---------------------------------------------------------------- */
+uint64_t uvccl__now_ms(void); /* monotonic */
+uint64_t uvccl__now_ns(void);
+
+/* ---- Cross-thread completion queue ---------------------------------------
+ * One uv_async_t per queue; any thread posts items, the loop thread drains
+ * them all in one callback (uv_async_send coalesces, so one wake-up may
+ * carry many items). Items are caller-allocated and intrusive. */
+typedef struct uvccl__xitem_s {
+  struct uvccl__xitem_s *next;
+  void (*fn)(struct uvccl__xitem_s *item); /* runs on the loop thread */
+} uvccl__xitem_t;
+
+typedef struct {
+  uv_async_t async;
+  uv_mutex_t lock;
+  uvccl__xitem_t *head;
+  uvccl__xitem_t *tail;
+  uint64_t posted;  /* under lock */
+  uint64_t drained; /* loop thread only */
+  void (*close_cb)(void *arg);
+  void *close_arg;
+} uvccl__xqueue_t;
+
+int uvccl__xqueue_init(uv_loop_t *loop, uvccl__xqueue_t *q);
+/* Thread-safe. Returns 0 or the uv_async_send error. */
+int uvccl__xqueue_post(uvccl__xqueue_t *q, uvccl__xitem_t *item);
+/* Drains what is left, then closes; close_cb(arg) runs once closed. */
+void uvccl__xqueue_close(uvccl__xqueue_t *q, void (*close_cb)(void *arg),
+                         void *arg);
+
+/* ---- Allocation ---------------------------------------------------------- */
+void *uvccl__malloc(size_t n);
+void *uvccl__calloc(size_t n, size_t m);
+void *uvccl__realloc(void *p, size_t n);
+void uvccl__free(void *p);
+char *uvccl__strdup(const char *s);
+
+#endif

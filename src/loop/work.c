@@ -1,0 +1,187 @@
+/* Work objects: the future every asynchronous operation completes.
+ *
+ * The user's callback is delivered from the close callback of the work's
+ * own timer handle (see internal.h): uv_close() never calls back inside the
+ * call, runs its callback exactly once within the same loop iteration, and
+ * leaves the work holding no handle, so the callback may free or reuse it. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void work_closed(uv_handle_t *h);
+static void work_timer_cb(uv_timer_t *t);
+
+static void work_free_values(uvccl_work_t *w) {
+  size_t i;
+  uvccl__free(w->value);
+  w->value = NULL;
+  w->value_len = 0;
+  if (w->values != NULL) {
+    for (i = 0; i < w->nvalues; i++) uvccl__free(w->values[i].base);
+    uvccl__free(w->values);
+  }
+  w->values = NULL;
+  w->nvalues = 0;
+}
+
+int uvccl__work_start(uvccl_work_t *w, uv_loop_t *loop, const char *op,
+                      const struct uvccl__work_ops *ops, void *owner,
+                      uint64_t timeout_ms, uvccl_work_cb cb) {
+  if (w == NULL || loop == NULL) return UV_EINVAL;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  work_free_values(w);
+  w->state = UVCCL_WORK_PENDING;
+  w->status = 0;
+  w->op = op;
+  w->msg[0] = '\0';
+  w->result = 0;
+  w->loop_ = loop;
+  w->cb_ = cb;
+  w->ops_ = ops;
+  w->owner_ = owner;
+  w->next_ = w->prev_ = NULL;
+  w->timeout_ms_ = timeout_ms;
+  w->started_ms_ = uv_now(loop);
+  w->flags_ = 0;
+  w->pending_status_ = 0;
+  uv_timer_init(loop, &w->timer_);
+  w->timer_.data = w;
+  if (timeout_ms != 0 && timeout_ms != UVCCL_NO_TIMEOUT)
+    uv_timer_start(&w->timer_, work_timer_cb, timeout_ms, 0);
+  else
+    /* An unstarted timer keeps nothing alive; uvccl_work_wait notices a
+     * loop with nothing left that could complete the work. */
+    uv_unref((uv_handle_t *)&w->timer_);
+  return 0;
+}
+
+int uvccl__work_is_live(const uvccl_work_t *w) {
+  return w->state == UVCCL_WORK_PENDING &&
+         !(w->flags_ & UVCCL__WORK_COMPLETING);
+}
+
+void uvccl__work_complete(uvccl_work_t *w, int status) {
+  if (!uvccl__work_is_live(w)) return;
+  w->flags_ |= UVCCL__WORK_COMPLETING;
+  w->pending_status_ = status;
+  uv_timer_stop(&w->timer_);
+  uv_close((uv_handle_t *)&w->timer_, work_closed);
+}
+
+void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
+  va_list ap;
+  if (!uvccl__work_is_live(w)) return;
+  va_start(ap, fmt);
+  vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
+  va_end(ap);
+  uvccl__work_complete(w, status);
+}
+
+static void work_closed(uv_handle_t *h) {
+  uvccl_work_t *w = h->data;
+  int status = w->pending_status_;
+
+  w->status = status;
+  if (status == 0)
+    w->state = UVCCL_WORK_SUCCEEDED;
+  else if (status == UV_ETIMEDOUT)
+    w->state = UVCCL_WORK_TIMED_OUT;
+  else if (status == UV_ECANCELED)
+    w->state = UVCCL_WORK_CANCELLED;
+  else
+    w->state = UVCCL_WORK_FAILED;
+  if (status != 0 && w->msg[0] == '\0')
+    snprintf(w->msg, sizeof(w->msg), "%s: %s", w->op ? w->op : "work",
+             uvccl_strerror(status));
+  w->flags_ &= ~UVCCL__WORK_COMPLETING;
+  if (w->cb_ != NULL) w->cb_(w, status);
+}
+
+/* The owner forgets the work first (and may fail it with a message that
+ * names the key or peer); the generic message is only a fallback. */
+static void work_abandon(uvccl_work_t *w, int status) {
+  if (w->ops_ != NULL && w->ops_->abandon != NULL) w->ops_->abandon(w, status);
+  if (status == UV_ETIMEDOUT)
+    uvccl__work_fail(w, status, "%s timed out after %llu ms",
+                     w->op ? w->op : "work",
+                     (unsigned long long)w->timeout_ms_);
+  else
+    uvccl__work_fail(w, status, "%s cancelled", w->op ? w->op : "work");
+}
+
+static void work_timer_cb(uv_timer_t *t) {
+  work_abandon(t->data, UV_ETIMEDOUT);
+}
+
+int uvccl_work_cancel(uvccl_work_t *w) {
+  if (w == NULL || !uvccl__work_is_live(w)) return UV_EINVAL;
+  work_abandon(w, UV_ECANCELED);
+  return 0;
+}
+
+int uvccl_work_done(const uvccl_work_t *w) {
+  return w->state != UVCCL_WORK_PENDING;
+}
+
+int uvccl_work_wait(uvccl_work_t *w) {
+  if (w->state == UVCCL_WORK_IDLE) return UV_EINVAL;
+  while (!uvccl_work_done(w)) {
+    if (uv_run(w->loop_, UV_RUN_ONCE) == 0 && !uvccl_work_done(w) &&
+        uvccl__work_is_live(w)) {
+      /* Nothing left on the loop can ever complete this work (for example
+       * an in-process get with no timeout that nobody will set). Failing is
+       * better than spinning forever. */
+      if (w->ops_ != NULL && w->ops_->abandon != NULL)
+        w->ops_->abandon(w, UVCCL_EABORTED);
+      uvccl__work_fail(w, UVCCL_EABORTED,
+                       "%s can never complete: nothing left on the loop",
+                       w->op ? w->op : "work");
+    }
+  }
+  return w->status;
+}
+
+void uvccl_work_cleanup(uvccl_work_t *w) {
+  if (w == NULL || w->state == UVCCL_WORK_PENDING) return;
+  work_free_values(w);
+  w->state = UVCCL_WORK_IDLE;
+}
+
+const char *uvccl_work_state_name(uvccl_work_state_t s) {
+  switch (s) {
+  case UVCCL_WORK_IDLE: return "idle";
+  case UVCCL_WORK_PENDING: return "pending";
+  case UVCCL_WORK_SUCCEEDED: return "succeeded";
+  case UVCCL_WORK_FAILED: return "failed";
+  case UVCCL_WORK_TIMED_OUT: return "timed out";
+  case UVCCL_WORK_CANCELLED: return "cancelled";
+  }
+  return "unknown";
+}
+
+/* ---- intrusive lists ---------------------------------------------------- */
+
+void uvccl__work_list_push(uvccl__work_list_t *l, uvccl_work_t *w) {
+  w->next_ = NULL;
+  w->prev_ = l->tail;
+  if (l->tail) l->tail->next_ = w;
+  else l->head = w;
+  l->tail = w;
+  l->len++;
+}
+
+void uvccl__work_list_remove(uvccl__work_list_t *l, uvccl_work_t *w) {
+  if (w->prev_) w->prev_->next_ = w->next_;
+  else l->head = w->next_;
+  if (w->next_) w->next_->prev_ = w->prev_;
+  else l->tail = w->prev_;
+  w->next_ = w->prev_ = NULL;
+  l->len--;
+}
+
+uvccl_work_t *uvccl__work_list_pop(uvccl__work_list_t *l) {
+  uvccl_work_t *w = l->head;
+  if (w != NULL) uvccl__work_list_remove(l, w);
+  return w;
+}

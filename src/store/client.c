@@ -1,0 +1,878 @@
+/* The TCPStore client on the caller's loop.
+ *
+ * Requests are pipelined on one connection and replies come back in order,
+ * with one exception the protocol forces on us: a WAIT's reply is deferred
+ * until its keys exist, so nothing may be sent after a WAIT until its reply
+ * (or, after a timeout, the CANCEL_WAIT handshake) is back. get, multi_get
+ * and blocking queue_pop are WAIT followed by the read, as PyTorch's client.
+ *
+ * SET, APPEND, MULTI_SET and QUEUE_PUSH have no reply on the wire. Their
+ * works complete only when a later reply proves the server processed them
+ * (it answers in order); when a batch ends with such requests, a probe is
+ * appended (PING, or GETNUMKEYS in the 1.13 dialect) so the acknowledgement
+ * comes at once. A store acknowledges only what it holds.
+ *
+ * A work that times out or is cancelled while its request is on the wire
+ * leaves a placeholder, so its reply is read and dropped and the stream
+ * stays in step. A lost connection fails everything pending with
+ * UVCCL_ECONNLOST naming the server; the next operation reconnects. */
+#include "internal.h"
+#include "proto.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_BACKOFF_MS 1000
+
+enum { ST_IDLE, ST_RESOLVING, ST_CONNECTING, ST_HANDSHAKE, ST_READY,
+       ST_CLOSED };
+
+/* An entry of the in-flight FIFO. */
+typedef struct {
+  uvccl_work_t *work;  /* NULL: internal, or abandoned */
+  uint8_t op;          /* what the reply answers */
+  uint8_t noreply;     /* SET-like: done when a later reply arrives */
+  uint8_t probe;       /* internal PING / GETNUMKEYS / init ADD */
+  uint8_t cancelling;  /* WAIT whose CANCEL_WAIT was sent */
+  uint8_t stop_seen;   /* cancelling: STOP_WAITING came first */
+  size_t nkeys;
+} inflight_t;
+
+/* Per-work state, allocated for multi-phase or queued operations. */
+typedef struct {
+  uvccl__op_t op;
+  size_t nkeys;
+  int block;
+  uint8_t *phase2;     /* the request to send once the WAIT is answered */
+  size_t phase2_len;
+  uint8_t *req;        /* queued: the encoded request not yet sent */
+  size_t req_len;
+  uint8_t *rewait;     /* blocking queue_pop: the WAIT, to send again */
+  size_t rewait_len;
+  int in_flight;       /* its current request is on the wire */
+  char key[64];        /* for messages */
+} opstate_t;
+
+typedef struct {
+  uvccl_store_t *store;
+  uv_loop_t *loop;
+  char *host;
+  int port;
+  uvccl_dialect_t dialect;
+  int world_size;
+  int registered;            /* "init/" added */
+  int state;
+  uv_tcp_t tcp;
+  int tcp_open;
+  int tcp_closing;           /* the handle cannot be reused until closed */
+  int connect_when_closed;
+  uv_connect_t creq;
+  uv_getaddrinfo_t gai;
+  uv_timer_t retry;
+  struct addrinfo *addrs, *next_addr;
+  uint64_t deadline;
+  unsigned backoff_ms;
+  int last_err;
+  int connect_attempts;
+  uvccl__work_list_t queued; /* not yet sent */
+  inflight_t *fl;            /* ring */
+  size_t fl_head, fl_len, fl_cap;
+  int wait_blocked;          /* a WAIT is on the wire */
+  uvccl__obuf_t out, wbuf;
+  uv_write_t wreq;
+  int writing;
+  uint8_t *in;
+  size_t in_len, in_cap;
+  uint32_t nonce;
+  int handles;               /* open handles, for close */
+  uvccl_work_t *connect_work; /* uvccl_tcp_store_connect */
+  char name[96];             /* "store HOST:PORT" */
+} client_t;
+
+static void client_start_connect(client_t *c);
+static void client_pump(client_t *c);
+static void client_lost(client_t *c, int err, const char *why);
+static void client_flush(client_t *c);
+
+/* ---- in-flight FIFO --------------------------------------------------------- */
+
+static inflight_t *fl_at(client_t *c, size_t i) {
+  return &c->fl[(c->fl_head + i) % c->fl_cap];
+}
+
+static int fl_push(client_t *c, const inflight_t *e) {
+  size_t i;
+  inflight_t *n;
+  if (c->fl_len == c->fl_cap) {
+    size_t cap = c->fl_cap ? c->fl_cap * 2 : 64;
+    n = uvccl__malloc(cap * sizeof(*n));
+    if (n == NULL) return UV_ENOMEM;
+    for (i = 0; i < c->fl_len; i++) n[i] = *fl_at(c, i);
+    uvccl__free(c->fl);
+    c->fl = n;
+    c->fl_cap = cap;
+    c->fl_head = 0;
+  }
+  *fl_at(c, c->fl_len++) = *e;
+  return 0;
+}
+
+static void fl_pop(client_t *c) {
+  c->fl_head = (c->fl_head + 1) % c->fl_cap;
+  c->fl_len--;
+}
+
+/* ---- works ------------------------------------------------------------------ */
+
+static void op_free(opstate_t *o) {
+  if (o == NULL) return;
+  uvccl__free(o->phase2);
+  uvccl__free(o->req);
+  uvccl__free(o->rewait);
+  uvccl__free(o);
+}
+
+static void work_finish(uvccl_work_t *w, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Completes a work and frees its client state. */
+static void work_finish(uvccl_work_t *w, int status, const char *fmt, ...) {
+  va_list ap;
+  op_free(w->priv_[0]);
+  w->priv_[0] = NULL;
+  if (fmt != NULL && uvccl__work_is_live(w)) {
+    va_start(ap, fmt);
+    vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
+    va_end(ap);
+  }
+  uvccl__work_complete(w, status);
+}
+
+static void client_abandon(uvccl_work_t *w, int status) {
+  client_t *c = w->owner_;
+  opstate_t *o = w->priv_[0];
+  size_t i;
+  inflight_t *e;
+  uvccl__obuf_t b = {0};
+
+  if (o != NULL && !o->in_flight) {
+    uvccl__work_list_remove(&c->queued, w);
+  } else {
+    for (i = 0; i < c->fl_len; i++) {
+      e = fl_at(c, i);
+      if (e->work != w) continue;
+      e->work = NULL;
+      if (e->op == UVCCL__OP_WAIT && !e->cancelling) {
+        if (c->dialect == UVCCL_DIALECT_MODERN) {
+          /* The server keeps the registration; CANCEL_WAIT drops it and
+           * its WAIT_CANCELED reply tells us where the stream is. */
+          e->cancelling = 1;
+          if (uvccl__obuf_u8(&b, UVCCL__OP_CANCEL_WAIT) == 0 &&
+              uvccl__obuf_bytes(&c->out, b.base, b.len) == 0)
+            client_flush(c);
+          uvccl__obuf_free(&b);
+        } else {
+          /* 1.13 has no cancel: a stray reply would come later and
+           * desynchronise the stream, so drop the connection. */
+          client_lost(c, UVCCL_ECONNLOST, "wait abandoned (1.13 dialect)");
+        }
+      }
+      break;
+    }
+  }
+  if (status == UV_ETIMEDOUT && c->state != ST_READY &&
+      c->state != ST_CLOSED && o != NULL && !o->in_flight)
+    work_finish(w, status,
+                "%s: %s '%s' timed out after %llu ms while connecting "
+                "(last error: %s)",
+                c->name, w->op, o->key, (unsigned long long)w->timeout_ms_,
+                c->last_err ? uvccl_strerror(c->last_err) : "none");
+  else if (status == UV_ETIMEDOUT)
+    work_finish(w, status, "%s: %s '%s': %s after %llu ms", c->name, w->op,
+                o ? o->key : "",
+                o && (o->phase2 || o->op == UVCCL__OP_WAIT) ? "wait timeout"
+                                                             : "timed out",
+                (unsigned long long)w->timeout_ms_);
+  else
+    work_finish(w, status, NULL);
+}
+
+static const struct uvccl__work_ops client_work_ops = {client_abandon};
+
+/* ---- output ------------------------------------------------------------------ */
+
+static void client_after_write(uv_write_t *req, int status) {
+  client_t *c = req->data;
+  c->writing = 0;
+  c->wbuf.len = 0;
+  if (status < 0) {
+    if (status != UV_ECANCELED) client_lost(c, status, uv_strerror(status));
+    return;
+  }
+  client_flush(c);
+}
+
+static void client_flush(client_t *c) {
+  uv_buf_t b;
+  int n;
+  uvccl__obuf_t t;
+  if (c->writing || c->out.len == 0 || !c->tcp_open) return;
+  if (c->state != ST_READY && c->state != ST_HANDSHAKE) return;
+  b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
+  n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  if (n == UV_EAGAIN) n = 0;
+  if (n < 0) {
+    client_lost(c, n, uv_strerror(n));
+    return;
+  }
+  if ((size_t)n == c->out.len) {
+    c->out.len = 0;
+    return;
+  }
+  t = c->wbuf;
+  c->wbuf = c->out;
+  c->out = t;
+  c->out.len = 0;
+  b = uv_buf_init((char *)c->wbuf.base + n, (unsigned)(c->wbuf.len - n));
+  c->wreq.data = c;
+  n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, client_after_write);
+  if (n < 0) {
+    client_lost(c, n, uv_strerror(n));
+    return;
+  }
+  c->writing = 1;
+}
+
+/* If the newest request on the wire has no reply, adds a probe whose reply
+ * acknowledges it. */
+static int client_probe_if_needed(client_t *c) {
+  inflight_t e = {0};
+  int r;
+  if (c->fl_len == 0 || !fl_at(c, c->fl_len - 1)->noreply) return 0;
+  e.probe = 1;
+  if (c->dialect == UVCCL_DIALECT_MODERN) {
+    e.op = UVCCL__OP_PING;
+    r = uvccl__obuf_u8(&c->out, UVCCL__OP_PING);
+    if (r == 0) r = uvccl__obuf_u32(&c->out, c->nonce);
+  } else {
+    e.op = UVCCL__OP_GETNUMKEYS;
+    r = uvccl__obuf_u8(&c->out, (uint8_t)uvccl__proto_opcode(
+                                    c->dialect, UVCCL__OP_GETNUMKEYS));
+  }
+  return r == 0 ? fl_push(c, &e) : r;
+}
+
+static int op_has_no_reply(uvccl__op_t op) {
+  return op == UVCCL__OP_SET || op == UVCCL__OP_APPEND ||
+         op == UVCCL__OP_MULTI_SET || op == UVCCL__OP_QUEUE_PUSH;
+}
+
+/* Puts one work's current request on the wire. */
+static int client_send(client_t *c, uvccl_work_t *w, const uint8_t *bytes,
+                       size_t len, uvccl__op_t wire_op) {
+  opstate_t *o = w->priv_[0];
+  inflight_t e = {0};
+  int r;
+  if (wire_op == UVCCL__OP_WAIT) {
+    r = client_probe_if_needed(c);
+    if (r != 0) return r;
+    c->wait_blocked = 1;
+  }
+  r = uvccl__obuf_bytes(&c->out, bytes, len);
+  if (r != 0) return r;
+  e.work = w;
+  e.op = (uint8_t)wire_op;
+  e.noreply = (uint8_t)op_has_no_reply(wire_op);
+  e.nkeys = o ? o->nkeys : 0;
+  if (o) o->in_flight = 1;
+  return fl_push(c, &e);
+}
+
+/* Sends queued works while the connection allows. */
+static void client_pump(client_t *c) {
+  uvccl_work_t *w;
+  opstate_t *o;
+  int r;
+  if (c->state != ST_READY) return;
+  while (!c->wait_blocked && (w = c->queued.head) != NULL) {
+    uvccl__work_list_remove(&c->queued, w);
+    o = w->priv_[0];
+    r = client_send(c, w, o->req, o->req_len,
+                    o->phase2 ? UVCCL__OP_WAIT : o->op);
+    uvccl__free(o->req);
+    o->req = NULL;
+    if (r != 0) work_finish(w, r, NULL);
+  }
+  if (!c->wait_blocked) client_probe_if_needed(c);
+  client_flush(c);
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static int collect_list(uvccl_work_t *w, const uvccl__proto_reply_t *rep,
+                        int strip_slash) {
+  uvccl__proto_iter_t it = rep->list;
+  const uint8_t *k;
+  size_t klen, n = 0;
+  int r = uvccl__work_set_values(w, rep->count);
+  while (r == 0 && uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL)) {
+    if (strip_slash) {
+      /* PyTorch's client shows only user keys ("/" + key). */
+      if (klen == 0 || k[0] != '/') continue;
+      k++;
+      klen--;
+    }
+    r = uvccl__work_set_nth(w, n++, k, klen);
+  }
+  w->nvalues = n;
+  return r;
+}
+
+/* Handles the reply to the head entry. */
+static void client_on_reply(client_t *c, inflight_t *e,
+                            const uvccl__proto_reply_t *rep) {
+  uvccl_work_t *w = e->work;
+  opstate_t *o = w ? w->priv_[0] : NULL;
+  int r = 0;
+
+  if (e->probe) {
+    if (e->op == UVCCL__OP_PING && rep->u32 != c->nonce) {
+      client_lost(c, UVCCL_EPROTO, "PING answered with the wrong nonce");
+      return;
+    }
+    if (c->state == ST_HANDSHAKE && e->op == UVCCL__OP_PING) {
+      c->state = ST_READY;
+      c->backoff_ms = 0;
+      LOG_DEBUG("store", "%s: connected", c->name);
+      if (c->connect_work) {
+        uvccl_work_t *cw = c->connect_work;
+        c->connect_work = NULL;
+        uvccl__work_complete(cw, 0);
+      }
+    }
+    return;
+  }
+  if (e->op == UVCCL__OP_WAIT) c->wait_blocked = 0;
+  if (w == NULL) return; /* abandoned: drop the reply */
+
+  switch (e->op) {
+  case UVCCL__OP_WAIT:
+    if (o != NULL && o->phase2 != NULL) {
+      /* The keys exist: now the read itself, sent at once (it is next). */
+      uint8_t *p2 = o->phase2;
+      o->phase2 = NULL;
+      r = client_send(c, w, p2, o->phase2_len, o->op);
+      o->phase2 = p2; /* kept: a blocking pop may have to wait again */
+      if (r != 0) work_finish(w, r, NULL);
+      return;
+    }
+    break;
+  case UVCCL__OP_CHECK:
+    w->result = rep->u8 == UVCCL__CHECK_READY;
+    break;
+  case UVCCL__OP_GET:
+  case UVCCL__OP_COMPARE_SET:
+    r = uvccl__work_set_value(w, rep->val, rep->val_len);
+    break;
+  case UVCCL__OP_ADD:
+  case UVCCL__OP_GETNUMKEYS:
+  case UVCCL__OP_DELETE_KEY:
+  case UVCCL__OP_QUEUE_LEN:
+    w->result = rep->i64;
+    break;
+  case UVCCL__OP_QUEUE_POP:
+    if (rep->i64 <= 0) {
+      if (o != NULL && o->block) {
+        /* Another client took the item between our WAIT and POP: wait
+         * again rather than fail. */
+        o->in_flight = 0;
+        o->req = uvccl__malloc(o->rewait_len);
+        if (o->req == NULL) {
+          r = UV_ENOMEM;
+          break;
+        }
+        memcpy(o->req, o->rewait, o->rewait_len);
+        o->req_len = o->rewait_len;
+        uvccl__work_list_push(&c->queued, w);
+        return;
+      }
+      work_finish(w, UVCCL_EQEMPTY, "%s: queue '%s' is empty", c->name,
+                  o ? o->key : "");
+      return;
+    }
+    r = uvccl__work_set_value(w, rep->val, rep->val_len);
+    w->result = rep->i64 - 1;
+    break;
+  case UVCCL__OP_MULTI_GET:
+    r = collect_list(w, rep, 0);
+    break;
+  case UVCCL__OP_LIST_KEYS:
+    r = collect_list(w, rep, 1);
+    break;
+  default:
+    break;
+  }
+  work_finish(w, r, NULL);
+}
+
+/* Parses every complete reply in the input buffer. */
+static void client_parse(client_t *c) {
+  size_t off = 0, used;
+  uvccl__proto_reply_t rep;
+  inflight_t e;
+  int r;
+
+  while (c->fl_len > 0) {
+    e = *fl_at(c, 0);
+    if (e.noreply) {
+      /* A later reply is here or coming; everything before it is done. */
+      if (off == c->in_len) break;
+      fl_pop(c);
+      if (e.work) work_finish(e.work, 0, NULL);
+      continue;
+    }
+    if (off == c->in_len) break;
+    if (e.cancelling) {
+      /* CANCEL_WAIT answers 1; a 0 first means the wait was released just
+       * before the cancel arrived. */
+      uint8_t b = c->in[off++];
+      if (b == UVCCL__WAIT_CANCELED) {
+        fl_pop(c);
+        c->wait_blocked = 0;
+      } else if (b != UVCCL__WAIT_STOP_WAITING || e.stop_seen) {
+        client_lost(c, UVCCL_EPROTO, "bad reply to CANCEL_WAIT");
+        return;
+      } else {
+        fl_at(c, 0)->stop_seen = 1;
+      }
+      continue;
+    }
+    r = uvccl__proto_parse_reply((uvccl__op_t)e.op, e.nkeys, c->in + off,
+                                 c->in_len - off, SIZE_MAX / 2, &rep, &used);
+    if (r == UVCCL__PROTO_NEED_MORE) break;
+    if (r < 0) {
+      client_lost(c, r, "malformed reply");
+      return;
+    }
+    fl_pop(c);
+    client_on_reply(c, &e, &rep);
+    off += used;
+    if (c->state != ST_READY && c->state != ST_HANDSHAKE) return;
+  }
+  if (off > 0) {
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+  }
+  client_pump(c);
+}
+
+static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  client_t *c = h->data;
+  size_t want = c->in_len + 64 * 1024;
+  if (c->in_cap < want) {
+    uint8_t *n = uvccl__realloc(c->in, want);
+    if (n == NULL) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    c->in = n;
+    c->in_cap = want;
+  }
+  *buf = uv_buf_init((char *)c->in + c->in_len,
+                     (unsigned)(c->in_cap - c->in_len));
+}
+
+static void client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  client_t *c = s->data;
+  if (nread < 0) {
+    client_lost(c, nread == UV_EOF ? UVCCL_ECONNLOST : (int)nread,
+                nread == UV_EOF ? "closed by the server"
+                                : uv_strerror((int)nread));
+    return;
+  }
+  c->in_len += (size_t)nread;
+  client_parse(c);
+}
+
+/* ---- connection ---------------------------------------------------------------- */
+
+static void client_try_next(client_t *c);
+
+/* Frees the client once closed and nothing is outstanding. */
+static void client_maybe_free(client_t *c) {
+  uvccl_store_t *s = c->store;
+  if (c->state != ST_CLOSED || c->handles > 0) return;
+  if (c->addrs) uv_freeaddrinfo(c->addrs);
+  uvccl__free(c->host);
+  uvccl__free(c->fl);
+  uvccl__free(c->in);
+  uvccl__obuf_free(&c->out);
+  uvccl__obuf_free(&c->wbuf);
+  uvccl__free(c);
+  uvccl__store_closed(s);
+}
+
+static void tcp_closed(uv_handle_t *h) {
+  client_t *c = h->data;
+  c->handles--;
+  if (h == (uv_handle_t *)&c->tcp) c->tcp_closing = 0;
+  if (c->state == ST_CLOSED) {
+    client_maybe_free(c);
+    return;
+  }
+  if (h == (uv_handle_t *)&c->tcp && c->connect_when_closed) {
+    c->connect_when_closed = 0;
+    client_try_next(c);
+  }
+}
+
+static void client_drop_tcp(client_t *c) {
+  if (!c->tcp_open) return;
+  c->tcp_open = 0;
+  c->tcp_closing = 1;
+  uv_close((uv_handle_t *)&c->tcp, tcp_closed);
+}
+
+/* Fails everything pending with err and closes the connection. */
+static void client_lost(client_t *c, int err, const char *why) {
+  uvccl_work_t *w;
+  inflight_t e;
+  int st = c->state;
+  int code = err == UV_ECONNRESET || err == UV_EPIPE || err == UV_EOF
+                 ? UVCCL_ECONNLOST
+                 : err;
+
+  if (st == ST_CLOSED || st == ST_IDLE) return;
+  LOG_INFO("store", "%s: connection lost: %s", c->name, why);
+  c->state = ST_IDLE;
+  c->wait_blocked = 0;
+  c->in_len = 0;
+  c->out.len = 0;
+  client_drop_tcp(c);
+  while (c->fl_len > 0) {
+    e = *fl_at(c, 0);
+    fl_pop(c);
+    if (e.work)
+      work_finish(e.work, code, "%s: connection lost during %s: %s", c->name,
+                  e.work->op, why);
+  }
+  while ((w = uvccl__work_list_pop(&c->queued)) != NULL)
+    work_finish(w, code, "%s: connection lost before %s was sent: %s", c->name,
+                w->op, why);
+  if (c->connect_work) {
+    w = c->connect_work;
+    c->connect_work = NULL;
+    uvccl__work_fail(w, code, "%s: %s", c->name, why);
+  }
+}
+
+static void client_connect_failed(client_t *c, int err);
+
+static void client_on_connect(uv_connect_t *req, int status) {
+  client_t *c = req->data;
+  uvccl__store_req_t q = {0};
+  inflight_t e = {0};
+  if (c->state != ST_CONNECTING) return; /* closing */
+  if (status < 0) {
+    c->last_err = status;
+    client_drop_tcp(c);
+    client_try_next(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read);
+  c->state = ST_HANDSHAKE;
+  if (c->dialect == UVCCL_DIALECT_MODERN) {
+    /* VALIDATE (no reply), then PING: its echo proves the round trip. */
+    uvccl__obuf_u8(&c->out, UVCCL__OP_VALIDATE);
+    uvccl__obuf_u32(&c->out, UVCCL__MAGIC);
+    uvccl__obuf_u8(&c->out, UVCCL__OP_PING);
+    uvccl__obuf_u32(&c->out, c->nonce);
+    e.probe = 1;
+    e.op = UVCCL__OP_PING;
+    fl_push(c, &e);
+  } else {
+    c->state = ST_READY;
+  }
+  if (c->world_size > 0 && !c->registered) {
+    /* As PyTorch's client: "init/" is not prefixed. */
+    const char *k = "init/";
+    q.op = UVCCL__OP_ADD;
+    q.key = k;
+    q.delta = 1;
+    if (uvccl__proto_encode_request(&c->out, c->dialect, &q, NULL) == 0) {
+      memset(&e, 0, sizeof(e));
+      e.probe = 1;
+      e.op = UVCCL__OP_ADD;
+      fl_push(c, &e);
+      c->registered = 1;
+    }
+  }
+  client_flush(c);
+  if (c->state == ST_READY) {
+    if (c->connect_work) {
+      uvccl_work_t *cw = c->connect_work;
+      c->connect_work = NULL;
+      uvccl__work_complete(cw, 0);
+    }
+    client_pump(c);
+  }
+}
+
+static void client_try_next(client_t *c) {
+  int r;
+  if (c->tcp_closing) {
+    /* The previous connection's handle is still closing. */
+    c->connect_when_closed = 1;
+    return;
+  }
+  while (c->next_addr != NULL) {
+    struct addrinfo *ai = c->next_addr;
+    c->next_addr = ai->ai_next;
+    uv_tcp_init(c->loop, &c->tcp);
+    c->tcp.data = c;
+    c->tcp_open = 1;
+    c->handles++;
+    c->creq.data = c;
+    c->state = ST_CONNECTING;
+    r = uv_tcp_connect(&c->creq, &c->tcp, ai->ai_addr, client_on_connect);
+    if (r == 0) return;
+    c->last_err = r;
+    client_drop_tcp(c);
+  }
+  client_connect_failed(c, c->last_err);
+}
+
+static void client_retry_cb(uv_timer_t *t) {
+  client_t *c = t->data;
+  if (c->state == ST_RESOLVING) client_start_connect(c);
+}
+
+/* Every address failed: back off and retry until the deadline. */
+static void client_connect_failed(client_t *c, int err) {
+  uint64_t now = uvccl__now_ms(), delay;
+  uvccl_work_t *w;
+
+  c->connect_attempts++;
+  if (now < c->deadline) {
+    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : 10;
+    if (c->backoff_ms > MAX_BACKOFF_MS) c->backoff_ms = MAX_BACKOFF_MS;
+    /* Jitter spreads thousands of clients retrying against one server. */
+    delay = c->backoff_ms / 2 + (uint64_t)(rand() % (int)(c->backoff_ms / 2 + 1));
+    if (now + delay > c->deadline) delay = c->deadline - now;
+    LOG_DEBUG("store", "%s: connect failed (%s), retrying in %llu ms", c->name,
+              uvccl_strerror(err), (unsigned long long)delay);
+    c->state = ST_RESOLVING;
+    uv_timer_start(&c->retry, client_retry_cb, delay, 0);
+    return;
+  }
+  c->state = ST_IDLE;
+  c->backoff_ms = 0;
+  if (c->addrs) {
+    uv_freeaddrinfo(c->addrs);
+    c->addrs = c->next_addr = NULL;
+  }
+  while ((w = uvccl__work_list_pop(&c->queued)) != NULL)
+    work_finish(w, err, "%s: could not connect after %d attempts: %s", c->name,
+                c->connect_attempts, uvccl_strerror(err));
+  if (c->connect_work) {
+    w = c->connect_work;
+    c->connect_work = NULL;
+    uvccl__work_fail(w, err, "%s: could not connect after %d attempts: %s",
+                     c->name, c->connect_attempts, uvccl_strerror(err));
+  }
+}
+
+static void client_on_resolved(uv_getaddrinfo_t *req, int status,
+                               struct addrinfo *res) {
+  client_t *c = req->data;
+  c->handles--;
+  if (c->state == ST_CLOSED) {
+    if (res) uv_freeaddrinfo(res);
+    client_maybe_free(c);
+    return;
+  }
+  if (status < 0) {
+    c->last_err = status;
+    client_connect_failed(c, status);
+    return;
+  }
+  if (c->addrs) uv_freeaddrinfo(c->addrs);
+  c->addrs = c->next_addr = res;
+  client_try_next(c);
+}
+
+static void client_start_connect(client_t *c) {
+  struct addrinfo hints;
+  char port[16];
+  int r;
+
+  if (c->state == ST_IDLE) {
+    c->deadline = uvccl__now_ms() + c->store->timeout_ms_;
+    c->connect_attempts = 0;
+  }
+  c->state = ST_RESOLVING;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof(port), "%d", c->port);
+  c->gai.data = c;
+  r = uv_getaddrinfo(c->loop, &c->gai, client_on_resolved, c->host, port,
+                     &hints);
+  if (r != 0) {
+    client_connect_failed(c, r);
+    return;
+  }
+  c->handles++;
+}
+
+/* ---- the store interface ----------------------------------------------------------- */
+
+int uvccl__tcp_store_submit(uvccl_store_t *s, uvccl_work_t *w,
+                            const uvccl__store_req_t *q, uvccl_work_cb cb) {
+  client_t *c = s->impl_;
+  uvccl__obuf_t b = {0}, b2 = {0};
+  uvccl__store_req_t wq = {0};
+  opstate_t *o;
+  int r, two_phase;
+  const char *k;
+
+  if (uvccl__proto_opcode(c->dialect, q->op) < 0) return UVCCL_ENOTSUP;
+  if (q->op == UVCCL__OP_MULTI_GET && q->nkeys == 0) return UV_EINVAL;
+  two_phase = q->op == UVCCL__OP_GET || q->op == UVCCL__OP_MULTI_GET ||
+              (q->op == UVCCL__OP_QUEUE_POP && q->block);
+  o = uvccl__calloc(1, sizeof(*o));
+  if (o == NULL) return UV_ENOMEM;
+  o->op = q->op;
+  o->nkeys = q->nkeys;
+  o->block = q->block;
+  k = q->key ? q->key : (q->nkeys ? q->keys[0] : "");
+  snprintf(o->key, sizeof(o->key), "%s%s", k,
+           q->key == NULL && q->nkeys > 1 ? ", ..." : "");
+  if (two_phase) {
+    wq.op = UVCCL__OP_WAIT;
+    wq.keys = q->key ? &q->key : q->keys;
+    wq.nkeys = q->key ? 1 : q->nkeys;
+    r = uvccl__proto_encode_request(&b, c->dialect, &wq, "/");
+    if (r == 0) r = uvccl__proto_encode_request(&b2, c->dialect, q, "/");
+    o->phase2 = b2.base;
+    o->phase2_len = b2.len;
+    if (r == 0 && q->op == UVCCL__OP_QUEUE_POP) {
+      o->rewait = uvccl__malloc(b.len);
+      if (o->rewait == NULL) r = UV_ENOMEM;
+      else memcpy(o->rewait, b.base, b.len);
+      o->rewait_len = b.len;
+    }
+  } else {
+    r = uvccl__proto_encode_request(&b, c->dialect, q, "/");
+  }
+  if (r != 0) {
+    uvccl__obuf_free(&b);
+    op_free(o);
+    return r;
+  }
+  o->req = b.base;
+  o->req_len = b.len;
+  r = uvccl__work_start(w, s->loop, uvccl__op_name(q->op), &client_work_ops,
+                        c, q->timeout_ms, cb);
+  if (r != 0) {
+    op_free(o);
+    return r;
+  }
+  w->priv_[0] = o;
+  uvccl__work_list_push(&c->queued, w);
+  if (c->state == ST_IDLE) client_start_connect(c);
+  else client_pump(c);
+  return 0;
+}
+
+static void client_close(uvccl_store_t *s) {
+  client_t *c = s->impl_;
+  uvccl_work_t *w;
+  inflight_t e;
+
+  int resolving = c->state == ST_RESOLVING;
+  c->state = ST_CLOSED;
+  while (c->fl_len > 0) {
+    e = *fl_at(c, 0);
+    fl_pop(c);
+    if (e.work) work_finish(e.work, UV_ECANCELED, "%s: store closed", c->name);
+  }
+  while ((w = uvccl__work_list_pop(&c->queued)) != NULL)
+    work_finish(w, UV_ECANCELED, "%s: store closed", c->name);
+  if (c->connect_work) {
+    w = c->connect_work;
+    c->connect_work = NULL;
+    uvccl__work_fail(w, UV_ECANCELED, "%s: store closed", c->name);
+  }
+  if (c->addrs) uv_freeaddrinfo(c->addrs);
+  c->addrs = c->next_addr = NULL;
+  if (resolving) uv_cancel((uv_req_t *)&c->gai);
+  client_drop_tcp(c);
+  uv_close((uv_handle_t *)&c->retry, tcp_closed);
+}
+
+static const struct uvccl__store_vtable tcp_vtable = {uvccl__tcp_store_submit,
+                                                      client_close};
+
+int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,
+                         const uvccl_tcp_store_options_t *o) {
+  client_t *c;
+  if (loop == NULL || s == NULL || o == NULL || o->host == NULL ||
+      o->port <= 0 || o->port > 65535)
+    return UV_EINVAL;
+  if (o->dialect != UVCCL_DIALECT_AUTO && o->dialect != UVCCL_DIALECT_MODERN &&
+      o->dialect != UVCCL_DIALECT_LEGACY)
+    return UV_EINVAL;
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) return UV_ENOMEM;
+  c->host = uvccl__strdup(o->host);
+  if (c->host == NULL) {
+    uvccl__free(c);
+    return UV_ENOMEM;
+  }
+  c->store = s;
+  c->loop = loop;
+  c->port = o->port;
+  c->dialect = o->dialect == UVCCL_DIALECT_LEGACY ? UVCCL_DIALECT_LEGACY
+                                                  : UVCCL_DIALECT_MODERN;
+  c->world_size = o->world_size;
+  c->nonce = (uint32_t)getpid();
+  c->state = ST_IDLE;
+  snprintf(c->name, sizeof(c->name), "store %s:%d", o->host, o->port);
+  uv_timer_init(loop, &c->retry);
+  c->retry.data = c;
+  c->handles = 1;
+  uvccl__store_init_common(s, loop, UVCCL_STORE_TCP, &tcp_vtable, c);
+  if (o->timeout_ms) s->timeout_ms_ = o->timeout_ms;
+  return 0;
+}
+
+static void connect_abandon(uvccl_work_t *w, int status) {
+  client_t *c = w->owner_;
+  if (c->connect_work == w) c->connect_work = NULL;
+}
+
+static const struct uvccl__work_ops connect_ops = {connect_abandon};
+
+int uvccl_tcp_store_connect(uvccl_store_t *s, uvccl_work_t *w,
+                            uvccl_work_cb cb) {
+  client_t *c;
+  int r;
+  if (s == NULL || s->type != UVCCL_STORE_TCP || s->impl_ == NULL)
+    return UV_EINVAL;
+  if (s->closing_) return UVCCL_ECLOSING;
+  c = s->impl_;
+  if (c->connect_work != NULL) return UVCCL_EBUSY;
+  r = uvccl__work_start(w, s->loop, "store.connect", &connect_ops, c,
+                        s->timeout_ms_, cb);
+  if (r != 0) return r;
+  if (c->state == ST_READY) {
+    uvccl__work_complete(w, 0);
+    return 0;
+  }
+  c->connect_work = w;
+  if (c->state == ST_IDLE) client_start_connect(c);
+  return 0;
+}

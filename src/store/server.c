@@ -1,0 +1,786 @@
+/* The TCPStore server: one libuv loop, any number of clients, both PyTorch
+ * dialects detected per connection.
+ *
+ * Reads land in one shared buffer (only one read callback runs at a time)
+ * and requests are parsed straight out of it; only the tail of a request
+ * that is still incomplete is copied into the connection's own buffer, and
+ * a connection waiting for a large value reads the rest directly into that
+ * buffer. Replies are appended to the connection's output buffer and
+ * flushed once per loop iteration from a check handle (as Redis writes
+ * before sleeping), so pipelined requests and wake-ups share one write.
+ * A client that stops reading its replies has its reads paused once its
+ * output passes max_output: it cannot grow the server's memory, and it
+ * delays nobody else. */
+#include "internal.h"
+#include "kv.h"
+#include "proto.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define READ_CHUNK (64 * 1024)
+/* A connection keeps at most this much buffer capacity when idle. */
+#define IDLE_BUF_KEEP (64 * 1024)
+
+typedef struct server_s server_t;
+typedef struct conn_s conn_t;
+
+struct conn_s {
+  uv_tcp_t tcp;
+  server_t *srv;
+  conn_t *next, *prev;       /* all connections */
+  conn_t *flush_next;        /* connections with output to flush */
+  int in_flush;
+  uvccl_dialect_t dialect;   /* AUTO until the first bytes arrive */
+  int validated;             /* modern: VALIDATE seen */
+  int closing;
+  int paused;                /* reads stopped for backpressure */
+  int writing;
+  int close_after_flush;
+  uint8_t *in;               /* the unparsed tail of the input */
+  size_t in_len, in_cap;
+  size_t need;               /* bytes needed before parsing again */
+  uvccl__obuf_t out;         /* replies not yet handed to the kernel */
+  uvccl__obuf_t wbuf;        /* replies being written by wreq */
+  uv_write_t wreq;
+  uvccl__kv_waiter_t waiter; /* the connection's pending WAIT */
+  /* BARRIER: the key and world size this connection waits for. */
+  uint8_t *barrier_key;
+  size_t barrier_key_len;
+  int64_t barrier_world;
+  conn_t *barrier_next;
+  char peer[64];
+};
+
+struct server_s {
+  uvccl_store_server_t *pub;
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  uv_check_t flush_check;
+  uvccl__kv_t *kv;
+  uvccl__proto_limits_t limits;
+  size_t max_output;
+  conn_t *conns;
+  conn_t *flush_head;
+  conn_t *barrier_waiters;
+  uint8_t *rbuf;             /* the shared read buffer */
+  int rbuf_busy;
+  int closing;
+  int handles_open;          /* listener + check + connections */
+  uvccl_store_server_close_cb close_cb;
+  uvccl_store_server_stats_t st;
+};
+
+static void conn_close(conn_t *c, const char *why);
+static void conn_process(conn_t *c, const uint8_t *data, size_t len,
+                         size_t *used);
+static void conn_flush(conn_t *c);
+static void server_maybe_done(server_t *s);
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void conn_want_flush(conn_t *c) {
+  if (c->in_flush) return;
+  c->in_flush = 1;
+  c->flush_next = c->srv->flush_head;
+  c->srv->flush_head = c;
+}
+
+static void reply_u8(conn_t *c, uint8_t v) {
+  if (uvccl__obuf_u8(&c->out, v) != 0) conn_close(c, "out of memory");
+  conn_want_flush(c);
+}
+
+static void reply_i64(conn_t *c, int64_t v) {
+  if (uvccl__obuf_i64(&c->out, v) != 0) conn_close(c, "out of memory");
+  conn_want_flush(c);
+}
+
+static void reply_bytes(conn_t *c, const void *p, size_t len) {
+  if (uvccl__obuf_str(&c->out, p, len) != 0) conn_close(c, "out of memory");
+  conn_want_flush(c);
+}
+
+static void conn_after_write(uv_write_t *req, int status) {
+  conn_t *c = req->data;
+  c->writing = 0;
+  c->wbuf.len = 0;
+  if (c->wbuf.cap > IDLE_BUF_KEEP) uvccl__obuf_free(&c->wbuf);
+  if (c->closing) return; /* the close callback frees the connection */
+  if (status < 0) {
+    conn_close(c, uv_strerror(status));
+    return;
+  }
+  conn_flush(c);
+}
+
+static void conn_resume(conn_t *c);
+
+/* Hands pending output to the kernel: try_write first (the common case
+ * writes it all with no request), a uv_write for whatever remains. */
+static void conn_flush(conn_t *c) {
+  uv_buf_t b;
+  int n;
+  uvccl__obuf_t t;
+
+  if (c->closing || c->writing) return;
+  if (c->out.len > 0) {
+    b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
+    n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n == UV_EAGAIN || n == UV_ENOSYS) n = 0;
+    if (n < 0) {
+      conn_close(c, uv_strerror(n));
+      return;
+    }
+    if ((size_t)n == c->out.len) {
+      c->out.len = 0;
+      if (c->out.cap > IDLE_BUF_KEEP) uvccl__obuf_free(&c->out);
+    } else {
+      /* Swap buffers: the rest is written from wbuf while new replies
+       * collect in out. */
+      t = c->wbuf;
+      c->wbuf = c->out;
+      c->out = t;
+      c->out.len = 0;
+      b = uv_buf_init((char *)c->wbuf.base + n, (unsigned)(c->wbuf.len - n));
+      c->wreq.data = c;
+      n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_after_write);
+      if (n < 0) {
+        conn_close(c, uv_strerror(n));
+        return;
+      }
+      c->writing = 1;
+      return;
+    }
+  }
+  if (c->close_after_flush) {
+    conn_close(c, NULL);
+    return;
+  }
+  if (c->paused) conn_resume(c);
+}
+
+static void server_flush_cb(uv_check_t *h) {
+  server_t *s = h->data;
+  conn_t *c;
+  while ((c = s->flush_head) != NULL) {
+    s->flush_head = c->flush_next;
+    c->in_flush = 0;
+    conn_flush(c);
+  }
+}
+
+/* ---- waits -------------------------------------------------------------- */
+
+static void conn_wake(uvccl__kv_waiter_t *w) {
+  conn_t *c = UVCCL__CONTAINER_OF(w, conn_t, waiter);
+  if (!c->closing) reply_u8(c, UVCCL__WAIT_STOP_WAITING);
+}
+
+static void barrier_release(server_t *s, const uint8_t *k, size_t klen,
+                            int64_t count) {
+  conn_t **pp = &s->barrier_waiters, *c;
+  while ((c = *pp) != NULL) {
+    if (c->barrier_key_len == klen && memcmp(c->barrier_key, k, klen) == 0 &&
+        count >= c->barrier_world) {
+      *pp = c->barrier_next;
+      uvccl__free(c->barrier_key);
+      c->barrier_key = NULL;
+      reply_u8(c, UVCCL__WAIT_STOP_WAITING);
+    } else {
+      pp = &c->barrier_next;
+    }
+  }
+}
+
+static void barrier_forget(conn_t *c) {
+  conn_t **pp = &c->srv->barrier_waiters;
+  if (c->barrier_key == NULL) return;
+  while (*pp != NULL && *pp != c) pp = &(*pp)->barrier_next;
+  if (*pp == c) *pp = c->barrier_next;
+  uvccl__free(c->barrier_key);
+  c->barrier_key = NULL;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static const char *printable_key(const uint8_t *k, size_t len, char *buf,
+                                 size_t cap) {
+  size_t i, n = len < cap - 1 ? len : cap - 1;
+  for (i = 0; i < n; i++) buf[i] = (k[i] >= 32 && k[i] < 127) ? (char)k[i] : '?';
+  buf[n] = '\0';
+  return buf;
+}
+
+static int list_one_key(const void *k, size_t klen, void *arg) {
+  conn_t *c = arg;
+  return uvccl__obuf_str(&c->out, k, klen);
+}
+
+/* Applies one request. Returns 0, or an error after which the connection
+ * is closed (as both PyTorch servers do). */
+static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
+  server_t *s = c->srv;
+  uvccl__kv_t *kv = s->kv;
+  const uint8_t *k, *v;
+  size_t klen, vlen;
+  const void *cv;
+  size_t cvlen;
+  int64_t r64;
+  void *item;
+  uvccl__proto_iter_t it;
+  int r = 0, ready;
+  char kb[80];
+
+  s->st.requests++;
+  switch (q->op) {
+  case UVCCL__OP_VALIDATE:
+    if (c->dialect != UVCCL_DIALECT_MODERN || c->validated ||
+        q->u32 != UVCCL__MAGIC)
+      return UVCCL_EPROTO;
+    c->validated = 1;
+    return 0;
+  case UVCCL__OP_PING:
+    if (uvccl__obuf_u32(&c->out, q->u32) != 0) return UV_ENOMEM;
+    conn_want_flush(c);
+    return 0;
+  case UVCCL__OP_SET:
+    r = uvccl__kv_set(kv, q->key, q->key_len, q->val, q->val_len);
+    break;
+  case UVCCL__OP_APPEND:
+    r = uvccl__kv_append(kv, q->key, q->key_len, q->val, q->val_len);
+    break;
+  case UVCCL__OP_ADD:
+    r = uvccl__kv_add(kv, q->key, q->key_len, q->i64, &r64);
+    if (r == 0) reply_i64(c, r64);
+    break;
+  case UVCCL__OP_COMPARE_SET:
+    /* 1.13's server never wakes waiters on compare_set; the libuv one does. */
+    r = uvccl__kv_compare_set(kv, q->key, q->key_len, q->exp, q->exp_len,
+                              q->val, q->val_len,
+                              c->dialect == UVCCL_DIALECT_MODERN, &cv, &cvlen);
+    if (r == 0) reply_bytes(c, cv, cvlen);
+    break;
+  case UVCCL__OP_GET:
+    if (uvccl__kv_get(kv, q->key, q->key_len, &cv, &cvlen)) {
+      reply_bytes(c, cv, cvlen);
+    } else if (c->dialect == UVCCL_DIALECT_LEGACY) {
+      /* 1.13's server closes the connection; its client always waits
+       * first, so only raw clients get here. */
+      LOG_INFO("store", "%s: GET of missing key '%s' (1.13 dialect: closing)",
+               c->peer, printable_key(q->key, q->key_len, kb, sizeof(kb)));
+      return UVCCL_ENOKEY;
+    } else {
+      reply_bytes(c, "", 0);
+    }
+    break;
+  case UVCCL__OP_CHECK:
+    ready = 1;
+    it = q->keys;
+    while (uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL))
+      if (!uvccl__kv_exists(kv, k, klen)) ready = 0;
+    reply_u8(c, ready ? UVCCL__CHECK_READY : UVCCL__CHECK_NOT_READY);
+    break;
+  case UVCCL__OP_WAIT:
+    uvccl__kv_wait_begin(kv, &c->waiter, conn_wake);
+    it = q->keys;
+    while (r == 0 && uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL))
+      r = uvccl__kv_wait_add_key(kv, &c->waiter, k, klen);
+    if (r == 0) r = uvccl__kv_wait_end(kv, &c->waiter);
+    else uvccl__kv_wait_cancel(kv, &c->waiter);
+    if (r == 1) {
+      reply_u8(c, UVCCL__WAIT_STOP_WAITING);
+      r = 0;
+    }
+    break;
+  case UVCCL__OP_GETNUMKEYS:
+    reply_i64(c, (int64_t)uvccl__kv_num_keys(kv));
+    break;
+  case UVCCL__OP_DELETE_KEY:
+    reply_i64(c, uvccl__kv_delete(kv, q->key, q->key_len));
+    break;
+  case UVCCL__OP_MULTI_GET:
+    it = q->keys;
+    while (uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL)) {
+      if (!uvccl__kv_get(kv, k, klen, &cv, &cvlen)) {
+        cv = "";
+        cvlen = 0;
+      }
+      reply_bytes(c, cv, cvlen);
+    }
+    break;
+  case UVCCL__OP_MULTI_SET:
+    it = q->keys;
+    while (r == 0 && uvccl__proto_iter_next(&it, &k, &klen, &v, &vlen))
+      r = uvccl__kv_set(kv, k, klen, v, vlen);
+    break;
+  case UVCCL__OP_CANCEL_WAIT:
+    uvccl__kv_wait_cancel(kv, &c->waiter);
+    barrier_forget(c);
+    reply_u8(c, UVCCL__WAIT_CANCELED);
+    break;
+  case UVCCL__OP_QUEUE_PUSH:
+    r = uvccl__kv_queue_push(kv, q->key, q->key_len, q->val, q->val_len);
+    break;
+  case UVCCL__OP_QUEUE_POP:
+    r64 = uvccl__kv_queue_pop(kv, q->key, q->key_len, &item, &vlen);
+    if (r64 < 0) {
+      r = (int)r64;
+      break;
+    }
+    reply_i64(c, r64);
+    if (r64 > 0) {
+      reply_bytes(c, item, vlen);
+      uvccl__free(item);
+    }
+    break;
+  case UVCCL__OP_QUEUE_LEN:
+    reply_i64(c, uvccl__kv_queue_len(kv, q->key, q->key_len));
+    break;
+  case UVCCL__OP_LIST_KEYS:
+    reply_i64(c, (int64_t)uvccl__kv_num_keys(kv));
+    r = uvccl__kv_foreach_key(kv, list_one_key, c) != 0 ? UV_ENOMEM : 0;
+    break;
+  case UVCCL__OP_BARRIER:
+    r = uvccl__kv_add(kv, q->key, q->key_len, 1, &r64);
+    if (r != 0) break;
+    if (r64 >= q->i64) {
+      reply_u8(c, UVCCL__WAIT_STOP_WAITING);
+      barrier_release(s, q->key, q->key_len, r64);
+    } else {
+      barrier_forget(c);
+      c->barrier_key = uvccl__malloc(q->key_len ? q->key_len : 1);
+      if (c->barrier_key == NULL) return UV_ENOMEM;
+      memcpy(c->barrier_key, q->key, q->key_len);
+      c->barrier_key_len = q->key_len;
+      c->barrier_world = q->i64;
+      c->barrier_next = s->barrier_waiters;
+      s->barrier_waiters = c;
+    }
+    break;
+  case UVCCL__OP_WATCH_KEY:
+    /* 1.13's C++ watchKey; nothing in its Python API uses it. */
+    LOG_WARN("store", "%s: WATCH_KEY is not supported; closing", c->peer);
+    return UVCCL_ENOTSUP;
+  default:
+    return UVCCL_EPROTO;
+  }
+  if (r != 0)
+    LOG_WARN("store", "%s: %s '%s' failed: %s; closing", c->peer,
+             uvccl__op_name(q->op),
+             printable_key(q->key ? q->key : (const uint8_t *)"",
+                           q->key ? q->key_len : 0, kb, sizeof(kb)),
+             uvccl_strerror(r));
+  return r;
+}
+
+/* Parses and applies as many whole requests as data holds; *used is how
+ * many bytes were consumed. Stops early when the connection closes or its
+ * output passes max_output (reads are then paused). */
+static void conn_process(conn_t *c, const uint8_t *data, size_t len,
+                         size_t *used) {
+  server_t *s = c->srv;
+  uvccl__proto_req_t q;
+  size_t off = 0, consumed;
+  int r;
+
+  *used = 0;
+  c->need = 0;
+  while (off < len && !c->closing) {
+    if (c->out.len + c->wbuf.len > s->max_output) {
+      if (!c->paused) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->paused = 1;
+        LOG_DEBUG("store", "%s: output backlog, reads paused", c->peer);
+      }
+      break;
+    }
+    if (c->dialect == UVCCL_DIALECT_AUTO) {
+      r = uvccl__proto_detect(data + off, len - off, &c->dialect);
+      if (r == UVCCL__PROTO_NEED_MORE) {
+        c->need = 5;
+        break;
+      }
+      LOG_DEBUG("store", "%s: %s dialect", c->peer,
+                c->dialect == UVCCL_DIALECT_MODERN ? "modern" : "1.13");
+    }
+    r = uvccl__proto_parse_request(c->dialect, data + off, len - off,
+                                   &s->limits, &q, &consumed);
+    if (r == UVCCL__PROTO_NEED_MORE) {
+      c->need = consumed;
+      break;
+    }
+    if (r < 0) {
+      s->st.protocol_errors++;
+      LOG_WARN("store", "%s: %s (first byte 0x%02x); closing", c->peer,
+               r == UVCCL_ELIMIT ? "request over the size limits"
+                                 : "unknown or malformed request",
+               data[off]);
+      conn_close(c, NULL);
+      break;
+    }
+    off += consumed;
+    if (c->dialect == UVCCL_DIALECT_MODERN && !c->validated &&
+        q.op != UVCCL__OP_VALIDATE) {
+      s->st.protocol_errors++;
+      LOG_WARN("store", "%s: first request is not VALIDATE; closing", c->peer);
+      conn_close(c, NULL);
+      break;
+    }
+    if (conn_handle(c, &q) != 0) {
+      s->st.protocol_errors++;
+      conn_close(c, NULL);
+      break;
+    }
+  }
+  *used = off;
+}
+
+/* Keeps the unparsed tail in the connection's buffer. */
+static int conn_keep(conn_t *c, const uint8_t *p, size_t len) {
+  size_t want;
+  uint8_t *nb;
+  if (c->in_cap < len) {
+    want = len < READ_CHUNK ? READ_CHUNK : len;
+    if (want < c->need) want = c->need;
+    nb = uvccl__realloc(c->in, want);
+    if (nb == NULL) return UV_ENOMEM;
+    c->in = nb;
+    c->in_cap = want;
+  }
+  memmove(c->in, p, len);
+  c->in_len = len;
+  return 0;
+}
+
+/* Parses the connection's own buffer and compacts it. */
+static void conn_process_buffered(conn_t *c) {
+  size_t used;
+  if (c->in_len == 0 || c->in_len < c->need) return;
+  conn_process(c, c->in, c->in_len, &used);
+  if (c->closing) return;
+  if (used > 0) {
+    memmove(c->in, c->in + used, c->in_len - used);
+    c->in_len -= used;
+  }
+  if (c->in_len == 0 && c->in_cap > IDLE_BUF_KEEP) {
+    uvccl__free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+  }
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  conn_t *c = h->data;
+  server_t *s = c->srv;
+  size_t want;
+  uint8_t *nb;
+
+  if (c->in_len == 0 && !s->rbuf_busy) {
+    s->rbuf_busy = 1;
+    *buf = uv_buf_init((char *)s->rbuf, READ_CHUNK);
+    return;
+  }
+  /* A request is partly buffered: read straight after it, making room for
+   * all of it when its size is known (large values are copied once). */
+  want = c->in_len + READ_CHUNK;
+  if (c->need > want) want = c->need;
+  if (c->in_cap < want) {
+    nb = uvccl__realloc(c->in, want);
+    if (nb == NULL) {
+      *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+      return;
+    }
+    c->in = nb;
+    c->in_cap = want;
+  }
+  *buf = uv_buf_init((char *)c->in + c->in_len,
+                     (unsigned)(c->in_cap - c->in_len));
+}
+
+static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  conn_t *c = st->data;
+  server_t *s = c->srv;
+  size_t used;
+  int from_shared = buf->base == (char *)s->rbuf;
+
+  if (from_shared) s->rbuf_busy = 0;
+  if (nread < 0) {
+    conn_close(c, nread == UV_EOF ? NULL : uv_strerror((int)nread));
+    return;
+  }
+  if (nread == 0 || c->closing) return;
+  if (from_shared) {
+    conn_process(c, (const uint8_t *)buf->base, (size_t)nread, &used);
+    if (!c->closing && used < (size_t)nread &&
+        conn_keep(c, (const uint8_t *)buf->base + used,
+                  (size_t)nread - used) != 0)
+      conn_close(c, "out of memory");
+  } else {
+    c->in_len += (size_t)nread;
+    conn_process_buffered(c);
+  }
+}
+
+static void conn_resume(conn_t *c) {
+  if (!c->paused || c->closing) return;
+  c->paused = 0;
+  uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
+  c->need = 0;
+  conn_process_buffered(c);
+}
+
+/* ---- connection life cycle ------------------------------------------------ */
+
+static void conn_closed(uv_handle_t *h) {
+  conn_t *c = h->data;
+  server_t *s = c->srv;
+  uvccl__free(c->in);
+  uvccl__obuf_free(&c->out);
+  uvccl__obuf_free(&c->wbuf);
+  uvccl__free(c);
+  s->handles_open--;
+  server_maybe_done(s);
+}
+
+static void conn_close(conn_t *c, const char *why) {
+  server_t *s = c->srv;
+  conn_t **pp;
+  if (c->closing) return;
+  c->closing = 1;
+  if (why != NULL) LOG_DEBUG("store", "%s: closed: %s", c->peer, why);
+  uvccl__kv_wait_cancel(s->kv, &c->waiter);
+  barrier_forget(c);
+  if (c->in_flush) {
+    for (pp = &s->flush_head; *pp != c; pp = &(*pp)->flush_next) {}
+    *pp = c->flush_next;
+    c->in_flush = 0;
+  }
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->st.connections--;
+  uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}
+
+static void peer_name(uv_tcp_t *t, char *buf, size_t cap) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+  }
+  snprintf(buf, cap, "client %s:%d", ip, port);
+}
+
+static void server_on_connection(uv_stream_t *ls, int status) {
+  server_t *s = ls->data;
+  conn_t *c;
+  int r;
+
+  if (status < 0) {
+    LOG_WARN("store", "accept: %s", uv_strerror(status));
+    return;
+  }
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) {
+    LOG_ERROR("store", "accept: out of memory");
+    return;
+  }
+  c->srv = s;
+  uv_tcp_init(s->loop, &c->tcp);
+  c->tcp.data = c;
+  s->handles_open++;
+  r = uv_accept(ls, (uv_stream_t *)&c->tcp);
+  if (r != 0) {
+    LOG_WARN("store", "accept: %s", uv_strerror(r));
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  peer_name(&c->tcp, c->peer, sizeof(c->peer));
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->st.connections++;
+  s->st.accepted++;
+  r = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
+  if (r != 0) conn_close(c, uv_strerror(r));
+}
+
+/* ---- the server ------------------------------------------------------------ */
+
+static int somaxconn(void) {
+  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+  int v = 4096;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &v) != 1 || v <= 0) v = 4096;
+    fclose(f);
+  }
+  return v;
+}
+
+static int server_bind(server_t *s, const uvccl_store_server_options_t *o) {
+  struct sockaddr_storage ss;
+  struct addrinfo hints, *res = NULL, *ai;
+  uv_getaddrinfo_t gai;
+  char port[16];
+  int r;
+
+  if (o->listen_fd >= 0) return uv_tcp_open(&s->listener, o->listen_fd);
+  if (o->host == NULL || *o->host == '\0') {
+    /* Dual-stack "::" first, as PyTorch's libuv server; IPv4 otherwise. */
+    uv_ip6_addr("::", o->port, (struct sockaddr_in6 *)&ss);
+    r = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (r == 0) return 0;
+    if (r == UV_EADDRINUSE) return r;
+    uv_ip4_addr("0.0.0.0", o->port, (struct sockaddr_in *)&ss);
+    return uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+  }
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  snprintf(port, sizeof(port), "%d", o->port);
+  /* Synchronous (no callback): init is a setup step. */
+  r = uv_getaddrinfo(s->loop, &gai, NULL, o->host, port, &hints);
+  if (r != 0) return r;
+  res = gai.addrinfo;
+  r = UV_EADDRNOTAVAIL;
+  for (ai = res; ai != NULL; ai = ai->ai_next) {
+    r = uv_tcp_bind(&s->listener, ai->ai_addr, 0);
+    if (r == 0) break;
+  }
+  uv_freeaddrinfo(res);
+  return r;
+}
+
+static void server_handle_closed(uv_handle_t *h) {
+  server_t *s = h->data;
+  s->handles_open--;
+  server_maybe_done(s);
+}
+
+static void server_maybe_done(server_t *s) {
+  uvccl_store_server_t *pub = s->pub;
+  uvccl_store_server_close_cb cb;
+  if (!s->closing || s->handles_open > 0) return;
+  cb = s->close_cb;
+  uvccl__kv_free(s->kv);
+  uvccl__free(s->rbuf);
+  uvccl__free(s);
+  if (pub == NULL) return;
+  pub->impl_ = NULL;
+  if (cb != NULL) cb(pub);
+}
+
+int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
+                            const uvccl_store_server_options_t *o) {
+  uvccl_store_server_options_t def;
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  server_t *s;
+  int r;
+
+  if (loop == NULL || pub == NULL) return UV_EINVAL;
+  if (o == NULL) {
+    memset(&def, 0, sizeof(def));
+    def.listen_fd = -1;
+    o = &def;
+  }
+  if (o->port < 0 || o->port > 65535) return UV_EINVAL;
+  s = uvccl__calloc(1, sizeof(*s));
+  if (s == NULL) return UV_ENOMEM;
+  s->pub = pub;
+  s->loop = loop;
+  s->limits.max_key_len = o->max_key_len ? o->max_key_len : 8 * 1024;
+  s->limits.max_value_len = o->max_value_len ? o->max_value_len : 8 << 20;
+  s->limits.max_keys = o->max_keys ? o->max_keys : 128 * 1024;
+  s->max_output = o->max_output ? o->max_output : 64 << 20;
+  s->kv = uvccl__kv_new(o->max_memory ? o->max_memory : (size_t)1 << 30);
+  s->rbuf = uvccl__malloc(READ_CHUNK);
+  if (s->kv == NULL || s->rbuf == NULL) {
+    r = UV_ENOMEM;
+    goto fail_alloc;
+  }
+  r = uv_tcp_init(loop, &s->listener);
+  if (r != 0) goto fail_alloc;
+  s->listener.data = s;
+  s->handles_open = 1;
+  r = server_bind(s, o);
+  if (r != 0) goto fail_listener;
+  r = uv_listen((uv_stream_t *)&s->listener,
+                o->backlog > 0 ? o->backlog : somaxconn(),
+                server_on_connection);
+  if (r != 0) goto fail_listener;
+  r = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+  if (r != 0) goto fail_listener;
+  pub->port = ntohs(ss.ss_family == AF_INET6
+                        ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                        : ((struct sockaddr_in *)&ss)->sin_port);
+  uv_check_init(loop, &s->flush_check);
+  s->flush_check.data = s;
+  uv_check_start(&s->flush_check, server_flush_cb);
+  uv_unref((uv_handle_t *)&s->flush_check);
+  s->handles_open++;
+  pub->loop = loop;
+  pub->impl_ = s;
+  LOG_INFO("store", "server listening on port %d", pub->port);
+  return 0;
+
+fail_listener:
+  /* The listener is closed through the loop, which frees the server
+   * memory once it has run; the caller's struct is not touched again. */
+  s->closing = 1;
+  s->close_cb = NULL;
+  s->pub = NULL;
+  pub->impl_ = NULL;
+  uv_close((uv_handle_t *)&s->listener, server_handle_closed);
+  return r;
+fail_alloc:
+  uvccl__kv_free(s->kv);
+  uvccl__free(s->rbuf);
+  uvccl__free(s);
+  return r;
+}
+
+void uvccl_store_server_close(uvccl_store_server_t *pub,
+                              uvccl_store_server_close_cb cb) {
+  server_t *s = pub ? pub->impl_ : NULL;
+  conn_t *c, *next;
+  if (s == NULL || s->closing) return;
+  s->closing = 1;
+  s->close_cb = cb;
+  uv_close((uv_handle_t *)&s->listener, server_handle_closed);
+  uv_close((uv_handle_t *)&s->flush_check, server_handle_closed);
+  /* Every request already received has been answered into the output
+   * buffers: write those out, then close each client. */
+  for (c = s->conns; c != NULL; c = next) {
+    next = c->next;
+    c->close_after_flush = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    conn_flush(c);
+  }
+  s->flush_head = NULL;
+}
+
+void uvccl_store_server_stats(const uvccl_store_server_t *pub,
+                              uvccl_store_server_stats_t *st) {
+  const server_t *s = pub ? pub->impl_ : NULL;
+  uvccl__kv_stats_t ks;
+  memset(st, 0, sizeof(*st));
+  if (s == NULL) return;
+  *st = s->st;
+  uvccl__kv_stats(s->kv, &ks);
+  st->keys = ks.keys;
+  st->memory = ks.memory;
+  st->waiting = ks.waiters;
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs the Debian packages uvccl needs to build and test, where missing.
+# Runs as root (CI, developer machines) or through sudo; does nothing when
+# everything is already there.
+set -e
+need=""
+[ -f /usr/include/uv.h ] || need="$need libuv1-dev"
+command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+command -v prove >/dev/null 2>&1 || need="$need perl"
+# The real PyTorch client and server for the interoperability tests.
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need="$need python3-torch"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
+command -v clang >/dev/null 2>&1 || need="$need clang"
+[ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need="$need libclang-rt-14-dev"
+[ -z "$need" ] && exit 0
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+echo "deps: installing$need"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq $need >/dev/null

@@ -1,0 +1,2389 @@
+/* uvccl-store: the command-line front end of uvccl's TCP store.
+ *
+ *   uvccl-store serve [options]             run a store server
+ *   uvccl-store HOST:PORT [options] CMD ... one client operation
+ *   uvccl-store bench [options]             a closed-loop load generator
+ *
+ * serve and the client commands use only the public API in uvccl.h, so
+ * they double as its first user. bench deliberately does not: it speaks the
+ * wire protocol (both PyTorch dialects) on raw non-blocking sockets with
+ * epoll, so that it can load any TCPStore server, ours or PyTorch's, and
+ * spend as little CPU as possible doing it. On a 2-core machine the load
+ * generator and the server compete for the same cores, and a heavyweight
+ * client would measure itself.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "uvccl.h"
+
+#define PROG "uvccl-store"
+
+/* The PyTorch default (MASTER_PORT). */
+#define DEFAULT_PORT 29500
+/* A command-line client should not sit for PyTorch's 300 s by default. */
+#define CLIENT_DEFAULT_TIMEOUT_MS 30000
+#define BENCH_DEFAULT_TIMEOUT_MS 5000
+
+static const char usage_text[] =
+"usage:\n"
+"  " PROG " serve [options]                    run a TCPStore server\n"
+"  " PROG " HOST:PORT [options] COMMAND [ARGS] one client operation\n"
+"  " PROG " bench [options]                    closed-loop load generator\n"
+"  " PROG " --help | --version\n"
+"\n"
+"serve options:\n"
+"  --host H            address to bind (default: \"::\" dual-stack, falling\n"
+"                      back to 0.0.0.0)\n"
+"  --port P            port (default 29500; 0 picks a free one)\n"
+"  --listen-fd FD      adopt an already bound socket instead of binding\n"
+"  --backlog N         listen backlog (default: somaxconn)\n"
+"  --max-memory BYTES  keys + values held (default 1G; suffixes K M G)\n"
+"  --max-key-len BYTES, --max-value-len BYTES, --max-keys N,\n"
+"  --max-output BYTES  per-request and per-connection limits\n"
+"  --quiet             library log at error level only, no shutdown notice\n"
+"  --print-cpu         print the process CPU time to stderr at exit\n"
+"  Prints \"listening on HOST:PORT\" to stdout once bound. SIGINT/SIGTERM\n"
+"  shut down gracefully (a second one exits at once); SIGUSR1 prints\n"
+"  statistics to stderr.\n"
+"\n"
+"client options (before COMMAND):\n"
+"  --legacy            speak PyTorch 1.13's dialect (default: modern)\n"
+"  --timeout MS        store timeout, also for connecting (default 30000)\n"
+"  --raw               print values as exact bytes, without a newline\n"
+"  --block             queue-pop waits for an item (up to the timeout)\n"
+"  HOST may be a name, an IPv4 address or a bracketed IPv6 address\n"
+"  ([::1]:29500). Keys are sent as \"/\" + KEY, as PyTorch's client does.\n"
+"\n"
+"commands:\n"
+"  set KEY VALUE                       append KEY VALUE\n"
+"  get KEY                             waits for KEY, prints its value\n"
+"  add KEY DELTA                       prints the new value\n"
+"  wait KEY...                         waits until every KEY exists\n"
+"  check KEY...                        prints ready / not ready (exit 0 / 1)\n"
+"  delete KEY                          prints 1 if it existed, else 0\n"
+"  num-keys                            list (one key per line)\n"
+"  compare-set KEY EXPECTED DESIRED    prints the value after the call\n"
+"  queue-push KEY VALUE                queue-pop KEY\n"
+"  queue-len KEY\n"
+"  set, append and queue-push are fire-and-forget on the wire; they are\n"
+"  followed by a num-keys round trip so that a server that rejects them is\n"
+"  noticed. Errors: \"" PROG ": <cmd> '<key>': <why>\", exit 1.\n"
+"\n"
+"bench options:\n"
+"  --host H, --port P  server (default 127.0.0.1:29500)\n"
+"  --connections N     concurrent connections, each with one request in\n"
+"                      flight (default 1)\n"
+"  --threads T         client threads, each with its own epoll (default 1)\n"
+"  --duration S        measured seconds (default 5)\n"
+"  --warmup S          unmeasured seconds before that (default 1)\n"
+"  --op OP             set | get | add | waitget | mix (default add):\n"
+"                        set     SET then CHECK of the same key, sent in one\n"
+"                                write: SET has no reply, so the CHECK makes\n"
+"                                it one round trip\n"
+"                        get     GET of a key set during setup\n"
+"                        add     ADD +1 (default 1 key: the shared counter\n"
+"                                of a rendezvous)\n"
+"                        waitget WAIT [key] then GET, as PyTorch's get():\n"
+"                                two round trips, counted as one op\n"
+"                        mix     50% get, 30% add, 20% set\n"
+"  --dialect D         modern (VALIDATE + PING first) | legacy (1.13)\n"
+"  --keys K            keys to spread over (add: default 1, else N); data\n"
+"                      keys are /bench/<i>, counters /bench/ctr/<i>\n"
+"  --value-size B      value bytes for set/get (default 16)\n"
+"  --timeout MS        no reply within MS: an error, that connection stops\n"
+"                      (default 5000; also bounds connecting)\n"
+"  --connect-batch N   connections opened at a time (default 256)\n"
+"  --server-pid PID    also report the server's CPU time per op\n"
+"  --label NAME        the \"server\" column (default HOST:PORT)\n"
+"  --json              one JSON object line instead of the table\n"
+"  --no-header         the table row only\n"
+"  --rendezvous N      instead: N connections each ADD a counter; the one\n"
+"                      that reaches N SETs \"done\"; all WAIT for \"done\".\n"
+"                      Reports ms from the first ADD sent to the last WAIT\n"
+"                      answered, over --reps R runs (default 5)\n"
+"  Exit status: 0, or 1 if setup failed or no operation completed.\n";
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+static void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage_error(const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf(stderr, PROG ": ");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
+  exit(2);
+}
+
+static void fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+static void fatal(const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf(stderr, PROG ": ");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(1);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+  void *p = calloc(n ? n : 1, size ? size : 1);
+
+  if (p == NULL)
+    fatal("out of memory");
+  return p;
+}
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+/* Thousands of connections (server or bench) need more than the usual
+ * soft limit of 1024 descriptors; the hard limit is ours to take. */
+static void raise_nofile(void)
+{
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+/* Matches "--name VALUE" and "--name=VALUE" at argv[*i]. */
+static int opt_value(int argc, char **argv, int *i, const char *name,
+                     const char **val)
+{
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+
+  if (strncmp(a, name, n) != 0)
+    return 0;
+  if (a[n] == '=') {
+    *val = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0')
+    return 0;
+  if (*i + 1 >= argc)
+    usage_error("option '%s' needs a value", name);
+  *val = argv[++*i];
+  return 1;
+}
+
+static int64_t arg_int(const char *what, const char *s, int64_t min,
+                       int64_t max)
+{
+  char *end;
+  long long v;
+
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+    usage_error("invalid %s '%s' (an integer in [%" PRId64 ", %" PRId64
+                "])", what, s, min, max);
+  return v;
+}
+
+/* A byte count with an optional binary suffix: 64K, 512M, 1G. */
+static uint64_t arg_size(const char *what, const char *s, uint64_t max)
+{
+  char *end;
+  unsigned long long v;
+  unsigned shift = 0;
+
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || s[0] == '-')
+    usage_error("invalid %s '%s'", what, s);
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  default: break;
+  }
+  if (*end == 'i' && shift != 0)
+    end++;
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0' || (shift != 0 && v > (UINT64_MAX >> shift)) ||
+      (v << shift) > max)
+    usage_error("invalid %s '%s' (at most %" PRIu64 ")", what, s, max);
+  return (uint64_t) v << shift;
+}
+
+static double arg_seconds(const char *what, const char *s, double min,
+                          double max)
+{
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
+    usage_error("invalid %s '%s' (seconds in [%g, %g])", what, s, min, max);
+  return v;
+}
+
+/* "[v6]:port", "host:port" or "v4:port". */
+static int parse_hostport(const char *s, char *host, size_t hostsz,
+                          int *port)
+{
+  const char *colon;
+  const char *h = s;
+  size_t hlen;
+  char *end;
+  long p;
+
+  if (s[0] == '[') {
+    const char *rb = strchr(s, ']');
+    if (rb == NULL || rb[1] != ':')
+      return -1;
+    h = s + 1;
+    hlen = (size_t) (rb - h);
+    colon = rb + 1;
+  } else {
+    colon = strrchr(s, ':');
+    if (colon == NULL || memchr(s, ':', (size_t) (colon - s)) != NULL)
+      return -1;  /* no port, or an IPv6 literal without brackets */
+    hlen = (size_t) (colon - s);
+  }
+  if (hlen == 0 || hlen >= hostsz)
+    return -1;
+  errno = 0;
+  p = strtol(colon + 1, &end, 10);
+  if (errno != 0 || end == colon + 1 || *end != '\0' || p < 1 || p > 65535)
+    return -1;
+  memcpy(host, h, hlen);
+  host[hlen] = '\0';
+  *port = (int) p;
+  return 0;
+}
+
+/* Prints host:port, bracketing IPv6 literals so the output can be pasted
+ * back as a client address. */
+static void print_hostport(FILE *f, const char *host, int port)
+{
+  if (strchr(host, ':') != NULL)
+    fprintf(f, "[%s]:%d", host, port);
+  else
+    fprintf(f, "%s:%d", host, port);
+}
+
+static void print_cpu(const char *who)
+{
+  struct rusage ru;
+
+  if (getrusage(RUSAGE_SELF, &ru) != 0)
+    return;
+  fprintf(stderr, PROG ": %s cpu: user %.3f s, system %.3f s\n", who,
+          ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+          ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+}
+
+/* ------------------------------------------------------------------------ */
+/* serve                                                                    */
+
+typedef struct {
+  uv_loop_t loop;
+  uvccl_store_server_t server;
+  uv_signal_t sig[3];
+  int closing;
+  int quiet;
+} serve_t;
+
+static const int serve_signums[3] = { SIGINT, SIGTERM, SIGUSR1 };
+
+static void serve_print_stats(const uvccl_store_server_t *server)
+{
+  uvccl_store_server_stats_t st;
+
+  uvccl_store_server_stats(server, &st);
+  fprintf(stderr,
+          PROG ": stats: connections %" PRIu64 ", accepted %" PRIu64
+          ", requests %" PRIu64 ", keys %" PRIu64 ", memory %" PRIu64
+          " B, waiting %" PRIu64 ", protocol errors %" PRIu64 "\n",
+          st.connections, st.accepted, st.requests, st.keys, st.memory,
+          st.waiting, st.protocol_errors);
+}
+
+/* The signal handles live until the server is gone, so that SIGUSR1 keeps
+ * working (and cannot kill us) while clients drain. */
+static void serve_closed_cb(uvccl_store_server_t *server)
+{
+  serve_t *s = server->data;
+  int i;
+
+  for (i = 0; i < 3; i++)
+    uv_close((uv_handle_t *) &s->sig[i], NULL);
+}
+
+static void serve_signal_cb(uv_signal_t *handle, int signum)
+{
+  serve_t *s = handle->data;
+
+  if (signum == SIGUSR1) {
+    serve_print_stats(&s->server);
+    return;
+  }
+  if (s->closing) {
+    /* A graceful close that does not finish must not trap the user. */
+    fprintf(stderr, PROG ": %s again, exiting now\n", strsignal(signum));
+    _exit(1);
+  }
+  s->closing = 1;
+  if (!s->quiet)
+    fprintf(stderr, PROG ": %s, shutting down\n", strsignal(signum));
+  uvccl_store_server_close(&s->server, serve_closed_cb);
+}
+
+static void serve_walk_cb(uv_handle_t *handle, void *arg)
+{
+  fprintf(stderr, PROG ": serve: handle still open at exit: %s%s\n",
+          uv_handle_type_name(uv_handle_get_type(handle)),
+          uv_is_closing(handle) ? " (closing)" : "");
+}
+
+/* What "::" or nothing bound to: the library tries "::" dual-stack and
+ * falls back to 0.0.0.0 where IPv6 is unavailable; probe the same way. */
+static const char *serve_default_host(void)
+{
+  struct sockaddr_in6 a;
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int ok;
+
+  if (fd < 0)
+    return "0.0.0.0";
+  memset(&a, 0, sizeof(a));
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  ok = bind(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
+  close(fd);
+  return ok ? "::" : "0.0.0.0";
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+  uvccl_store_server_options_t o;
+  serve_t s;
+  const char *v;
+  const char *shown;
+  char fdhost[NI_MAXHOST];
+  int print_cpu_at_exit = 0;
+  int rc;
+  int i;
+
+  memset(&o, 0, sizeof(o));
+  memset(&s, 0, sizeof(s));
+  o.port = DEFAULT_PORT;
+  o.listen_fd = -1;
+  for (i = 1; i < argc; i++) {
+    if (opt_value(argc, argv, &i, "--host", &v))
+      o.host = v;
+    else if (opt_value(argc, argv, &i, "--port", &v))
+      o.port = (int) arg_int("port", v, 0, 65535);
+    else if (opt_value(argc, argv, &i, "--listen-fd", &v))
+      o.listen_fd = (int) arg_int("file descriptor", v, 0, INT_MAX);
+    else if (opt_value(argc, argv, &i, "--backlog", &v))
+      o.backlog = (int) arg_int("backlog", v, 1, INT_MAX);
+    else if (opt_value(argc, argv, &i, "--max-memory", &v))
+      o.max_memory = arg_size("memory limit", v, SIZE_MAX);
+    else if (opt_value(argc, argv, &i, "--max-key-len", &v))
+      o.max_key_len = arg_size("key length limit", v, SIZE_MAX);
+    else if (opt_value(argc, argv, &i, "--max-value-len", &v))
+      o.max_value_len = arg_size("value length limit", v, SIZE_MAX);
+    else if (opt_value(argc, argv, &i, "--max-keys", &v))
+      o.max_keys = arg_size("key count limit", v, SIZE_MAX);
+    else if (opt_value(argc, argv, &i, "--max-output", &v))
+      o.max_output = arg_size("output limit", v, SIZE_MAX);
+    else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
+      s.quiet = 1;
+    else if (strcmp(argv[i], "--print-cpu") == 0)
+      print_cpu_at_exit = 1;
+    else
+      usage_error("serve: unknown argument '%s'", argv[i]);
+  }
+
+  raise_nofile();
+  /* A client that vanishes mid-reply must cost a write error, not us. */
+  signal(SIGPIPE, SIG_IGN);
+  if (s.quiet)
+    uvccl_log_set_level(UVCCL_LOG_ERROR);
+
+  rc = uv_loop_init(&s.loop);
+  if (rc != 0)
+    fatal("serve: uv_loop_init: %s", uv_strerror(rc));
+  s.server.data = &s;
+  rc = uvccl_store_server_init(&s.loop, &s.server, &o);
+  if (rc != 0) {
+    fprintf(stderr, PROG ": serve: cannot listen on ");
+    if (o.listen_fd >= 0)
+      fprintf(stderr, "fd %d", o.listen_fd);
+    else
+      print_hostport(stderr, o.host ? o.host : "::", o.port);
+    fprintf(stderr, ": %s (%s)\n", uvccl_strerror(rc), uvccl_err_name(rc));
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s.loop);
+    return 1;
+  }
+
+  shown = o.host;
+  if (o.listen_fd >= 0) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(o.listen_fd, (struct sockaddr *) &ss, &len) == 0 &&
+        getnameinfo((struct sockaddr *) &ss, len, fdhost, sizeof(fdhost),
+                    NULL, 0, NI_NUMERICHOST) == 0)
+      shown = fdhost;
+  }
+  if (shown == NULL)
+    shown = serve_default_host();
+  printf("listening on ");
+  print_hostport(stdout, shown, s.server.port);
+  printf("\n");
+  fflush(stdout);
+
+  for (i = 0; i < 3; i++) {
+    uv_signal_init(&s.loop, &s.sig[i]);
+    s.sig[i].data = &s;
+    rc = uv_signal_start(&s.sig[i], serve_signal_cb, serve_signums[i]);
+    if (rc != 0)
+      fatal("serve: uv_signal_start: %s", uv_strerror(rc));
+  }
+
+  uv_run(&s.loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&s.loop);
+  if (rc != 0) {
+    /* Something was left open: a leak in the server's close path. */
+    uv_walk(&s.loop, serve_walk_cb, NULL);
+    fprintf(stderr, PROG ": serve: loop not empty at exit: %s\n",
+            uv_strerror(rc));
+  }
+  if (print_cpu_at_exit)
+    print_cpu("server");
+  return rc != 0 ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client commands                                                          */
+
+typedef struct {
+  uv_loop_t loop;
+  uvccl_store_t store;
+  const char *cmd;
+  int raw;
+  int block;
+} client_t;
+
+typedef int (*client_fn)(client_t *c, uvccl_work_t *w, int argc,
+                         char **argv);
+
+/* Waits for w (if it started) and reports a failure as
+ * "uvccl-store: <cmd> '<key>'[, '<key>'...]: <why>". Returns 0 or 1. */
+static int cl_finish(client_t *c, uvccl_work_t *w, int rc, char **keys,
+                     int nkeys)
+{
+  const char *why;
+  int i;
+
+  if (rc == 0)
+    rc = uvccl_work_wait(w);
+  if (rc == 0)
+    return 0;
+  /* A call that failed synchronously never touched the work. */
+  if (w->state >= UVCCL_WORK_FAILED && w->msg[0] != '\0')
+    why = w->msg;
+  else
+    why = uvccl_strerror(rc);
+  fprintf(stderr, PROG ": %s", c->cmd);
+  for (i = 0; i < nkeys; i++)
+    fprintf(stderr, "%s'%s'", i ? ", " : " ", keys[i]);
+  fprintf(stderr, ": %s\n", why);
+  return 1;
+}
+
+/* SET, APPEND and QUEUE_PUSH get no reply on the wire; a round trip after
+ * them makes sure the server took them (it closes the connection on a value
+ * over its limits) before we report success and close. */
+static int cl_confirm(client_t *c, uvccl_work_t *w, char **keys)
+{
+  uvccl_work_cleanup(w);
+  return cl_finish(c, w, uvccl_store_num_keys(&c->store, w, NULL), keys, 1);
+}
+
+static void cl_print_value(client_t *c, const void *p, size_t len)
+{
+  if (len > 0)
+    fwrite(p, 1, len, stdout);
+  if (!c->raw)
+    fputc('\n', stdout);
+}
+
+static int cl_set(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_set(&c->store, w, argv[0], argv[1], strlen(argv[1]),
+                           NULL);
+  return cl_finish(c, w, rc, argv, 1) || cl_confirm(c, w, argv);
+}
+
+static int cl_get(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  if (cl_finish(c, w, uvccl_store_get(&c->store, w, argv[0], NULL), argv, 1))
+    return 1;
+  cl_print_value(c, w->value, w->value_len);
+  return 0;
+}
+
+static int cl_add(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int64_t delta = arg_int("delta", argv[1], INT64_MIN, INT64_MAX);
+
+  if (cl_finish(c, w, uvccl_store_add(&c->store, w, argv[0], delta, NULL),
+                argv, 1))
+    return 1;
+  printf("%" PRId64 "\n", w->result);
+  return 0;
+}
+
+static int cl_wait(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_wait(&c->store, w, (const char *const *) argv,
+                            (size_t) argc, UVCCL_DEFAULT_TIMEOUT, NULL);
+  return cl_finish(c, w, rc, argv, argc);
+}
+
+static int cl_check(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_check(&c->store, w, (const char *const *) argv,
+                             (size_t) argc, NULL);
+  if (cl_finish(c, w, rc, argv, argc))
+    return 1;
+  printf("%s\n", w->result ? "ready" : "not ready");
+  return w->result ? 0 : 1;
+}
+
+static int cl_delete(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  if (cl_finish(c, w, uvccl_store_delete_key(&c->store, w, argv[0], NULL),
+                argv, 1))
+    return 1;
+  printf("%" PRId64 "\n", w->result);
+  return 0;
+}
+
+static int cl_num_keys(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  if (cl_finish(c, w, uvccl_store_num_keys(&c->store, w, NULL), NULL, 0))
+    return 1;
+  printf("%" PRId64 "\n", w->result);
+  return 0;
+}
+
+static int cl_list(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  size_t i;
+
+  if (cl_finish(c, w, uvccl_store_list_keys(&c->store, w, NULL), NULL, 0))
+    return 1;
+  for (i = 0; i < w->nvalues; i++) {
+    fwrite(w->values[i].base, 1, w->values[i].len, stdout);
+    fputc('\n', stdout);
+  }
+  return 0;
+}
+
+static int cl_compare_set(client_t *c, uvccl_work_t *w, int argc,
+                          char **argv)
+{
+  int rc = uvccl_store_compare_set(&c->store, w, argv[0], argv[1],
+                                   strlen(argv[1]), argv[2], strlen(argv[2]),
+                                   NULL);
+  if (cl_finish(c, w, rc, argv, 1))
+    return 1;
+  cl_print_value(c, w->value, w->value_len);
+  return 0;
+}
+
+static int cl_append(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_append(&c->store, w, argv[0], argv[1],
+                              strlen(argv[1]), NULL);
+  return cl_finish(c, w, rc, argv, 1) || cl_confirm(c, w, argv);
+}
+
+static int cl_queue_push(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_queue_push(&c->store, w, argv[0], argv[1],
+                                  strlen(argv[1]), NULL);
+  return cl_finish(c, w, rc, argv, 1) || cl_confirm(c, w, argv);
+}
+
+static int cl_queue_pop(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  int rc = uvccl_store_queue_pop(&c->store, w, argv[0], c->block, NULL);
+
+  if (cl_finish(c, w, rc, argv, 1))
+    return 1;
+  cl_print_value(c, w->value, w->value_len);
+  return 0;
+}
+
+static int cl_queue_len(client_t *c, uvccl_work_t *w, int argc, char **argv)
+{
+  if (cl_finish(c, w, uvccl_store_queue_len(&c->store, w, argv[0], NULL),
+                argv, 1))
+    return 1;
+  printf("%" PRId64 "\n", w->result);
+  return 0;
+}
+
+static const struct {
+  const char *name;
+  int min_args;
+  int max_args;  /* -1: no limit */
+  client_fn fn;
+  const char *args;
+} client_cmds[] = {
+  { "set", 2, 2, cl_set, "KEY VALUE" },
+  { "get", 1, 1, cl_get, "KEY" },
+  { "add", 2, 2, cl_add, "KEY DELTA" },
+  { "wait", 1, -1, cl_wait, "KEY..." },
+  { "check", 1, -1, cl_check, "KEY..." },
+  { "delete", 1, 1, cl_delete, "KEY" },
+  { "num-keys", 0, 0, cl_num_keys, "" },
+  { "list", 0, 0, cl_list, "" },
+  { "compare-set", 3, 3, cl_compare_set, "KEY EXPECTED DESIRED" },
+  { "append", 2, 2, cl_append, "KEY VALUE" },
+  { "queue-push", 2, 2, cl_queue_push, "KEY VALUE" },
+  { "queue-pop", 1, 1, cl_queue_pop, "KEY" },
+  { "queue-len", 1, 1, cl_queue_len, "KEY" },
+};
+
+static int cmd_client(int argc, char **argv)
+{
+  uvccl_tcp_store_options_t o;
+  client_t c;
+  uvccl_work_t w;
+  const char *addr = NULL;
+  const char *v;
+  char host[256];
+  size_t k;
+  int port;
+  int nargs;
+  int status;
+  int rc;
+  int i;
+
+  memset(&o, 0, sizeof(o));
+  memset(&c, 0, sizeof(c));
+  o.dialect = UVCCL_DIALECT_MODERN;
+  o.timeout_ms = CLIENT_DEFAULT_TIMEOUT_MS;
+  /* Options go before COMMAND: after it, "-1" is a DELTA, not an option. */
+  for (i = 1; i < argc && c.cmd == NULL; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) {
+      if (addr == NULL && i + 1 < argc)
+        addr = argv[++i];
+      if (i + 1 < argc)
+        c.cmd = argv[++i];
+    } else if (a[0] == '-' && a[1] != '\0') {
+      if (strcmp(a, "--legacy") == 0)
+        o.dialect = UVCCL_DIALECT_LEGACY;
+      else if (strcmp(a, "--modern") == 0)
+        o.dialect = UVCCL_DIALECT_MODERN;
+      else if (strcmp(a, "--raw") == 0)
+        c.raw = 1;
+      else if (strcmp(a, "--block") == 0)
+        c.block = 1;
+      else if (opt_value(argc, argv, &i, "--timeout", &v))
+        o.timeout_ms = (uint64_t) arg_int("timeout", v, 1, INT64_MAX);
+      else
+        usage_error("unknown option '%s'", a);
+    } else if (addr == NULL) {
+      addr = a;
+    } else {
+      c.cmd = a;
+    }
+  }
+  if (addr == NULL)
+    usage_error("missing HOST:PORT or command");
+  if (parse_hostport(addr, host, sizeof(host), &port) != 0)
+    usage_error("'%s' is not HOST:PORT (IPv6: [ADDR]:PORT)", addr);
+  if (c.cmd == NULL)
+    usage_error("missing COMMAND after %s", addr);
+  for (k = 0; k < sizeof(client_cmds) / sizeof(client_cmds[0]); k++)
+    if (strcmp(client_cmds[k].name, c.cmd) == 0)
+      break;
+  if (k == sizeof(client_cmds) / sizeof(client_cmds[0]))
+    usage_error("unknown command '%s'", c.cmd);
+  nargs = argc - i;
+  if (nargs < client_cmds[k].min_args ||
+      (client_cmds[k].max_args >= 0 && nargs > client_cmds[k].max_args))
+    usage_error("usage: %s HOST:PORT %s %s", PROG, client_cmds[k].name,
+                client_cmds[k].args);
+
+  signal(SIGPIPE, SIG_IGN);
+  o.host = host;
+  o.port = port;
+  rc = uv_loop_init(&c.loop);
+  if (rc != 0)
+    fatal("uv_loop_init: %s", uv_strerror(rc));
+  rc = uvccl_tcp_store_init(&c.loop, &c.store, &o);
+  if (rc != 0) {
+    fprintf(stderr, PROG ": %s: cannot create a client for %s: %s\n", c.cmd,
+            addr, uvccl_strerror(rc));
+    uv_loop_close(&c.loop);
+    return 1;
+  }
+
+  memset(&w, 0, sizeof(w));
+  status = client_cmds[k].fn(&c, &w, nargs, argv + i);
+  uvccl_work_cleanup(&w);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, PROG ": %s: writing to stdout: %s\n", c.cmd,
+            strerror(errno));
+    status = 1;
+  }
+
+  uvccl_store_close(&c.store, NULL);
+  uv_run(&c.loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&c.loop);
+  if (rc != 0) {
+    fprintf(stderr, PROG ": %s: loop not empty at exit: %s\n", c.cmd,
+            uv_strerror(rc));
+    status = 1;
+  }
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bench: wire protocol                                                     */
+
+enum { B_SET, B_GET, B_ADD, B_WAITGET, B_MIX, B_RDV };
+
+static const char *const bench_op_names[] = {
+  "set", "get", "add", "waitget", "mix", "rendezvous"
+};
+
+static const char *const bench_op_desc[] = {
+  "SET+CHECK in one write, 1 round trip",
+  "GET of a pre-set key, 1 round trip",
+  "ADD +1, 1 round trip",
+  "WAIT then GET, 2 round trips",
+  "50% get, 30% add, 20% set+check",
+  "ADD count; last SETs done; all WAIT done",
+};
+
+/* The opcodes bench sends; 1.13 numbers them one lower (no VALIDATE). */
+typedef struct {
+  uint8_t set, get, add, check, wait, getnumkeys;
+} wire_ops_t;
+
+static const wire_ops_t wire_modern = { 1, 3, 4, 5, 6, 7 };
+static const wire_ops_t wire_legacy = { 0, 2, 3, 4, 5, 6 };
+
+#define WIRE_VALIDATE 0
+#define WIRE_PING 13
+static const uint8_t wire_magic[4] = { 0xCE, 0xF7, 0x85, 0x3C };
+
+/* Reply shapes. */
+enum { R_NONE, R_U8, R_U32, R_I64, R_BYTES };
+
+/* An incremental reply parser: replies may arrive a byte at a time. Values
+ * are skipped, not stored: bench only checks their length. */
+typedef struct {
+  int kind;
+  unsigned have;   /* header bytes so far */
+  unsigned need;   /* header bytes in total */
+  int in_payload;
+  uint64_t left;   /* payload bytes still to come */
+  uint64_t len;    /* payload length of a BYTES reply */
+  uint8_t hdr[8];
+} reply_t;
+
+static void reply_expect(reply_t *r, int kind)
+{
+  r->kind = kind;
+  r->have = 0;
+  r->in_payload = 0;
+  r->left = 0;
+  r->len = 0;
+  switch (kind) {
+  case R_U8: r->need = 1; break;
+  case R_U32: r->need = 4; break;
+  default: r->need = 8; break;
+  }
+}
+
+/* Consumes bytes of the reply; *done is set once it is complete. */
+static size_t reply_feed(reply_t *r, const uint8_t *p, size_t n, int *done)
+{
+  size_t used = 0;
+
+  *done = 0;
+  if (!r->in_payload) {
+    size_t take = r->need - r->have;
+    if (take > n)
+      take = n;
+    memcpy(r->hdr + r->have, p, take);
+    r->have += (unsigned) take;
+    used = take;
+    if (r->have < r->need)
+      return used;
+    if (r->kind != R_BYTES) {
+      *done = 1;
+      return used;
+    }
+    memcpy(&r->len, r->hdr, 8);
+    r->left = r->len;
+    r->in_payload = 1;
+  }
+  if ((uint64_t) (n - used) >= r->left) {
+    used += (size_t) r->left;
+    r->left = 0;
+    *done = 1;
+  } else {
+    r->left -= n - used;
+    used = n;
+  }
+  return used;
+}
+
+static int64_t reply_i64(const reply_t *r)
+{
+  int64_t v;
+
+  memcpy(&v, r->hdr, 8);
+  return v;
+}
+
+static uint32_t reply_u32(const reply_t *r)
+{
+  uint32_t v;
+
+  memcpy(&v, r->hdr, 4);
+  return v;
+}
+
+/* Keys pre-encoded as on the wire (u64 length + bytes), so that building a
+ * request is a memcpy. */
+typedef struct {
+  uint8_t *buf;
+  size_t *off;  /* n + 1 offsets into buf */
+  uint32_t n;
+} keyset_t;
+
+static void keyset_build(keyset_t *ks, const char *prefix, uint32_t n)
+{
+  char key[512];
+  size_t cap = (size_t) n * (strlen(prefix) + 8 + 11);
+  size_t pos = 0;
+  uint64_t len;
+  uint32_t i;
+
+  free(ks->buf);
+  free(ks->off);
+  ks->buf = xcalloc(cap, 1);
+  ks->off = xcalloc((size_t) n + 1, sizeof(size_t));
+  ks->n = n;
+  for (i = 0; i < n; i++) {
+    len = (uint64_t) snprintf(key, sizeof(key), "%s%" PRIu32, prefix, i);
+    ks->off[i] = pos;
+    memcpy(ks->buf + pos, &len, 8);
+    memcpy(ks->buf + pos + 8, key, (size_t) len);
+    pos += 8 + (size_t) len;
+  }
+  ks->off[n] = pos;
+}
+
+static void keyset_free(keyset_t *ks)
+{
+  free(ks->buf);
+  free(ks->off);
+  memset(ks, 0, sizeof(*ks));
+}
+
+/* ------------------------------------------------------------------------ */
+/* bench: latency histogram                                                 */
+
+/* Log-linear buckets in the HDR histogram style: 128 sub-buckets per power
+ * of two, so any recorded value is off by less than 1%, in 40 KB. */
+#define H_SUB_BITS 7
+#define H_SUB (1u << H_SUB_BITS)
+#define H_MAX_EXP 44  /* 2^45 ns, about 9.8 hours */
+#define H_BUCKETS ((H_MAX_EXP - H_SUB_BITS + 2) * H_SUB)
+
+typedef struct {
+  uint64_t b[H_BUCKETS];
+  uint64_t count;
+  uint64_t max;
+} hist_t;
+
+static unsigned hist_index(uint64_t v)
+{
+  unsigned e;
+
+  if (v < H_SUB)
+    return (unsigned) v;
+  e = 63u - (unsigned) __builtin_clzll(v);
+  if (e > H_MAX_EXP) {
+    e = H_MAX_EXP;
+    v = (UINT64_C(2) << H_MAX_EXP) - 1;
+  }
+  return (e - H_SUB_BITS + 1) * H_SUB +
+         (unsigned) (v >> (e - H_SUB_BITS)) - H_SUB;
+}
+
+/* The middle of a bucket's range. */
+static uint64_t hist_value(unsigned idx)
+{
+  unsigned e;
+  uint64_t low;
+
+  if (idx < H_SUB)
+    return idx;
+  e = idx / H_SUB - 1 + H_SUB_BITS;
+  low = (uint64_t) (H_SUB + idx % H_SUB) << (e - H_SUB_BITS);
+  return low + ((UINT64_C(1) << (e - H_SUB_BITS)) >> 1);
+}
+
+static void hist_add(hist_t *h, uint64_t v)
+{
+  h->b[hist_index(v)]++;
+  h->count++;
+  if (v > h->max)
+    h->max = v;
+}
+
+static void hist_merge(hist_t *into, const hist_t *h)
+{
+  unsigned i;
+
+  for (i = 0; i < H_BUCKETS; i++)
+    into->b[i] += h->b[i];
+  into->count += h->count;
+  if (h->max > into->max)
+    into->max = h->max;
+}
+
+static uint64_t hist_pct(const hist_t *h, double q)
+{
+  uint64_t rank;
+  uint64_t seen = 0;
+  uint64_t v;
+  unsigned i;
+
+  if (h->count == 0)
+    return 0;
+  rank = (uint64_t) (q * (double) h->count + 0.999999);
+  if (rank < 1)
+    rank = 1;
+  for (i = 0; i < H_BUCKETS; i++) {
+    seen += h->b[i];
+    if (seen >= rank) {
+      v = hist_value(i);
+      return v < h->max ? v : h->max;
+    }
+  }
+  return h->max;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bench: connections and workers                                           */
+
+enum { C_CONNECTING, C_HANDSHAKE, C_RETRY, C_READY, C_DEAD };
+
+typedef struct {
+  int fd;
+  int id;
+  int state;
+  int out_watch;      /* EPOLLOUT is registered */
+  uint8_t *out;
+  size_t out_len;
+  size_t out_off;
+  size_t out_cap;
+  reply_t r;
+  int op;             /* the operation in flight */
+  int step;           /* its round trip: waitget and rendezvous take two */
+  uint32_t key;
+  uint64_t t_op;      /* when the operation started */
+  uint64_t t_req;     /* when its current request was sent */
+  uint64_t retry_at;  /* connect: next attempt */
+  int attempts;
+  int last_err;       /* connect: errno of the last failure */
+  const char *last_what;
+  uint64_t rng;
+} conn_t;
+
+typedef struct {
+  /* options */
+  const char *host;
+  int port;
+  const char *label;
+  int nconn;
+  int nthreads;
+  int op;
+  int legacy;
+  int json;
+  int header;
+  double duration;
+  double warmup;
+  uint32_t nkeys;
+  size_t value_size;
+  long server_pid;
+  uint64_t timeout_ns;
+  int timeout_ms;
+  int batch;
+  int rdv_n;
+  int reps;
+  /* derived */
+  const wire_ops_t *wire;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  keyset_t data;
+  keyset_t ctr;
+  keyset_t rdv_count;
+  keyset_t rdv_done;
+  uint8_t *value;
+  conn_t *conns;
+  /* Fixed before the workers start (the barrier publishes them). */
+  uint64_t t_measure;
+  uint64_t t_end;
+  pthread_barrier_t barrier;
+  int running;        /* workers still running (atomic) */
+  int errors_shown;   /* atomic */
+} bench_t;
+
+typedef struct {
+  bench_t *b;
+  pthread_t tid;
+  conn_t *conns;
+  int nconns;
+  int ep;
+  int active;         /* connections with work left */
+  uint64_t ops;
+  uint64_t errors;
+  uint64_t first_send;
+  uint64_t last_done;
+  hist_t *hist;
+  uint8_t rbuf[65536];
+} worker_t;
+
+static uint64_t xrand(uint64_t *s)
+{
+  /* xorshift64*: plenty for picking keys, and cheap. */
+  uint64_t x = *s;
+
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return (x * UINT64_C(2685821657736338717)) >> 32;
+}
+
+static void bench_report_error(bench_t *b, conn_t *c, const char *what,
+                               int err)
+{
+  /* Thousands of dying connections must not flood the terminal. */
+  int n = __atomic_add_fetch(&b->errors_shown, 1, __ATOMIC_RELAXED);
+
+  if (n > 5)
+    return;
+  fprintf(stderr, PROG ": bench: connection %d: %s%s%s%s\n", c->id, what,
+          err ? ": " : "", err ? strerror(err) : "",
+          n == 5 ? " (further errors not shown)" : "");
+}
+
+static void out_need(conn_t *c, size_t n)
+{
+  size_t cap;
+
+  if (c->out_len + n <= c->out_cap)
+    return;
+  cap = c->out_cap ? c->out_cap : 256;
+  while (cap < c->out_len + n)
+    cap *= 2;
+  c->out = realloc(c->out, cap);
+  if (c->out == NULL)
+    fatal("out of memory");
+  c->out_cap = cap;
+}
+
+static void out_mem(conn_t *c, const void *p, size_t n)
+{
+  out_need(c, n);
+  memcpy(c->out + c->out_len, p, n);
+  c->out_len += n;
+}
+
+static void out_u8(conn_t *c, uint8_t v)
+{
+  out_mem(c, &v, 1);
+}
+
+static void out_u64(conn_t *c, uint64_t v)
+{
+  out_mem(c, &v, 8);  /* host order, as PyTorch (little-endian) */
+}
+
+static void out_key(conn_t *c, const keyset_t *ks, uint32_t i)
+{
+  out_mem(c, ks->buf + ks->off[i], ks->off[i + 1] - ks->off[i]);
+}
+
+static void req_set(conn_t *c, const bench_t *b, const keyset_t *ks,
+                    uint32_t i, const void *val, size_t len)
+{
+  out_u8(c, b->wire->set);
+  out_key(c, ks, i);
+  out_u64(c, len);
+  out_mem(c, val, len);
+}
+
+/* CHECK and WAIT on one key. */
+static void req_keys1(conn_t *c, uint8_t op, const keyset_t *ks, uint32_t i)
+{
+  out_u8(c, op);
+  out_u64(c, 1);
+  out_key(c, ks, i);
+}
+
+static void req_get(conn_t *c, const bench_t *b, uint32_t i)
+{
+  out_u8(c, b->wire->get);
+  out_key(c, &b->data, i);
+}
+
+static void req_add(conn_t *c, const bench_t *b, const keyset_t *ks,
+                    uint32_t i, int64_t delta)
+{
+  out_u8(c, b->wire->add);
+  out_key(c, ks, i);
+  out_mem(c, &delta, 8);
+}
+
+static void req_handshake(conn_t *c, const bench_t *b)
+{
+  uint32_t nonce = (uint32_t) getpid() + (uint32_t) c->id;
+
+  c->out_len = c->out_off = 0;
+  if (b->legacy) {
+    /* 1.13 has no handshake: a GETNUMKEYS round trip proves the server
+     * accepted us and speaks the dialect. */
+    out_u8(c, b->wire->getnumkeys);
+    reply_expect(&c->r, R_I64);
+  } else {
+    out_u8(c, WIRE_VALIDATE);
+    out_mem(c, wire_magic, 4);
+    out_u8(c, WIRE_PING);
+    out_mem(c, &nonce, 4);
+    reply_expect(&c->r, R_U32);
+  }
+}
+
+/* Sends what is pending; registers for EPOLLOUT only while the socket is
+ * full, so the common case costs one send() and no epoll_ctl. */
+static int conn_flush(int ep, conn_t *c)
+{
+  struct epoll_event ev;
+  ssize_t n;
+
+  while (c->out_off < c->out_len) {
+    n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+             MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_off += (size_t) n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!c->out_watch) {
+        ev.events = EPOLLIN | EPOLLOUT;
+        ev.data.ptr = c;
+        if (epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+          return -errno;
+        c->out_watch = 1;
+      }
+      return 0;
+    }
+    return n < 0 ? -errno : -EIO;
+  }
+  if (c->out_watch) {
+    ev.events = EPOLLIN;
+    ev.data.ptr = c;
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+      return -errno;
+    c->out_watch = 0;
+  }
+  return 0;
+}
+
+static void w_fail(worker_t *w, conn_t *c, const char *what, int err)
+{
+  bench_report_error(w->b, c, what, err);
+  w->errors++;
+  close(c->fd);  /* also leaves the epoll set */
+  c->fd = -1;
+  c->state = C_DEAD;
+  c->r.kind = R_NONE;
+  w->active--;
+}
+
+static void w_send(worker_t *w, conn_t *c, uint64_t now)
+{
+  int rc;
+
+  c->t_req = now;
+  rc = conn_flush(w->ep, c);
+  if (rc < 0)
+    w_fail(w, c, "send", -rc);
+}
+
+static void w_start_op(worker_t *w, conn_t *c, uint64_t now)
+{
+  bench_t *b = w->b;
+  int op = b->op;
+  uint32_t r;
+
+  if (op == B_MIX) {
+    r = (uint32_t) (xrand(&c->rng) % 10);
+    op = r < 5 ? B_GET : r < 8 ? B_ADD : B_SET;
+  }
+  c->op = op;
+  c->step = 0;
+  c->t_op = now;
+  c->key = b->nkeys > 1 ? (uint32_t) (xrand(&c->rng) % b->nkeys) : 0;
+  c->out_len = c->out_off = 0;
+  switch (op) {
+  case B_SET:
+    req_set(c, b, &b->data, c->key, b->value, b->value_size);
+    req_keys1(c, b->wire->check, &b->data, c->key);
+    reply_expect(&c->r, R_U8);
+    break;
+  case B_GET:
+    req_get(c, b, c->key);
+    reply_expect(&c->r, R_BYTES);
+    break;
+  case B_ADD:
+    req_add(c, b, &b->ctr, c->key, 1);
+    reply_expect(&c->r, R_I64);
+    break;
+  case B_WAITGET:
+    req_keys1(c, b->wire->wait, &b->data, c->key);
+    reply_expect(&c->r, R_U8);
+    break;
+  case B_RDV:
+    req_add(c, b, &b->rdv_count, 0, 1);
+    reply_expect(&c->r, R_I64);
+    break;
+  }
+  w_send(w, c, now);
+}
+
+/* A reply is complete: check it, record the op, start the next one. */
+static void w_reply(worker_t *w, conn_t *c)
+{
+  bench_t *b = w->b;
+  uint64_t now = now_ns();
+  int bad = 0;
+
+  switch (c->op) {
+  case B_SET:
+    bad = c->r.hdr[0] != 0;  /* the key was just set: READY */
+    break;
+  case B_GET:
+    bad = c->r.len != b->value_size;
+    break;
+  case B_ADD:
+    break;
+  case B_WAITGET:
+    if (c->step == 0) {
+      if (c->r.hdr[0] != 0) {
+        w_fail(w, c, "WAIT answered other than STOP_WAITING", 0);
+        return;
+      }
+      c->step = 1;
+      c->out_len = c->out_off = 0;
+      req_get(c, b, c->key);
+      reply_expect(&c->r, R_BYTES);
+      w_send(w, c, now);
+      return;
+    }
+    bad = c->r.len != b->value_size;
+    break;
+  case B_RDV:
+    if (c->step == 0) {
+      c->step = 1;
+      c->out_len = c->out_off = 0;
+      if (reply_i64(&c->r) == b->rdv_n)
+        req_set(c, b, &b->rdv_done, 0, "1", 1);
+      req_keys1(c, b->wire->wait, &b->rdv_done, 0);
+      reply_expect(&c->r, R_U8);
+      w_send(w, c, now);
+      return;
+    }
+    if (c->r.hdr[0] != 0)
+      w_fail(w, c, "WAIT answered other than STOP_WAITING", 0);
+    else {
+      c->r.kind = R_NONE;
+      w->last_done = now;
+      w->active--;
+    }
+    return;
+  }
+  if (bad) {
+    /* Wrong but well-formed: the stream is still in sync. */
+    bench_report_error(b, c, "unexpected reply value", 0);
+    w->errors++;
+  }
+  if (now >= b->t_measure && now < b->t_end) {
+    hist_add(w->hist, now - c->t_op);
+    w->ops++;
+  }
+  if (now >= b->t_end) {
+    c->r.kind = R_NONE;
+    return;
+  }
+  w_start_op(w, c, now);
+}
+
+static void w_readable(worker_t *w, conn_t *c)
+{
+  size_t off;
+  ssize_t n;
+  int done;
+
+  for (;;) {
+    n = recv(c->fd, w->rbuf, sizeof(w->rbuf), 0);
+    if (n == 0) {
+      w_fail(w, c, "connection closed by the server", 0);
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        w_fail(w, c, "recv", errno);
+      return;
+    }
+    off = 0;
+    while (off < (size_t) n) {
+      if (c->r.kind == R_NONE) {
+        w_fail(w, c, "unexpected bytes from the server", 0);
+        return;
+      }
+      off += reply_feed(&c->r, w->rbuf + off, (size_t) n - off, &done);
+      if (!done)
+        continue;
+      /* One request in flight: nothing may follow its reply. */
+      if (off < (size_t) n) {
+        w_fail(w, c, "unexpected bytes after a reply", 0);
+        return;
+      }
+      w_reply(w, c);
+      if (c->state != C_READY)
+        return;
+    }
+    /* A short read drained the socket; skip the recv() that would only
+     * say EAGAIN (level-triggered epoll tells us if more arrives). */
+    if ((size_t) n < sizeof(w->rbuf))
+      return;
+  }
+}
+
+static void w_scan_timeouts(worker_t *w, uint64_t now)
+{
+  bench_t *b = w->b;
+  conn_t *c;
+  char what[64];
+  int i;
+
+  for (i = 0; i < w->nconns; i++) {
+    c = &w->conns[i];
+    if (c->state == C_READY && c->r.kind != R_NONE &&
+        now - c->t_req > b->timeout_ns) {
+      snprintf(what, sizeof(what), "no reply within %d ms", b->timeout_ms);
+      w_fail(w, c, what, 0);
+    }
+  }
+}
+
+static void *worker_main(void *arg)
+{
+  worker_t *w = arg;
+  bench_t *b = w->b;
+  struct epoll_event ev[256];
+  uint64_t now;
+  uint64_t next_scan;
+  uint64_t until;
+  conn_t *c;
+  int tmo;
+  int n;
+  int i;
+
+  pthread_barrier_wait(&b->barrier);
+  now = now_ns();
+  w->first_send = now;
+  w->active = 0;
+  for (i = 0; i < w->nconns; i++)
+    if (w->conns[i].state == C_READY)
+      w->active++;
+  for (i = 0; i < w->nconns; i++)
+    if (w->conns[i].state == C_READY)
+      w_start_op(w, &w->conns[i], now);
+  next_scan = now + 100000000u;
+  while (w->active > 0) {
+    now = now_ns();
+    if (now >= b->t_end)
+      break;
+    if (now >= next_scan) {
+      w_scan_timeouts(w, now);
+      next_scan = now + 100000000u;
+    }
+    until = b->t_end < next_scan ? b->t_end : next_scan;
+    tmo = (int) ((until - now + 999999) / 1000000);
+    n = epoll_wait(w->ep, ev, 256, tmo);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      fprintf(stderr, PROG ": bench: epoll_wait: %s\n", strerror(errno));
+      break;
+    }
+    for (i = 0; i < n; i++) {
+      c = ev[i].data.ptr;
+      if (c->state != C_READY)
+        continue;
+      if ((ev[i].events & EPOLLOUT) && c->out_off < c->out_len) {
+        int rc = conn_flush(w->ep, c);
+        if (rc < 0) {
+          w_fail(w, c, "send", -rc);
+          continue;
+        }
+      }
+      if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        w_readable(w, c);
+    }
+  }
+  /* A rendezvous that ran out of time: whoever is still waiting failed. */
+  if (b->op == B_RDV)
+    for (i = 0; i < w->nconns; i++) {
+      c = &w->conns[i];
+      if (c->state == C_READY && c->r.kind != R_NONE)
+        w_fail(w, c, "rendezvous not complete within the timeout", 0);
+    }
+  __atomic_sub_fetch(&b->running, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bench: connecting                                                        */
+
+static int conn_retryable(int err)
+{
+  /* A server that is starting, a full accept queue (RST with
+   * tcp_abort_on_overflow) or ports in TIME_WAIT: all pass. */
+  return err == ECONNREFUSED || err == EAGAIN || err == ECONNRESET ||
+         err == ETIMEDOUT || err == EADDRNOTAVAIL || err == EPIPE ||
+         err == EINTR;
+}
+
+static void conn_schedule_retry(conn_t *c, int err, const char *what,
+                                uint64_t now)
+{
+  int ms;
+
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  c->state = C_RETRY;
+  c->last_err = err;
+  c->last_what = what;
+  c->attempts++;
+  ms = c->attempts < 20 ? 5 * c->attempts : 100;
+  c->retry_at = now + (uint64_t) ms * 1000000u;
+}
+
+/* Starts a connect; 0, or -errno for a failure not worth retrying. */
+static int conn_open(bench_t *b, conn_t *c, int ep, uint64_t now)
+{
+  struct epoll_event ev;
+  int one = 1;
+  int fd;
+  int err;
+
+  fd = socket(b->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+              0);
+  if (fd < 0)
+    return -errno;
+  /* One small request at a time: Nagle would only add latency. */
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  c->fd = fd;
+  c->out_watch = 0;
+  if (connect(fd, (struct sockaddr *) &b->addr, b->addrlen) != 0 &&
+      errno != EINPROGRESS) {
+    err = errno;
+    if (!conn_retryable(err))
+      return -err;
+    conn_schedule_retry(c, err, "connect", now);
+    return 0;
+  }
+  c->state = C_CONNECTING;
+  ev.events = EPOLLOUT;
+  ev.data.ptr = c;
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+    return -errno;
+  return 0;
+}
+
+/* Advances one connection of the current batch. Returns 1 when it is
+ * ready, 0 while in progress, -errno on a fatal error. */
+static int conn_event(bench_t *b, conn_t *c, int ep, uint32_t events,
+                      uint64_t now)
+{
+  struct epoll_event ev;
+  uint8_t buf[64];
+  socklen_t len;
+  ssize_t n;
+  size_t off;
+  int err = 0;
+  int done;
+  int rc;
+
+  if (c->state == C_CONNECTING) {
+    len = sizeof(err);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      err = errno;
+    if (err != 0) {
+      if (!conn_retryable(err))
+        return -err;
+      conn_schedule_retry(c, err, "connect", now);
+      return 0;
+    }
+    req_handshake(c, b);
+    c->state = C_HANDSHAKE;
+    c->t_req = now;
+    ev.events = EPOLLIN;
+    ev.data.ptr = c;
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+      return -errno;
+    rc = conn_flush(ep, c);
+    if (rc < 0) {
+      if (!conn_retryable(-rc))
+        return rc;
+      conn_schedule_retry(c, -rc, "handshake send", now);
+    }
+    return 0;
+  }
+  if (c->state != C_HANDSHAKE)
+    return 0;
+  if ((events & EPOLLOUT) && c->out_off < c->out_len) {
+    rc = conn_flush(ep, c);
+    if (rc < 0) {
+      if (!conn_retryable(-rc))
+        return rc;
+      conn_schedule_retry(c, -rc, "handshake send", now);
+      return 0;
+    }
+  }
+  if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+    return 0;
+  n = recv(c->fd, buf, sizeof(buf), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  if (n <= 0) {
+    err = n == 0 ? ECONNRESET : errno;
+    if (!conn_retryable(err))
+      return -err;
+    conn_schedule_retry(c, err,
+                        "connection closed during the handshake", now);
+    return 0;
+  }
+  off = reply_feed(&c->r, buf, (size_t) n, &done);
+  if (!done)
+    return 0;
+  if (off < (size_t) n)
+    return -EPROTO;
+  if (!b->legacy &&
+      reply_u32(&c->r) != (uint32_t) getpid() + (uint32_t) c->id)
+    return -EPROTO;
+  c->r.kind = R_NONE;
+  c->state = C_READY;
+  epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+  return 1;
+}
+
+/* Opens every connection, in batches that each complete before the next
+ * starts: thousands of simultaneous SYNs overflow the accept queue, and a
+ * dropped final ACK only recovers after a one-second retransmit. */
+static int bench_connect(bench_t *b)
+{
+  struct epoll_event ev[256];
+  uint64_t deadline;
+  uint64_t now;
+  conn_t *c;
+  int pending;
+  int start;
+  int end;
+  int ep;
+  int rc;
+  int n;
+  int i;
+
+  ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) {
+    fprintf(stderr, PROG ": bench: epoll_create1: %s\n", strerror(errno));
+    return -1;
+  }
+  for (start = 0; start < b->nconn; start = end) {
+    end = start + b->batch < b->nconn ? start + b->batch : b->nconn;
+    now = now_ns();
+    deadline = now + b->timeout_ns;
+    pending = end - start;
+    for (i = start; i < end; i++) {
+      c = &b->conns[i];
+      rc = conn_open(b, c, ep, now);
+      if (rc < 0)
+        goto fatal;
+    }
+    while (pending > 0) {
+      now = now_ns();
+      if (now >= deadline) {
+        for (i = start; i < end; i++)
+          if (b->conns[i].state != C_READY)
+            break;
+        c = &b->conns[i];
+        fprintf(stderr, PROG ": bench: cannot connect to %s:%d (connection "
+                "%d) within %d ms: ", b->host, b->port, c->id,
+                b->timeout_ms);
+        if (c->state == C_HANDSHAKE)
+          fprintf(stderr, "no answer to the %s\n", b->legacy
+                  ? "first request (not a 1.13 server? try --dialect modern)"
+                  : "VALIDATE+PING handshake (a 1.13 server? try "
+                    "--dialect legacy)");
+        else if (c->last_what != NULL)
+          fprintf(stderr, "%s%s%s%s\n", c->last_what,
+                  c->last_err ? ": " : "",
+                  c->last_err ? strerror(c->last_err) : "",
+                  c->last_err == ECONNRESET && !b->legacy
+                      ? " (a 1.13 server? try --dialect legacy)" : "");
+        else
+          fprintf(stderr, "no answer\n");
+        goto fail;
+      }
+      n = epoll_wait(ep, ev, 256, 5);
+      if (n < 0 && errno != EINTR) {
+        fprintf(stderr, PROG ": bench: epoll_wait: %s\n", strerror(errno));
+        goto fail;
+      }
+      now = now_ns();
+      for (i = 0; i < n; i++) {
+        c = ev[i].data.ptr;
+        rc = conn_event(b, c, ep, ev[i].events, now);
+        if (rc < 0)
+          goto fatal;
+        pending -= rc;
+      }
+      for (i = start; i < end; i++) {
+        c = &b->conns[i];
+        if (c->state == C_RETRY && now >= c->retry_at) {
+          rc = conn_open(b, c, ep, now);
+          if (rc < 0)
+            goto fatal;
+        }
+      }
+    }
+  }
+  close(ep);
+  return 0;
+
+fatal:
+  fprintf(stderr, PROG ": bench: connection %d to %s:%d: %s\n", c->id,
+          b->host, b->port,
+          rc == -EPROTO ? "unexpected handshake reply (wrong --dialect?)"
+                        : strerror(-rc));
+fail:
+  close(ep);
+  return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bench: setup, run, report                                                */
+
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+  struct pollfd p;
+  uint64_t now;
+  int rc;
+
+  for (;;) {
+    now = now_ns();
+    if (now >= deadline)
+      return -ETIMEDOUT;
+    p.fd = fd;
+    p.events = events;
+    p.revents = 0;
+    rc = poll(&p, 1, (int) ((deadline - now + 999999) / 1000000));
+    if (rc > 0)
+      return 0;
+    if (rc < 0 && errno != EINTR)
+      return -errno;
+  }
+}
+
+static int sync_send(conn_t *c, uint64_t deadline)
+{
+  ssize_t n;
+  int rc;
+
+  while (c->out_off < c->out_len) {
+    n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+             MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_off += (size_t) n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return -errno;
+    rc = wait_fd(c->fd, POLLOUT, deadline);
+    if (rc < 0)
+      return rc;
+  }
+  c->out_len = c->out_off = 0;
+  return 0;
+}
+
+static int sync_reply(conn_t *c, uint64_t deadline)
+{
+  uint8_t buf[4096];
+  size_t off = 0;
+  ssize_t n = 0;
+  int done = 0;
+  int rc;
+
+  while (!done) {
+    rc = wait_fd(c->fd, POLLIN, deadline);
+    if (rc < 0)
+      return rc;
+    n = recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0)
+      return -ECONNRESET;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+        continue;
+      return -errno;
+    }
+    off = reply_feed(&c->r, buf, (size_t) n, &done);
+  }
+  if (off < (size_t) n)
+    return -EPROTO;
+  c->r.kind = R_NONE;
+  return 0;
+}
+
+/* Sets every data key on the first connection, then a GETNUMKEYS round
+ * trip: SET has no reply, so that is how we know the server holds them. A
+ * GET of a missing key would close a 1.13 connection, and a WAIT block. */
+static int bench_populate(bench_t *b)
+{
+  conn_t *c = &b->conns[0];
+  uint64_t deadline;
+  uint32_t i;
+  int rc;
+
+  c->out_len = c->out_off = 0;
+  for (i = 0; i < b->nkeys; i++) {
+    req_set(c, b, &b->data, i, b->value, b->value_size);
+    if (c->out_len >= 65536 || i + 1 == b->nkeys) {
+      rc = sync_send(c, now_ns() + b->timeout_ns);
+      if (rc < 0)
+        goto fail;
+    }
+  }
+  out_u8(c, b->wire->getnumkeys);
+  reply_expect(&c->r, R_I64);
+  deadline = now_ns() + b->timeout_ns;
+  rc = sync_send(c, deadline);
+  if (rc == 0)
+    rc = sync_reply(c, deadline);
+  if (rc == 0)
+    return 0;
+fail:
+  fprintf(stderr, PROG ": bench: setting %" PRIu32 " keys: %s\n", b->nkeys,
+          rc == -ETIMEDOUT ? "no reply within the timeout"
+          : rc == -ECONNRESET ? "connection closed by the server"
+          : strerror(-rc));
+  return -1;
+}
+
+/* utime + stime of a whole process (all its threads), in ns. */
+static int proc_cpu_ns(long pid, uint64_t *ns)
+{
+  char path[64];
+  char buf[2048];
+  unsigned long long ut;
+  unsigned long long st;
+  const char *p;
+  ssize_t n;
+  int field;
+  int fd;
+
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  /* The command name may contain spaces and parentheses: skip past the
+   * last ')', after which come field 3 (state) onwards. */
+  p = strrchr(buf, ')');
+  if (p == NULL)
+    return -1;
+  p += 2;
+  for (field = 3; field < 14; field++) {
+    p = strchr(p, ' ');
+    if (p == NULL)
+      return -1;
+    p++;
+  }
+  if (sscanf(p, "%llu %llu", &ut, &st) != 2)
+    return -1;
+  *ns = (uint64_t) (ut + st) * (1000000000u / (uint64_t) sysconf(_SC_CLK_TCK));
+  return 0;
+}
+
+static uint64_t self_cpu_ns(void)
+{
+  struct rusage ru;
+
+  if (getrusage(RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return ((uint64_t) ru.ru_utime.tv_sec + (uint64_t) ru.ru_stime.tv_sec) *
+             1000000000u +
+         ((uint64_t) ru.ru_utime.tv_usec + (uint64_t) ru.ru_stime.tv_usec) *
+             1000u;
+}
+
+/* Sleeps until t, or until every worker has stopped. */
+static void sleep_until(bench_t *b, uint64_t t)
+{
+  struct timespec ts;
+  uint64_t now;
+  uint64_t step;
+
+  for (;;) {
+    now = now_ns();
+    if (now >= t || __atomic_load_n(&b->running, __ATOMIC_ACQUIRE) == 0)
+      return;
+    step = t - now < 10000000u ? t - now : 10000000u;
+    ts.tv_sec = 0;
+    ts.tv_nsec = (long) step;
+    nanosleep(&ts, NULL);
+  }
+}
+
+static worker_t *bench_workers(bench_t *b)
+{
+  struct epoll_event ev;
+  worker_t *ws = xcalloc((size_t) b->nthreads, sizeof(worker_t));
+  worker_t *w;
+  int lo;
+  int hi;
+  int t;
+  int i;
+
+  for (t = 0; t < b->nthreads; t++) {
+    w = &ws[t];
+    lo = (int) ((int64_t) b->nconn * t / b->nthreads);
+    hi = (int) ((int64_t) b->nconn * (t + 1) / b->nthreads);
+    w->b = b;
+    w->conns = b->conns + lo;
+    w->nconns = hi - lo;
+    w->hist = xcalloc(1, sizeof(hist_t));
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (w->ep < 0)
+      fatal("bench: epoll_create1: %s", strerror(errno));
+    for (i = 0; i < w->nconns; i++) {
+      ev.events = EPOLLIN;
+      ev.data.ptr = &w->conns[i];
+      if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->conns[i].fd, &ev) != 0)
+        fatal("bench: epoll_ctl: %s", strerror(errno));
+    }
+  }
+  return ws;
+}
+
+/* Starts the workers; they begin together at the barrier. */
+static void bench_start(bench_t *b, worker_t *ws)
+{
+  int t;
+  int rc;
+
+  pthread_barrier_init(&b->barrier, NULL, (unsigned) b->nthreads + 1);
+  b->running = b->nthreads;
+  for (t = 0; t < b->nthreads; t++) {
+    ws[t].ops = 0;
+    ws[t].last_done = 0;
+    rc = pthread_create(&ws[t].tid, NULL, worker_main, &ws[t]);
+    if (rc != 0)
+      fatal("bench: pthread_create: %s", strerror(rc));
+  }
+}
+
+static void bench_join(bench_t *b, worker_t *ws)
+{
+  int t;
+
+  for (t = 0; t < b->nthreads; t++)
+    pthread_join(ws[t].tid, NULL);
+  pthread_barrier_destroy(&b->barrier);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+  fputc('"', f);
+  for (; *s != '\0'; s++) {
+    unsigned char ch = (unsigned char) *s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static int bench_run_load(bench_t *b)
+{
+  worker_t *ws;
+  hist_t *h = xcalloc(1, sizeof(hist_t));
+  uint64_t srv0 = 0;
+  uint64_t srv1 = 0;
+  uint64_t cli0;
+  uint64_t cli1;
+  uint64_t t0;
+  uint64_t ops = 0;
+  uint64_t errors = 0;
+  int srv_ok;
+  double secs;
+  double p[5];
+  double maxus;
+  double rate;
+  int t;
+
+  ws = bench_workers(b);
+  t0 = now_ns();
+  b->t_measure = t0 + (uint64_t) (b->warmup * 1e9);
+  b->t_end = b->t_measure + (uint64_t) (b->duration * 1e9);
+  bench_start(b, ws);
+  pthread_barrier_wait(&b->barrier);
+
+  sleep_until(b, b->t_measure);
+  srv_ok = b->server_pid > 0 && proc_cpu_ns(b->server_pid, &srv0) == 0;
+  cli0 = self_cpu_ns();
+  sleep_until(b, b->t_end);
+  if (srv_ok)
+    srv_ok = proc_cpu_ns(b->server_pid, &srv1) == 0;
+  cli1 = self_cpu_ns();
+  bench_join(b, ws);
+
+  for (t = 0; t < b->nthreads; t++) {
+    hist_merge(h, ws[t].hist);
+    ops += ws[t].ops;
+    errors += ws[t].errors;
+    free(ws[t].hist);
+    close(ws[t].ep);
+  }
+  free(ws);
+  secs = b->duration;
+  rate = ops / secs;
+  p[0] = hist_pct(h, 0.50) / 1e3;
+  p[1] = hist_pct(h, 0.90) / 1e3;
+  p[2] = hist_pct(h, 0.99) / 1e3;
+  p[3] = hist_pct(h, 0.999) / 1e3;
+  maxus = h->max / 1e3;
+  free(h);
+
+  if (b->json) {
+    printf("{\"server\":");
+    json_str(stdout, b->label);
+    printf(",\"op\":\"%s\",\"op_desc\":\"%s\",\"dialect\":\"%s\","
+           "\"connections\":%d,\"threads\":%d,\"keys\":%" PRIu32
+           ",\"value_size\":%zu,\"duration_s\":%.3f,\"ops\":%" PRIu64
+           ",\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
+           "\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
+           "\"errors\":%" PRIu64 ",\"client_cpu_s\":%.3f",
+           bench_op_names[b->op], bench_op_desc[b->op],
+           b->legacy ? "legacy" : "modern", b->nconn, b->nthreads, b->nkeys,
+           b->value_size, secs, ops, rate, p[0], p[1], p[2], p[3], maxus,
+           errors, (cli1 - cli0) / 1e9);
+    if (srv_ok)
+      printf(",\"server_cpu_s\":%.3f,\"server_cpu_us_per_op\":%.3f",
+             (srv1 - srv0) / 1e9,
+             ops ? (srv1 - srv0) / 1e3 / (double) ops : 0.0);
+    printf("}\n");
+  } else {
+    if (b->header) {
+      printf("# %s: %s; %d keys, %zu B values, %d thread%s, %.1f s after "
+             "%.1f s warm-up; latency in us\n",
+             bench_op_names[b->op], bench_op_desc[b->op], (int) b->nkeys,
+             b->value_size, b->nthreads, b->nthreads > 1 ? "s" : "", secs,
+             b->warmup);
+      printf("%-22s %-8s %-7s %6s %10s %8s %8s %8s %8s %9s %7s %7s",
+             "server", "op", "dialect", "conns", "ops/s", "p50", "p90", "p99",
+             "p999", "max", "errors", "cli_cpu");
+      if (srv_ok)
+        printf(" %7s %9s", "srv_cpu", "srv_us/op");
+      printf("\n");
+    }
+    printf("%-22s %-8s %-7s %6d %10.0f %8.1f %8.1f %8.1f %8.1f %9.1f %7"
+           PRIu64 " %7.2f", b->label, bench_op_names[b->op],
+           b->legacy ? "legacy" : "modern", b->nconn, rate, p[0], p[1], p[2],
+           p[3], maxus, errors, (cli1 - cli0) / 1e9);
+    if (srv_ok)
+      printf(" %7.2f %9.2f", (srv1 - srv0) / 1e9,
+             ops ? (srv1 - srv0) / 1e3 / (double) ops : 0.0);
+    printf("\n");
+  }
+  fflush(stdout);
+  if (b->server_pid > 0 && !srv_ok)
+    fprintf(stderr, PROG ": bench: could not read /proc/%ld/stat\n",
+            b->server_pid);
+  if (ops == 0) {
+    fprintf(stderr, PROG ": bench: no operation completed\n");
+    return 1;
+  }
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *) a;
+  double y = *(const double *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+static int bench_run_rendezvous(bench_t *b)
+{
+  worker_t *ws;
+  double *ms = xcalloc((size_t) b->reps, sizeof(double));
+  double *sorted = xcalloc((size_t) b->reps, sizeof(double));
+  char prefix[128];
+  uint64_t errors = 0;
+  uint64_t first;
+  uint64_t last;
+  uint64_t tag;
+  int done = 0;
+  int rep;
+  int t;
+  int i;
+
+  /* Fresh keys for every run, so a server reused across runs (or one that
+   * another bench ran against) starts each rendezvous from zero. */
+  tag = now_ns() ^ ((uint64_t) getpid() << 32);
+  ws = bench_workers(b);
+  for (rep = 0; rep < b->reps; rep++) {
+    snprintf(prefix, sizeof(prefix), "/rdv/%016" PRIx64 "-%d/count", tag,
+             rep);
+    keyset_build(&b->rdv_count, prefix, 1);
+    snprintf(prefix, sizeof(prefix), "/rdv/%016" PRIx64 "-%d/done", tag,
+             rep);
+    keyset_build(&b->rdv_done, prefix, 1);
+    b->t_measure = 0;
+    b->t_end = now_ns() + b->timeout_ns;
+    bench_start(b, ws);
+    pthread_barrier_wait(&b->barrier);
+    bench_join(b, ws);
+    first = UINT64_MAX;
+    last = 0;
+    for (t = 0; t < b->nthreads; t++) {
+      errors += ws[t].errors;
+      ws[t].errors = 0;
+      if (ws[t].nconns == 0)
+        continue;
+      if (ws[t].first_send < first)
+        first = ws[t].first_send;
+      if (ws[t].last_done > last)
+        last = ws[t].last_done;
+    }
+    if (errors != 0)
+      break;  /* connections died: the next run would be smaller */
+    ms[done++] = (last - first) / 1e6;
+  }
+  for (t = 0; t < b->nthreads; t++) {
+    free(ws[t].hist);
+    close(ws[t].ep);
+  }
+  free(ws);
+  memcpy(sorted, ms, (size_t) done * sizeof(double));
+  qsort(sorted, (size_t) done, sizeof(double), cmp_double);
+
+  if (b->json) {
+    printf("{\"server\":");
+    json_str(stdout, b->label);
+    printf(",\"op\":\"rendezvous\",\"op_desc\":\"%s\",\"dialect\":\"%s\","
+           "\"connections\":%d,\"threads\":%d,\"reps\":%d,\"ms\":[",
+           bench_op_desc[B_RDV], b->legacy ? "legacy" : "modern", b->nconn,
+           b->nthreads, done);
+    for (i = 0; i < done; i++)
+      printf("%s%.3f", i ? "," : "", ms[i]);
+    printf("],\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,"
+           "\"errors\":%" PRIu64 "}\n",
+           done ? sorted[done / 2] : 0.0, done ? sorted[0] : 0.0,
+           done ? sorted[done - 1] : 0.0, errors);
+  } else {
+    if (b->header) {
+      printf("# rendezvous: %d connections ADD a counter, the one reaching "
+             "%d SETs done, all WAIT done;\n# ms from the first ADD sent to "
+             "the last WAIT answered, over %d runs\n", b->rdv_n, b->rdv_n,
+             b->reps);
+      printf("%-22s %-7s %6s %5s %10s %10s %10s %7s\n", "server", "dialect",
+             "conns", "runs", "median_ms", "min_ms", "max_ms", "errors");
+    }
+    printf("%-22s %-7s %6d %5d %10.3f %10.3f %10.3f %7" PRIu64 "\n",
+           b->label, b->legacy ? "legacy" : "modern", b->nconn, done,
+           done ? sorted[done / 2] : 0.0, done ? sorted[0] : 0.0,
+           done ? sorted[done - 1] : 0.0, errors);
+  }
+  fflush(stdout);
+  free(ms);
+  free(sorted);
+  keyset_free(&b->rdv_count);
+  keyset_free(&b->rdv_done);
+  return done == 0 ? 1 : 0;
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+  static bench_t bench;
+  bench_t *b = &bench;
+  struct addrinfo hints;
+  struct addrinfo *ai = NULL;
+  struct rlimit rl;
+  char hostbuf[256];
+  char label[300];
+  char portstr[16];
+  const char *v;
+  const char *dialect = "modern";
+  const char *op = "add";
+  int64_t keys = -1;
+  uint64_t dummy;
+  int status;
+  int rc;
+  int i;
+
+  b->host = "127.0.0.1";
+  b->port = DEFAULT_PORT;
+  b->nconn = 1;
+  b->nthreads = 1;
+  b->duration = 5;
+  b->warmup = 1;
+  b->value_size = 16;
+  b->timeout_ms = BENCH_DEFAULT_TIMEOUT_MS;
+  b->batch = 256;
+  b->reps = 5;
+  b->header = 1;
+  for (i = 1; i < argc; i++) {
+    if (opt_value(argc, argv, &i, "--host", &v))
+      b->host = v;
+    else if (opt_value(argc, argv, &i, "--port", &v))
+      b->port = (int) arg_int("port", v, 1, 65535);
+    else if (opt_value(argc, argv, &i, "--connections", &v))
+      b->nconn = (int) arg_int("connection count", v, 1, 1000000);
+    else if (opt_value(argc, argv, &i, "--threads", &v))
+      b->nthreads = (int) arg_int("thread count", v, 1, 1024);
+    else if (opt_value(argc, argv, &i, "--duration", &v))
+      b->duration = arg_seconds("duration", v, 0.01, 86400);
+    else if (opt_value(argc, argv, &i, "--warmup", &v))
+      b->warmup = arg_seconds("warm-up", v, 0, 86400);
+    else if (opt_value(argc, argv, &i, "--op", &v))
+      op = v;
+    else if (opt_value(argc, argv, &i, "--dialect", &v))
+      dialect = v;
+    else if (opt_value(argc, argv, &i, "--keys", &v))
+      keys = arg_int("key count", v, 1, 1 << 26);
+    else if (opt_value(argc, argv, &i, "--value-size", &v))
+      b->value_size = (size_t) arg_size("value size", v, 64u << 20);
+    else if (opt_value(argc, argv, &i, "--timeout", &v))
+      b->timeout_ms = (int) arg_int("timeout", v, 1, 3600000);
+    else if (opt_value(argc, argv, &i, "--connect-batch", &v))
+      b->batch = (int) arg_int("batch size", v, 1, 1000000);
+    else if (opt_value(argc, argv, &i, "--server-pid", &v))
+      b->server_pid = (long) arg_int("pid", v, 1, INT_MAX);
+    else if (opt_value(argc, argv, &i, "--label", &v))
+      b->label = v;
+    else if (opt_value(argc, argv, &i, "--rendezvous", &v))
+      b->rdv_n = (int) arg_int("rendezvous size", v, 1, 1000000);
+    else if (opt_value(argc, argv, &i, "--reps", &v))
+      b->reps = (int) arg_int("repetitions", v, 1, 100000);
+    else if (strcmp(argv[i], "--json") == 0)
+      b->json = 1;
+    else if (strcmp(argv[i], "--no-header") == 0)
+      b->header = 0;
+    else
+      usage_error("bench: unknown argument '%s'", argv[i]);
+  }
+
+  for (i = 0; i < B_RDV; i++)
+    if (strcmp(op, bench_op_names[i]) == 0)
+      break;
+  if (i == B_RDV)
+    usage_error("bench: unknown --op '%s' (set, get, add, waitget, mix)", op);
+  b->op = i;
+  if (strcmp(dialect, "modern") == 0)
+    b->legacy = 0;
+  else if (strcmp(dialect, "legacy") == 0)
+    b->legacy = 1;
+  else
+    usage_error("bench: unknown --dialect '%s' (modern, legacy)", dialect);
+  b->wire = b->legacy ? &wire_legacy : &wire_modern;
+  if (b->rdv_n > 0) {
+    b->op = B_RDV;
+    b->nconn = b->rdv_n;
+  }
+  if (b->nthreads > b->nconn)
+    b->nthreads = b->nconn;
+  if (keys < 0)
+    keys = b->op == B_ADD ? 1 : b->nconn;
+  b->nkeys = (uint32_t) keys;
+  b->timeout_ns = (uint64_t) b->timeout_ms * 1000000u;
+
+  /* Accept a bracketed IPv6 literal as well as a bare one. */
+  v = b->host;
+  if (v[0] == '[' && strlen(v) >= 2 && strlen(v) < sizeof(hostbuf) &&
+      v[strlen(v) - 1] == ']') {
+    memcpy(hostbuf, v + 1, strlen(v) - 2);
+    hostbuf[strlen(v) - 2] = '\0';
+    b->host = hostbuf;
+  }
+  if (b->label == NULL) {
+    snprintf(label, sizeof(label), strchr(b->host, ':') ? "[%s]:%d" : "%s:%d",
+             b->host, b->port);
+    b->label = label;
+  }
+
+  raise_nofile();
+  signal(SIGPIPE, SIG_IGN);
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (uint64_t) b->nconn + 16 > (uint64_t) rl.rlim_cur)
+    fatal("bench: %d connections need more file descriptors than the "
+          "limit of %llu (ulimit -n)", b->nconn,
+          (unsigned long long) rl.rlim_cur);
+  if (b->server_pid > 0 && proc_cpu_ns(b->server_pid, &dummy) != 0)
+    fatal("bench: --server-pid %ld: cannot read /proc/%ld/stat",
+          b->server_pid, b->server_pid);
+
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  snprintf(portstr, sizeof(portstr), "%d", b->port);
+  rc = getaddrinfo(b->host, portstr, &hints, &ai);
+  if (rc != 0)
+    fatal("bench: cannot resolve '%s': %s", b->host, gai_strerror(rc));
+  memcpy(&b->addr, ai->ai_addr, ai->ai_addrlen);
+  b->addrlen = ai->ai_addrlen;
+  freeaddrinfo(ai);
+
+  b->value = xcalloc(b->value_size ? b->value_size : 1, 1);
+  memset(b->value, 'v', b->value_size);
+  keyset_build(&b->data, "/bench/", b->nkeys);
+  keyset_build(&b->ctr, "/bench/ctr/", b->nkeys);
+  b->conns = xcalloc((size_t) b->nconn, sizeof(conn_t));
+  for (i = 0; i < b->nconn; i++) {
+    b->conns[i].fd = -1;
+    b->conns[i].id = i;
+    b->conns[i].rng = UINT64_C(0x9E3779B97F4A7C15) * (uint64_t) (i + 1) ^
+                      now_ns();
+    if (b->conns[i].rng == 0)
+      b->conns[i].rng = 1;
+  }
+
+  status = 1;
+  if (bench_connect(b) != 0)
+    goto out;
+  if ((b->op == B_GET || b->op == B_WAITGET || b->op == B_MIX) &&
+      bench_populate(b) != 0)
+    goto out;
+  if (b->op == B_RDV)
+    status = bench_run_rendezvous(b);
+  else
+    status = bench_run_load(b);
+
+out:
+  for (i = 0; i < b->nconn; i++) {
+    if (b->conns[i].fd >= 0)
+      close(b->conns[i].fd);
+    free(b->conns[i].out);
+  }
+  free(b->conns);
+  free(b->value);
+  keyset_free(&b->data);
+  keyset_free(&b->ctr);
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+  if (argc < 2)
+    usage_error("missing command");
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+    printf(PROG " %s (libuv %s)\n", uvccl_version_string(),
+           uv_version_string());
+    return 0;
+  }
+  if (strcmp(argv[1], "serve") == 0)
+    return cmd_serve(argc - 1, argv + 1);
+  if (strcmp(argv[1], "bench") == 0)
+    return cmd_bench(argc - 1, argv + 1);
+  return cmd_client(argc, argv);
+}
