@@ -139,6 +139,21 @@ static void test_basic(void) {
   is_int(uvccl__kv_exists(kv, S("a")), 0, "a does not exist");
   is_int(uvccl__kv_num_keys(kv), 6, "num_keys 6");
   is_int(stats(kv).memory, 5 + 8 + 4 + 4 + 4 + 3, "memory after delete");
+  /* NULL with length 0 is a valid empty buffer everywhere. */
+  {
+    const void *o;
+    size_t ol;
+    void *it;
+    ok(uvccl__kv_set(kv, S("nul0"), NULL, 0) == 0 &&
+           uvccl__kv_append(kv, S("nul0"), NULL, 0) == 0 &&
+           uvccl__kv_compare_set(kv, S("nul0"), NULL, 0, NULL, 0, 1, &o,
+                                 &ol) == 0 &&
+           ol == 0 && uvccl__kv_queue_push(kv, S("nul0"), NULL, 0) == 0 &&
+           uvccl__kv_queue_pop(kv, S("nul0"), &it, &ol) == 1 && ol == 0,
+       "NULL, 0 values are accepted");
+    uvccl__free(it);
+    uvccl__kv_delete(kv, S("nul0"));
+  }
   is_int(set_s(kv, "a", "back"), 0, "set after delete");
   ok(val_is(kv, "a", "back"), "a == back");
   uvccl__kv_free(kv);

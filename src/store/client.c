@@ -139,13 +139,14 @@ static void work_finish(uvccl_work_t *w, int status, const char *fmt, ...)
 /* Completes a work and frees its client state. */
 static void work_finish(uvccl_work_t *w, int status, const char *fmt, ...) {
   va_list ap;
-  op_free(w->priv_[0]);
-  w->priv_[0] = NULL;
+  /* Format first: the arguments may point into the state freed below. */
   if (fmt != NULL && uvccl__work_is_live(w)) {
     va_start(ap, fmt);
     vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
     va_end(ap);
   }
+  op_free(w->priv_[0]);
+  w->priv_[0] = NULL;
   uvccl__work_complete(w, status);
 }
 

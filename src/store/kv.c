@@ -600,7 +600,7 @@ int uvccl__kv_append(uvccl__kv_t *kv, const void *k, size_t klen,
     nb = uvccl__malloc(cap);
     if (nb == NULL) return UV_ENOMEM;
     memcpy(nb, e->val, e->vlen);
-    memcpy(nb + e->vlen, v, vlen);
+    memcpy(nb + e->vlen, v, vlen); /* vlen > 0 here: need > vcap >= vlen */
     if (!kv__val_inline(e)) uvccl__free(e->val);
     e->val = nb;
     e->vcap = cap;
