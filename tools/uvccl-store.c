@@ -2003,6 +2003,7 @@ static int bench_run_load(bench_t *b)
   uint64_t cli0;
   uint64_t cli1;
   uint64_t t0;
+  uint64_t t_stop;
   uint64_t ops = 0;
   uint64_t errors = 0;
   int srv_ok;
@@ -2026,6 +2027,11 @@ static int bench_run_load(bench_t *b)
   if (srv_ok)
     srv_ok = proc_cpu_ns(b->server_pid, &srv1) == 0;
   cli1 = self_cpu_ns();
+  /* If every connection died the window ended early: rates are over the
+   * time that was actually measured. */
+  t_stop = now_ns();
+  if (t_stop > b->t_end)
+    t_stop = b->t_end;
   bench_join(b, ws);
 
   for (t = 0; t < b->nthreads; t++) {
@@ -2036,8 +2042,8 @@ static int bench_run_load(bench_t *b)
     close(ws[t].ep);
   }
   free(ws);
-  secs = b->duration;
-  rate = ops / secs;
+  secs = t_stop > b->t_measure ? (t_stop - b->t_measure) / 1e9 : 0;
+  rate = secs > 0 ? ops / secs : 0;
   p[0] = hist_pct(h, 0.50) / 1e3;
   p[1] = hist_pct(h, 0.90) / 1e3;
   p[2] = hist_pct(h, 0.99) / 1e3;
@@ -2065,11 +2071,11 @@ static int bench_run_load(bench_t *b)
     printf("}\n");
   } else {
     if (b->header) {
-      printf("# %s: %s; %d keys, %zu B values, %d thread%s, %.1f s after "
+      printf("# %s: %s; %d key%s, %zu B values, %d thread%s, %.1f s after "
              "%.1f s warm-up; latency in us\n",
              bench_op_names[b->op], bench_op_desc[b->op], (int) b->nkeys,
-             b->value_size, b->nthreads, b->nthreads > 1 ? "s" : "", secs,
-             b->warmup);
+             b->nkeys > 1 ? "s" : "", b->value_size, b->nthreads,
+             b->nthreads > 1 ? "s" : "", secs, b->warmup);
       printf("%-22s %-8s %-7s %6s %10s %8s %8s %8s %8s %9s %7s %7s",
              "server", "op", "dialect", "conns", "ops/s", "p50", "p90", "p99",
              "p999", "max", "errors", "cli_cpu");
