@@ -95,9 +95,10 @@ int main(void) {
 
   /* Graceful shutdown: a request already sent is answered first. */
   {
-    uvccl_store_t s;
+    /* Static: the store's memory must outlive its close callback. */
+    static uvccl_store_t s;
+    static uvccl_work_t w, w2;
     uvccl_tcp_store_options_t o = {0};
-    uvccl_work_t w = {0}, w2 = {0};
     o.host = "127.0.0.1";
     o.port = srv2.port;
     o.timeout_ms = 5000;

@@ -83,7 +83,7 @@ int uvccl__obuf_u8(uvccl__obuf_t *b, uint8_t v);
 int uvccl__obuf_u32(uvccl__obuf_t *b, uint32_t v);
 int uvccl__obuf_i64(uvccl__obuf_t *b, int64_t v);
 int uvccl__obuf_bytes(uvccl__obuf_t *b, const void *p, size_t len);
-/* u64 length + bytes; with prefix "/" added before the bytes if slash. */
+/* u64 length + bytes (a string or byte string on the wire). */
 int uvccl__obuf_str(uvccl__obuf_t *b, const void *p, size_t len);
 void uvccl__obuf_free(uvccl__obuf_t *b);
 
