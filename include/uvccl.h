@@ -101,8 +101,9 @@ UVCCL_EXTERN void uvccl_log_set_sink(uvccl_log_sink_cb cb, void *arg);
 /* Work objects                                                             */
 
 /* The future that every asynchronous operation completes. The caller owns
- * the memory; it must stay valid and unmoved from the call that starts the
- * operation until the callback has run. A work object may be reused for
+ * the memory; zero it before its first use (uvccl_work_t w = {0}); it must
+ * stay valid and unmoved from the call that starts the operation until the
+ * callback has run. A work object may be reused for
  * another operation once its callback has run (or, with a NULL callback,
  * once uvccl_work_done() is true); call uvccl_work_cleanup() first if the
  * operation returned values. */
@@ -331,8 +332,9 @@ typedef struct {
   uvccl_dialect_t dialect;  /* default MODERN */
   uint64_t timeout_ms;      /* store timeout, also the connect deadline;
                                0 = UVCCL_STORE_DEFAULT_TIMEOUT_MS */
-  /* As PyTorch's wait_for_workers: if world_size > 0, the connection adds 1
-   * to "init/"; uvccl_tcp_store_wait_workers() waits for world_size. */
+  /* As PyTorch's client: if world_size > 0, the first connection adds 1 to
+   * the unprefixed key "init/", which a PyTorch master started with
+   * wait_for_workers counts to world_size before it goes on. */
   int world_size;
 } uvccl_tcp_store_options_t;
 
