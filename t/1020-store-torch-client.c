@@ -21,7 +21,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#define PY "/usr/bin/python3"
+#ifndef PY
+#define PY "/usr/bin/python3" /* Debian's python3-torch; not PATH's python3 */
+#endif
 #define HELPER UVCCL_SRC_DIR "/t/py/torch_store_client.py"
 #define BIG_LEN (1 << 20)
 #define NADDERS 8
@@ -147,10 +149,6 @@ static const char *field(const child_t *ch, const char *name) {
       val[vl] = '\0';
       return val;
     }
-    if (ll == nl + 1 && strncmp(p, name, nl) == 0 && p[nl] == '=') {
-      val[0] = '\0';
-      return val;
-    }
     p += ll + 1;
   }
   return NULL;
@@ -269,6 +267,7 @@ static void srv_on_async(uv_async_t *a) {
 static void srv_thread(void *arg) {
   uvccl_store_server_options_t so = {0};
   int r;
+  (void)arg;
   uv_loop_init(&sloop);
   uv_async_init(&sloop, &sasync, srv_on_async);
   so.host = "127.0.0.1";
@@ -330,7 +329,10 @@ static int poll_quiet(void) {
 
 static uv_loop_t cloop;
 static int cclosed;
-static void on_cclosed(uvccl_store_t *s) { cclosed++; }
+static void on_cclosed(uvccl_store_t *s) {
+  (void)s;
+  cclosed++;
+}
 
 static void open_client(uvccl_store_t *s, uvccl_dialect_t d) {
   uvccl_tcp_store_options_t o = {0};
@@ -602,7 +604,7 @@ static void process_group(void) {
   tap_require(spawn_py(&ch[0], srv_port, a0) == 0, "rank 0 started");
   tap_require(spawn_py(&ch[1], srv_port, a1) == 0, "rank 1 started");
   for (i = 0; i < 2; i++) {
-    char r[8];
+    char r[16];
     finish(&ch[i]);
     if (!is_int(ch[i].status, 0, "rank %d exits 0", i) ||
         !ok(field(&ch[i], "done") != NULL, "rank %d ran to the end", i))

@@ -448,6 +448,15 @@ static int cmd_serve(int argc, char **argv)
   rc = uv_loop_init(&s.loop);
   if (rc != 0)
     fatal("serve: uv_loop_init: %s", uv_strerror(rc));
+  /* The handlers go in before we bind: whoever reads "listening on" may
+   * signal us at once, and the default action would skip the shutdown. */
+  for (i = 0; i < 3; i++) {
+    uv_signal_init(&s.loop, &s.sig[i]);
+    s.sig[i].data = &s;
+    rc = uv_signal_start(&s.sig[i], serve_signal_cb, serve_signums[i]);
+    if (rc != 0)
+      fatal("serve: uv_signal_start: %s", uv_strerror(rc));
+  }
   s.server.data = &s;
   rc = uvccl_store_server_init(&s.loop, &s.server, &o);
   if (rc != 0) {
@@ -457,6 +466,8 @@ static int cmd_serve(int argc, char **argv)
     else
       print_hostport(stderr, o.host ? o.host : "::", o.port);
     fprintf(stderr, ": %s (%s)\n", uvccl_strerror(rc), uvccl_err_name(rc));
+    for (i = 0; i < 3; i++)
+      uv_close((uv_handle_t *) &s.sig[i], NULL);
     uv_run(&s.loop, UV_RUN_DEFAULT);
     uv_loop_close(&s.loop);
     return 1;
@@ -477,14 +488,6 @@ static int cmd_serve(int argc, char **argv)
   print_hostport(stdout, shown, s.server.port);
   printf("\n");
   fflush(stdout);
-
-  for (i = 0; i < 3; i++) {
-    uv_signal_init(&s.loop, &s.sig[i]);
-    s.sig[i].data = &s;
-    rc = uv_signal_start(&s.sig[i], serve_signal_cb, serve_signums[i]);
-    if (rc != 0)
-      fatal("serve: uv_signal_start: %s", uv_strerror(rc));
-  }
 
   uv_run(&s.loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&s.loop);

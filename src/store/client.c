@@ -710,7 +710,8 @@ static void client_start_connect(client_t *c) {
   int r;
 
   if (c->state == ST_IDLE) {
-    c->deadline = uvccl__now_ms() + c->store->timeout_ms_;
+    uint64_t t = c->store->timeout_ms_;
+    c->deadline = t == UVCCL_NO_TIMEOUT ? UINT64_MAX : uvccl__now_ms() + t;
     c->connect_attempts = 0;
   }
   c->state = ST_RESOLVING;
@@ -783,8 +784,17 @@ int uvccl__tcp_store_submit(uvccl_store_t *s, uvccl_work_t *w,
   }
   w->priv_[0] = o;
   uvccl__work_list_push(&c->queued, w);
-  if (c->state == ST_IDLE) client_start_connect(c);
-  else client_pump(c);
+  if (c->state == ST_IDLE) {
+    client_start_connect(c);
+  } else if (c->state == ST_RESOLVING || c->state == ST_CONNECTING) {
+    /* Joining a connect cycle already under way: it keeps retrying for as
+     * long as this work may wait, not just for the works that started it. */
+    uint64_t d = uvccl__now_ms() + q->timeout_ms;
+    if (q->timeout_ms != UVCCL_NO_TIMEOUT && d > c->deadline) c->deadline = d;
+    else if (q->timeout_ms == UVCCL_NO_TIMEOUT) c->deadline = UINT64_MAX;
+  } else {
+    client_pump(c);
+  }
   return 0;
 }
 

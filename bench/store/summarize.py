@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Tables from bench/store/run.sh's JSON lines (standard library only).
+
+Usage: summarize.py RESULTS.jsonl [--markdown FILE]
+Prints plain-text tables to stdout; with --markdown also writes them as
+Markdown (for bench/RESULTS.md).
+
+CPU ratios compare server CPU time per operation (utime+stime of the server
+process over the measured window, divided by the operations completed):
+  vs torch = this row / torch-1.13 (legacy) at the same op and connections
+  vs bare  = this row / bare-epoll in the same dialect, same op and conns
+"""
+import argparse
+import json
+import sys
+
+ap = argparse.ArgumentParser()
+ap.add_argument("jsonl")
+ap.add_argument("--markdown")
+a = ap.parse_args()
+
+rows = [json.loads(l) for l in open(a.jsonl) if l.strip()]
+env = next((r for r in rows if r.get("test") == "env"), {})
+load = [r for r in rows if r.get("test") == "load"]
+redis = [r for r in rows if r.get("test") == "redis"]
+rdv = [r for r in rows if r.get("test") == "rdv"]
+stall = [r for r in rows if str(r.get("test", "")).startswith("stall-")]
+
+OPS = ["set", "get", "add", "waitget"]
+SERVERS = [("uvccl", "legacy"), ("uvccl", "modern"), ("torch-1.13", "legacy"),
+           ("bare-epoll", "legacy"), ("bare-epoll", "modern")]
+
+
+def key(r):
+    return (r["server"], r["dialect"], r["op"], r["connections"])
+
+
+L = {key(r): r for r in load}
+R = {(r["op"], r["connections"]): r for r in redis}
+
+
+def ok(r):
+    return r is not None and not r.get("failed") and r.get("ops", 1) > 0
+
+
+def cpu(r):
+    if not ok(r):
+        return None
+    return r.get("server_cpu_us_per_op")
+
+
+def f_int(v):
+    return "-" if v is None else "{:,.0f}".format(v)
+
+
+def f_us(v):
+    if v is None:
+        return "-"
+    return "%.0f" % v if v >= 100 else "%.1f" % v
+
+
+def f_cpu(v):
+    return "-" if v is None else "%.2f" % v
+
+
+def f_x(v):
+    return "-" if v is None else "%.2fx" % v
+
+
+def ratio(x, y):
+    if x is None or y is None or y == 0:
+        return None
+    return x / y
+
+
+tables = []  # (title, header, rows, notes)
+
+# ------------------------------------------------------------ full table
+hdr = ["server", "dialect", "op", "conns", "ops/s", "p50_us", "p99_us",
+       "srv_cpu_us/op", "cpu vs torch", "cpu vs bare", "errors", "other_cpu_s"]
+body = []
+conns_all = sorted({r["connections"] for r in load})
+for op in OPS:
+    for c in conns_all:
+        t = L.get(("torch-1.13", "legacy", op, c))
+        for s, d in SERVERS:
+            r = L.get((s, d, op, c))
+            if r is None:
+                continue
+            b = L.get(("bare-epoll", d, op, c))
+            if r.get("failed"):
+                body.append([s, d, op, str(c), "FAILED", "-", "-", "-", "-",
+                             "-", "-", "%.2f" % r.get("other_cpu_s", 0)])
+                continue
+            body.append([s, d, op, str(c), f_int(r["ops_per_s"]),
+                         f_us(r["p50_us"]), f_us(r["p99_us"]), f_cpu(cpu(r)),
+                         f_x(ratio(cpu(r), cpu(t))), f_x(ratio(cpu(r), cpu(b))),
+                         str(r["errors"]), "%.2f" % r.get("other_cpu_s", 0)])
+        rr = R.get((op, c))
+        if rr is not None and not rr.get("failed"):
+            body.append(["redis", "resp", rr["redis_test"].lower(), str(c),
+                         f_int(rr["ops_per_s"]), f_us(rr["p50_us"]),
+                         f_us(rr["p99_us"]), f_cpu(rr["server_cpu_us_per_op"]) + "*",
+                         "-", "-", "0", "%.2f" % rr.get("other_cpu_s", 0)])
+if body:
+    tables.append(("All load runs", hdr, body,
+                   "srv_cpu_us/op: the server process's CPU time over the "
+                   "measured window / operations. *redis: CPU around the "
+                   "whole redis-benchmark run (connecting included) / "
+                   "requests. other_cpu_s: CPU used on the machine during "
+                   "the run by anything but the bench client and the server "
+                   "(noise indicator)."))
+
+# ------------------------------------------------------------ ADD summary
+hdr = ["conns"]
+for name in ["uvccl legacy", "uvccl modern", "torch-1.13", "bare-epoll legacy",
+             "redis INCR"]:
+    hdr += [name + " ops/s", "p99_us", "cpu us/op"]
+body = []
+for c in sorted({r["connections"] for r in load if r["op"] == "add"}):
+    row = [str(c)]
+    for s, d in [("uvccl", "legacy"), ("uvccl", "modern"),
+                 ("torch-1.13", "legacy"), ("bare-epoll", "legacy")]:
+        r = L.get((s, d, "add", c))
+        if ok(r):
+            row += [f_int(r["ops_per_s"]), f_us(r["p99_us"]), f_cpu(cpu(r))]
+        else:
+            row += ["FAILED" if r else "-", "-", "-"]
+    rr = R.get(("add", c))
+    if rr is not None and not rr.get("failed"):
+        row += [f_int(rr["ops_per_s"]), f_us(rr["p99_us"]),
+                f_cpu(rr["server_cpu_us_per_op"]) + "*"]
+    else:
+        row += ["-", "-", "-"]
+    body.append(row)
+if body:
+    tables.append(("ADD (the rendezvous counter), side by side", hdr, body,
+                   "*redis: connecting included."))
+
+# ------------------------------------------------------------ targets
+hdr = ["op", "conns", "dialect", "ops/s ours / torch", "p99 ours / torch",
+       "cpu ours / bare", "cpu ours / torch", "throughput", "p99",
+       "cpu <= 1.3x bare"]
+body = []
+for op in OPS:
+    for c in conns_all:
+        t = L.get(("torch-1.13", "legacy", op, c))
+        for d in ["legacy", "modern"]:
+            u = L.get(("uvccl", d, op, c))
+            b = L.get(("bare-epoll", d, op, c))
+            if u is None:
+                continue
+            if not ok(u):
+                body.append([op, str(c), d, "ours FAILED", "-", "-", "-",
+                             "NOT MET", "NOT MET", "-"])
+                continue
+            tp = ratio(u["ops_per_s"], t["ops_per_s"] if ok(t) else None)
+            p99 = ratio(u["p99_us"], t["p99_us"] if ok(t) else None)
+            cb = ratio(cpu(u), cpu(b))
+            ct = ratio(cpu(u), cpu(t))
+            if not ok(t):
+                tpv = p99v = "met (torch failed)"
+            else:
+                tpv = "met" if tp > 1 else "NOT MET"
+                p99v = "met" if p99 < 1 else "NOT MET"
+            cbv = "-" if cb is None else ("met" if cb <= 1.3 else "NOT MET")
+            body.append([op, str(c), d, f_x(tp), f_x(p99), f_x(cb), f_x(ct),
+                         tpv, p99v, cbv])
+if body:
+    tables.append(("Targets, per cell (ours = uvccl)", hdr, body,
+                   "Targets: more ops/s and lower p99 than torch-1.13 at "
+                   "every concurrency; CPU per op within 30% of the bare "
+                   "epoll loop (same dialect); at 8,000 connections (ADD) "
+                   "at most 0.6x torch-1.13's CPU per op."))
+
+# ------------------------------------------------------------ bare vs torch
+hdr = ["op", "conns", "bare-epoll legacy cpu / torch cpu"]
+body = []
+for op in OPS:
+    for c in conns_all:
+        r = ratio(cpu(L.get(("bare-epoll", "legacy", op, c))),
+                  cpu(L.get(("torch-1.13", "legacy", op, c))))
+        if r is not None:
+            body.append([op, str(c), f_x(r)])
+if body:
+    tables.append(("The bare loop against torch-1.13 (the issue's 0.77x / "
+                   "0.61x / 0.46x at 1,000 / 4,000 / 8,000)", hdr, body, ""))
+
+# ------------------------------------------------------------ rendezvous
+hdr = ["server", "dialect", "conns", "runs", "median_ms", "min_ms", "max_ms",
+       "errors", "all runs (ms)"]
+body = []
+for r in rdv:
+    if r.get("failed"):
+        body.append([r["server"], r["dialect"], str(r["connections"]),
+                     "FAILED", "-", "-", "-", "-", r.get("stderr", "")])
+        continue
+    body.append([r["server"], r["dialect"], str(r["connections"]),
+                 str(r["reps"]), "%.2f" % r["median_ms"], "%.2f" % r["min_ms"],
+                 "%.2f" % r["max_ms"], str(r["errors"]),
+                 " ".join("%.1f" % x for x in r["ms"])])
+if body:
+    tables.append(("Rendezvous (each ADDs a counter; the last SETs done; all "
+                   "WAIT for done)", hdr, body,
+                   "ms from the first ADD sent to the last WAIT answered; "
+                   "connections opened beforehand."))
+
+# ------------------------------------------------------------ stall
+hdr = ["server", "dialect", "stall", "ops/s", "p50_us", "p99_us", "p99.9_us",
+       "max_us", "errors (timed-out conns)", "ops", "window_s"]
+body = []
+order = {"stall-none": 0, "stall-2s": 1, "stall-forever": 2}
+label = {"stall-none": "none", "stall-2s": "2 s, then finishes",
+         "stall-forever": "never finishes (bench --timeout 1000)"}
+for r in sorted(stall, key=lambda r: (r["server"], r["dialect"],
+                                      order.get(r["test"], 9))):
+    if r.get("failed"):
+        body.append([r["server"], r["dialect"], label[r["test"]], "FAILED",
+                     "-", "-", "-", "-", "-", r.get("stderr", ""), "-"])
+        continue
+    body.append([r["server"], r["dialect"], label[r["test"]],
+                 f_int(r["ops_per_s"]), f_us(r["p50_us"]), f_us(r["p99_us"]),
+                 f_us(r["p999_us"]), f_us(r["max_us"]), str(r["errors"]),
+                 str(r["ops"]), "%.2f" % r["duration_s"]])
+if body:
+    tables.append(("Stall: ADD at 64 connections while one more client sends "
+                   "a lone opcode byte", hdr, body,
+                   "The stall starts 1 s after bench starts (0.5 s into the "
+                   "measured window). Latencies are of completed operations "
+                   "only; a connection that gets no reply within the bench "
+                   "timeout is counted in errors and stops, and ops/s is over "
+                   "window_s, the part of the window before every connection "
+                   "had stopped. In a closed loop each connection has one "
+                   "stalled operation, so a stall shows in max (and ops/s), "
+                   "not in p99."))
+
+
+# ------------------------------------------------------------ output
+def text(title, hdr, body, notes):
+    w = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(hdr)]
+    out = ["", "== " + title]
+    out.append("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
+    for r in body:
+        out.append("  ".join(v.rjust(w[i]) for i, v in enumerate(r)))
+    if notes:
+        out.append("   " + notes)
+    return "\n".join(out)
+
+
+def md(title, hdr, body, notes):
+    out = ["", "### " + title, ""]
+    out.append("| " + " | ".join(hdr) + " |")
+    out.append("|" + "|".join("---" if i < 3 else "---:"
+                              for i in range(len(hdr))) + "|")
+    for r in body:
+        out.append("| " + " | ".join(r) + " |")
+    if notes:
+        out += ["", notes]
+    return "\n".join(out)
+
+
+if env:
+    print("# %s CPUs, %s, kernel %s; %s; torch %s; redis %s; somaxconn %s; "
+          "ulimit -n %s; %s s per run after %s s warm-up" % (
+              env.get("nproc"), env.get("cpu"), env.get("kernel"),
+              env.get("uvccl"), env.get("torch"), env.get("redis"),
+              env.get("somaxconn"), env.get("ulimit_n"), env.get("duration_s"),
+              env.get("warmup_s")))
+for t in tables:
+    print(text(*t))
+if a.markdown:
+    with open(a.markdown, "w") as f:
+        for t in tables:
+            f.write(md(*t) + "\n")
