@@ -366,7 +366,10 @@ typedef struct {
   size_t max_keys;         /* per request; 0 = 128 Ki */
   size_t max_memory;       /* keys + values held; 0 = 1 GiB */
   size_t max_output;       /* per connection, before reads pause;
-                              0 = 64 MiB */
+                              0 = 64 MiB; also the largest MULTI_GET
+                              reply */
+  size_t max_request;      /* one whole request (MULTI_SET, WAIT, ...);
+                              0 = 64 MiB, at least one largest SET */
 } uvccl_store_server_options_t;
 
 struct uvccl_store_server_s {
@@ -385,7 +388,8 @@ UVCCL_EXTERN int uvccl_store_server_init(uv_loop_t *loop,
                                          uvccl_store_server_t *server,
                                          const uvccl_store_server_options_t *o);
 /* Graceful shutdown: stops accepting, answers requests already received,
- * closes clients, frees everything, then close_cb (may be NULL). */
+ * closes clients (after at most 2 s for clients that do not read their
+ * replies), frees everything, then close_cb (may be NULL). */
 UVCCL_EXTERN void uvccl_store_server_close(uvccl_store_server_t *server,
                                            uvccl_store_server_close_cb cb);
 

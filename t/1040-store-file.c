@@ -415,6 +415,7 @@ static void test_bad_files(void) {
   is_int(run(&w), UVCCL_EPROTO, "a truncated length field: EPROTO");
   ok(strstr(w.msg, "truncated") != NULL, "message: %s", w.msg);
   close_store(&a);
+  unlink(path);
 
   /* A get polling a good file fails when the file turns bad. */
   new_path();

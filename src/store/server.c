@@ -21,6 +21,11 @@
 #define READ_CHUNK (64 * 1024)
 /* A connection keeps at most this much buffer capacity when idle. */
 #define IDLE_BUF_KEEP (64 * 1024)
+/* The unparsed tail of a request starts this small and grows by reads. */
+#define KEEP_MIN 1024
+#define GROW_STEP (16 * 1024)
+/* How long a graceful shutdown waits for clients that do not read. */
+#define SHUTDOWN_GRACE_MS 2000
 
 typedef struct server_s server_t;
 typedef struct conn_s conn_t;
@@ -57,9 +62,12 @@ struct server_s {
   uv_loop_t *loop;
   uv_tcp_t listener;
   uv_check_t flush_check;
+  uv_timer_t shutdown_timer;
+  int shutdown_timer_closed;
   uvccl__kv_t *kv;
   uvccl__proto_limits_t limits;
   size_t max_output;
+  size_t max_request;
   conn_t *conns;
   conn_t *flush_head;
   conn_t *barrier_waiters;
@@ -117,47 +125,52 @@ static void conn_after_write(uv_write_t *req, int status) {
 static void conn_resume(conn_t *c);
 
 /* Hands pending output to the kernel: try_write first (the common case
- * writes it all with no request), a uv_write for whatever remains. */
+ * writes it all with no request), a uv_write for whatever remains. When the
+ * output drains, a connection paused for backpressure resumes and its
+ * buffered requests are answered here and now: waiting for the next check
+ * phase could wait forever, since a paused connection watches nothing. */
 static void conn_flush(conn_t *c) {
   uv_buf_t b;
   int n;
   uvccl__obuf_t t;
 
-  if (c->closing || c->writing) return;
-  if (c->out.len > 0) {
-    b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
-    n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n == UV_EAGAIN || n == UV_ENOSYS) n = 0;
-    if (n < 0) {
-      conn_close(c, uv_strerror(n));
-      return;
-    }
-    if ((size_t)n == c->out.len) {
-      c->out.len = 0;
-      if (c->out.cap > IDLE_BUF_KEEP) uvccl__obuf_free(&c->out);
-    } else {
-      /* Swap buffers: the rest is written from wbuf while new replies
-       * collect in out. */
-      t = c->wbuf;
-      c->wbuf = c->out;
-      c->out = t;
-      c->out.len = 0;
-      b = uv_buf_init((char *)c->wbuf.base + n, (unsigned)(c->wbuf.len - n));
-      c->wreq.data = c;
-      n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_after_write);
+  for (;;) {
+    if (c->closing || c->writing) return;
+    if (c->out.len > 0) {
+      b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
+      n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+      if (n == UV_EAGAIN || n == UV_ENOSYS) n = 0;
       if (n < 0) {
         conn_close(c, uv_strerror(n));
         return;
       }
-      c->writing = 1;
-      return;
+      if ((size_t)n < c->out.len) {
+        /* Swap buffers: the rest is written from wbuf while new replies
+         * collect in out. */
+        t = c->wbuf;
+        c->wbuf = c->out;
+        c->out = t;
+        c->out.len = 0;
+        b = uv_buf_init((char *)c->wbuf.base + n,
+                        (unsigned)(c->wbuf.len - n));
+        c->wreq.data = c;
+        n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1,
+                     conn_after_write);
+        if (n < 0) {
+          conn_close(c, uv_strerror(n));
+          return;
+        }
+        c->writing = 1;
+        return;
+      }
+      c->out.len = 0;
+      if (c->out.cap > IDLE_BUF_KEEP) uvccl__obuf_free(&c->out);
     }
+    if (!c->paused) break;
+    conn_resume(c);
+    if (c->out.len == 0) break;
   }
-  if (c->close_after_flush) {
-    conn_close(c, NULL);
-    return;
-  }
-  if (c->paused) conn_resume(c);
+  if (c->close_after_flush && !c->closing && !c->paused) conn_close(c, NULL);
 }
 
 static void server_flush_cb(uv_check_t *h) {
@@ -299,7 +312,19 @@ static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
   case UVCCL__OP_DELETE_KEY:
     reply_i64(c, uvccl__kv_delete(kv, q->key, q->key_len));
     break;
-  case UVCCL__OP_MULTI_GET:
+  case UVCCL__OP_MULTI_GET: {
+    /* Size the reply first: listing one large key many times must not
+     * make the server build an unbounded reply. */
+    uint64_t total = 0;
+    it = q->keys;
+    while (uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL))
+      if (uvccl__kv_get(kv, k, klen, &cv, &cvlen)) total += cvlen + 8;
+    if (total > s->max_output) {
+      LOG_WARN("store", "%s: MULTI_GET reply of %llu bytes is over the "
+               "%zu-byte output limit; closing", c->peer,
+               (unsigned long long)total, s->max_output);
+      return UVCCL_ELIMIT;
+    }
     it = q->keys;
     while (uvccl__proto_iter_next(&it, &k, &klen, NULL, NULL)) {
       if (!uvccl__kv_get(kv, k, klen, &cv, &cvlen)) {
@@ -309,6 +334,7 @@ static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
       reply_bytes(c, cv, cvlen);
     }
     break;
+  }
   case UVCCL__OP_MULTI_SET:
     it = q->keys;
     while (r == 0 && uvccl__proto_iter_next(&it, &k, &klen, &v, &vlen))
@@ -407,6 +433,16 @@ static void conn_process(conn_t *c, const uint8_t *data, size_t len,
     r = uvccl__proto_parse_request(c->dialect, data + off, len - off,
                                    &s->limits, &q, &consumed);
     if (r == UVCCL__PROTO_NEED_MORE) {
+      if (consumed > s->max_request) {
+        /* Known to be too big before it is all here: a request that could
+         * never be applied is not buffered. */
+        s->st.protocol_errors++;
+        LOG_WARN("store", "%s: request of at least %zu bytes is over the "
+                 "%zu-byte request limit; closing", c->peer, consumed,
+                 s->max_request);
+        conn_close(c, NULL);
+        break;
+      }
       c->need = consumed;
       break;
     }
@@ -441,8 +477,8 @@ static int conn_keep(conn_t *c, const uint8_t *p, size_t len) {
   size_t want;
   uint8_t *nb;
   if (c->in_cap < len) {
-    want = len < READ_CHUNK ? READ_CHUNK : len;
-    if (want < c->need) want = c->need;
+    want = len < KEEP_MIN ? KEEP_MIN : len;
+    if (want < c->need && c->need - len <= GROW_STEP) want = c->need;
     nb = uvccl__realloc(c->in, want);
     if (nb == NULL) return UV_ENOMEM;
     c->in = nb;
@@ -483,7 +519,7 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   }
   /* A request is partly buffered: read straight after it, making room for
    * all of it when its size is known (large values are copied once). */
-  want = c->in_len + READ_CHUNK;
+  want = c->in_len + GROW_STEP;
   if (c->need > want) want = c->need;
   if (c->in_cap < want) {
     nb = uvccl__realloc(c->in, want);
@@ -505,8 +541,16 @@ static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   int from_shared = buf->base == (char *)s->rbuf;
 
   if (from_shared) s->rbuf_busy = 0;
+  if (nread == UV_EOF) {
+    /* The client finished sending (it may still read): answer what it
+     * sent, then close. */
+    uv_read_stop(st);
+    c->close_after_flush = 1;
+    conn_want_flush(c);
+    return;
+  }
   if (nread < 0) {
-    conn_close(c, nread == UV_EOF ? NULL : uv_strerror((int)nread));
+    conn_close(c, uv_strerror((int)nread));
     return;
   }
   if (nread == 0 || c->closing) return;
@@ -525,12 +569,15 @@ static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 static void conn_resume(conn_t *c) {
   if (!c->paused || c->closing) return;
   c->paused = 0;
-  uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
+  if (!c->close_after_flush)
+    uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
   c->need = 0;
   conn_process_buffered(c);
 }
 
 /* ---- connection life cycle ------------------------------------------------ */
+
+static void server_handle_closed(uv_handle_t *h);
 
 static void conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
@@ -540,6 +587,10 @@ static void conn_closed(uv_handle_t *h) {
   uvccl__obuf_free(&c->wbuf);
   uvccl__free(c);
   s->handles_open--;
+  if (s->closing && s->conns == NULL && !s->shutdown_timer_closed) {
+    s->shutdown_timer_closed = 1;
+    uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
+  }
   server_maybe_done(s);
 }
 
@@ -705,6 +756,10 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
   s->limits.max_value_len = o->max_value_len ? o->max_value_len : 8 << 20;
   s->limits.max_keys = o->max_keys ? o->max_keys : 128 * 1024;
   s->max_output = o->max_output ? o->max_output : 64 << 20;
+  s->max_request = o->max_request ? o->max_request : (size_t)64 << 20;
+  /* A single SET of the largest value always fits. */
+  if (s->max_request < s->limits.max_value_len + s->limits.max_key_len + 64)
+    s->max_request = s->limits.max_value_len + s->limits.max_key_len + 64;
   s->kv = uvccl__kv_new(o->max_memory ? o->max_memory : (size_t)1 << 30);
   s->rbuf = uvccl__malloc(READ_CHUNK);
   if (s->kv == NULL || s->rbuf == NULL) {
@@ -731,6 +786,10 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
   uv_check_start(&s->flush_check, server_flush_cb);
   uv_unref((uv_handle_t *)&s->flush_check);
   s->handles_open++;
+  uv_timer_init(loop, &s->shutdown_timer);
+  s->shutdown_timer.data = s;
+  uv_unref((uv_handle_t *)&s->shutdown_timer);
+  s->handles_open++;
   pub->loop = loop;
   pub->impl_ = s;
   LOG_INFO("store", "server listening on port %d", pub->port);
@@ -752,6 +811,14 @@ fail_alloc:
   return r;
 }
 
+static void server_shutdown_timeout(uv_timer_t *t) {
+  server_t *s = t->data;
+  conn_t *c;
+  LOG_INFO("store", "shutdown: closing clients that did not take their "
+           "replies within %d ms", SHUTDOWN_GRACE_MS);
+  while ((c = s->conns) != NULL) conn_close(c, "shutdown deadline");
+}
+
 void uvccl_store_server_close(uvccl_store_server_t *pub,
                               uvccl_store_server_close_cb cb) {
   server_t *s = pub ? pub->impl_ : NULL;
@@ -766,10 +833,19 @@ void uvccl_store_server_close(uvccl_store_server_t *pub,
   for (c = s->conns; c != NULL; c = next) {
     next = c->next;
     c->close_after_flush = 1;
+    c->paused = 0; /* no more reading */
     uv_read_stop((uv_stream_t *)&c->tcp);
     conn_flush(c);
   }
   s->flush_head = NULL;
+  if (s->conns == NULL) {
+    s->shutdown_timer_closed = 1;
+    uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
+  } else {
+    /* A client that never reads its replies cannot hold the shutdown. */
+    uv_timer_start(&s->shutdown_timer, server_shutdown_timeout,
+                   SHUTDOWN_GRACE_MS, 0);
+  }
 }
 
 void uvccl_store_server_stats(const uvccl_store_server_t *pub,
