@@ -232,9 +232,18 @@ UVCCL_EXTERN void uvccl_store_close(uvccl_store_t *store,
                                     uvccl_store_close_cb close_cb);
 
 /* Operations. Results are in the work object (see struct uvccl_work_s).
+ * The callback may be NULL (poll uvccl_work_done() or use uvccl_work_wait).
  * Common errors: UV_EINVAL (bad arguments), UVCCL_EBUSY (work pending),
- * UVCCL_ECLOSING (store closing) at the call; UV_ETIMEDOUT,
- * UVCCL_ECONNLOST, UV_ECONNREFUSED etc. in the callback. */
+ * UVCCL_ECLOSING (store closing), UVCCL_ENOTSUP (the store or dialect
+ * lacks the operation: PyTorch 1.13's dialect has no append, multi_get,
+ * multi_set, queues or list_keys; the file store has no queues) at the
+ * call; UV_ETIMEDOUT, UVCCL_ECONNLOST, UV_ECONNREFUSED etc. in the
+ * callback.
+ *
+ * Writes (set, append, multi_set, queue_push) complete only once the store
+ * holds the data: on a TCP store, when a later reply on the same
+ * connection proves the server applied them (the client adds a one-byte
+ * probe when nothing else follows), never merely when the bytes left. */
 
 /* Sets key to value (copied before the call returns). */
 UVCCL_EXTERN int uvccl_store_set(uvccl_store_t *store, uvccl_work_t *work,
@@ -405,6 +414,10 @@ typedef struct {
 
 UVCCL_EXTERN void uvccl_store_server_stats(const uvccl_store_server_t *server,
                                            uvccl_store_server_stats_t *stats);
+/* The bound address (which family "::"-or-0.0.0.0 ended up on, the
+ * address of an adopted socket). As uv_tcp_getsockname. */
+UVCCL_EXTERN int uvccl_store_server_getsockname(
+    const uvccl_store_server_t *server, struct sockaddr *name, int *namelen);
 
 /* --- Other stores -------------------------------------------------------- */
 

@@ -2120,6 +2120,7 @@ static int bench_run_rendezvous(bench_t *b)
   double *ms = xcalloc((size_t) b->reps, sizeof(double));
   double *sorted = xcalloc((size_t) b->reps, sizeof(double));
   char prefix[128];
+  double median;
   uint64_t errors = 0;
   uint64_t first;
   uint64_t last;
@@ -2168,6 +2169,7 @@ static int bench_run_rendezvous(bench_t *b)
   free(ws);
   memcpy(sorted, ms, (size_t) done * sizeof(double));
   qsort(sorted, (size_t) done, sizeof(double), cmp_double);
+  median = done ? (sorted[(done - 1) / 2] + sorted[done / 2]) / 2 : 0.0;
 
   if (b->json) {
     printf("{\"server\":");
@@ -2180,8 +2182,8 @@ static int bench_run_rendezvous(bench_t *b)
       printf("%s%.3f", i ? "," : "", ms[i]);
     printf("],\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,"
            "\"errors\":%" PRIu64 "}\n",
-           done ? sorted[done / 2] : 0.0, done ? sorted[0] : 0.0,
-           done ? sorted[done - 1] : 0.0, errors);
+           median, done ? sorted[0] : 0.0, done ? sorted[done - 1] : 0.0,
+           errors);
   } else {
     if (b->header) {
       printf("# rendezvous: %d connections ADD a counter, the one reaching "
@@ -2192,9 +2194,8 @@ static int bench_run_rendezvous(bench_t *b)
              "conns", "runs", "median_ms", "min_ms", "max_ms", "errors");
     }
     printf("%-22s %-7s %6d %5d %10.3f %10.3f %10.3f %7" PRIu64 "\n",
-           b->label, b->legacy ? "legacy" : "modern", b->nconn, done,
-           done ? sorted[done / 2] : 0.0, done ? sorted[0] : 0.0,
-           done ? sorted[done - 1] : 0.0, errors);
+           b->label, b->legacy ? "legacy" : "modern", b->nconn, done, median,
+           done ? sorted[0] : 0.0, done ? sorted[done - 1] : 0.0, errors);
   }
   fflush(stdout);
   free(ms);
@@ -2252,7 +2253,7 @@ static int cmd_bench(int argc, char **argv)
     else if (opt_value(argc, argv, &i, "--dialect", &v))
       dialect = v;
     else if (opt_value(argc, argv, &i, "--keys", &v))
-      keys = arg_int("key count", v, 1, 1 << 26);
+      keys = arg_int("key count", v, 1, 1 << 22);
     else if (opt_value(argc, argv, &i, "--value-size", &v))
       b->value_size = (size_t) arg_size("value size", v, 64u << 20);
     else if (opt_value(argc, argv, &i, "--timeout", &v))
@@ -2338,8 +2339,10 @@ static int cmd_bench(int argc, char **argv)
 
   b->value = xcalloc(b->value_size ? b->value_size : 1, 1);
   memset(b->value, 'v', b->value_size);
-  keyset_build(&b->data, "/bench/", b->nkeys);
-  keyset_build(&b->ctr, "/bench/ctr/", b->nkeys);
+  if (b->op != B_ADD && b->op != B_RDV)
+    keyset_build(&b->data, "/bench/", b->nkeys);
+  if (b->op == B_ADD || b->op == B_MIX)
+    keyset_build(&b->ctr, "/bench/ctr/", b->nkeys);
   b->conns = xcalloc((size_t) b->nconn, sizeof(conn_t));
   for (i = 0; i < b->nconn; i++) {
     b->conns[i].fd = -1;

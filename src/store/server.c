@@ -860,3 +860,10 @@ void uvccl_store_server_stats(const uvccl_store_server_t *pub,
   st->memory = ks.memory;
   st->waiting = ks.waiters;
 }
+
+int uvccl_store_server_getsockname(const uvccl_store_server_t *pub,
+                                   struct sockaddr *name, int *namelen) {
+  const server_t *s = pub ? pub->impl_ : NULL;
+  if (s == NULL || name == NULL || namelen == NULL) return UV_EINVAL;
+  return uv_tcp_getsockname(&s->listener, name, namelen);
+}
