@@ -59,6 +59,14 @@ int main(void) {
   tap_require(uvccl_store_server_init(&loop, &srv, &so) == 0,
               "default listen on port %d", srv.port);
   ok(srv.port > 0, "port 0 picked a free port");
+  {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    is_int(uvccl_store_server_getsockname(&srv, (struct sockaddr *)&ss, &len),
+           0, "getsockname");
+    is_int(ntohs(((struct sockaddr_in *)&ss)->sin_port), srv.port,
+           "getsockname port (%s)", ss.ss_family == AF_INET6 ? "IPv6" : "IPv4");
+  }
   is_int(add_via("127.0.0.1", srv.port, &v), 0, "reached over IPv4");
   is_int(v, 1, "value over IPv4");
   if (have_ipv6()) {

@@ -34,9 +34,12 @@
 #   DURATION=3 WARMUP=0.5 CONNS="1 64 1000 4000" ADD_EXTRA=8000
 #   OPS="set get add waitget" STEPS="load rdv stall redis" RDV=1024
 #   RDV_REPS=5 SOMAXCONN=16384 NICE=-10 QUIET_MAX=0.3 QUIET_WAIT=10
-#   QUIET_BUDGET=240
+#   QUIET_BUDGET=240 PIN=1 SERVER_CPU=0 CLIENT_CPU=1
 #   TAG=<date>
-# Other work on the machine distorts a 2-core measurement, so (1) servers,
+# The server runs on one core and the load generator on the other (taskset;
+# PIN=0: no pinning), so that placement is the same for every server and
+# every run (unpinned, a 1-connection ping-pong is bimodal: both ends on one
+# core or not). Other work on the machine distorts a 2-core measurement, so (1) servers,
 # bench, redis-benchmark and the stall client run at nice $NICE (root can
 # lower it; elsewhere `nice` fails and NICE=0 must be used), and (2) before
 # each run the script waits up to QUIET_WAIT s (QUIET_BUDGET s in all) for a
@@ -60,6 +63,9 @@ RDV=${RDV:-1024}
 RDV_REPS=${RDV_REPS:-5}
 WANT_SOMAXCONN=${SOMAXCONN:-16384}
 NICE=${NICE:--10}          # servers and load generators run at this nice level
+PIN=${PIN:-1}              # 1: servers on CPU SERVER_CPU, load on CLIENT_CPU
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
 QUIET_MAX=${QUIET_MAX:-0.3}  # CPUs busy at most, before a run starts ...
 QUIET_WAIT=${QUIET_WAIT:-10} # ... waiting for that at most this many seconds
 QUIET_BUDGET=${QUIET_BUDGET:-240} # in all (then: no more waiting)
@@ -69,6 +75,13 @@ PY=/usr/bin/python3   # the interpreter that sees Debian's python3-torch
 STORE=$OUT/uvccl-store   # a snapshot of build/bin/uvccl-store, see below
 BARE=$OUT/bare_epoll
 HZ=$(getconf CLK_TCK)
+
+SRV_PFX=(nice -n "$NICE")
+CLI_PFX=(nice -n "$NICE")
+if [ "$PIN" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+  SRV_PFX+=(taskset -c "$SERVER_CPU")
+  CLI_PFX+=(taskset -c "$CLIENT_CPU")
+fi
 
 mkdir -p "$OUT"
 JSON=$OUT/results-$TAG.jsonl
@@ -130,7 +143,7 @@ start_server() {
   SRV_SEQ=$((SRV_SEQ + 1))
   f=$OUT/server-$SRV_SEQ-$name.log
   rm -f "$f"
-  nice -n "$NICE" "$@" > "$f" 2>&1 &
+  "${SRV_PFX[@]}" "$@" > "$f" 2>&1 &
   SRV_PID=$!
   PIDS+=("$SRV_PID")
   for _ in $(seq 300); do
@@ -194,9 +207,9 @@ bench_run() {
   shift 7
   local m0 s0 c0 t0 m1 s1 c1 t1 rc line other wall err
   err=$OUT/.bench.err
-  wait_quiet
+  [ "${SKIP_QUIET:-0}" = 1 ] || wait_quiet
   m0=$(machine_busy); s0=$(proc_ticks "$pid"); c0=$(child_ticks); t0=$(now_s)
-  line=$(timeout 300 nice -n "$NICE" "$STORE" bench --host 127.0.0.1 --port "$port" \
+  line=$(timeout 300 "${CLI_PFX[@]}" "$STORE" bench --host 127.0.0.1 --port "$port" \
     --dialect "$dialect" --op "$op" --connections "$conns" \
     --duration "$DURATION" --warmup "$WARMUP" --server-pid "$pid" \
     --label "$server" --json "$@" 2> "$err")
@@ -264,10 +277,10 @@ TORCH_V=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?
 {
   echo "# machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
   echo "# software: $("$STORE" --version), torch $TORCH_V ($(dpkg-query -W -f '${Version}' python3-torch 2>/dev/null)), $(redis-server --version | cut -d' ' -f1-3), $(cc --version | head -n 1)"
-  echo "# load: DURATION=$DURATION s after WARMUP=$WARMUP s per run; loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# load: DURATION=$DURATION s after WARMUP=$WARMUP s per run; servers run as '${SRV_PFX[*]}', load generators as '${CLI_PFX[*]}'; loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee -a "$LOG" >&2
-printf '{"test":"env","git":"%s+%s","nice":%s,"tag":"%s","nproc":%d,"cpu":"%s","kernel":"%s","uvccl":"%s","torch":"%s","redis":"%s","somaxconn":%d,"ulimit_n":"%s","duration_s":%s,"warmup_s":%s,"loadavg_start":"%s"}\n' \
-  "$GIT_REV" "$GIT_DIRTY" "$NICE" "$TAG" "$(nproc)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
+printf '{"test":"env","git":"%s+%s","nice":%s,"pin":"%s","tag":"%s","nproc":%d,"cpu":"%s","kernel":"%s","uvccl":"%s","torch":"%s","redis":"%s","somaxconn":%d,"ulimit_n":"%s","duration_s":%s,"warmup_s":%s,"loadavg_start":"%s"}\n' \
+  "$GIT_REV" "$GIT_DIRTY" "$NICE" "${SRV_PFX[*]:3} / ${CLI_PFX[*]:3}" "$TAG" "$(nproc)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
   "$(uname -r)" "$("$STORE" --version)" "$TORCH_V" "$(redis-server --version | cut -d' ' -f3)" \
   "$SOMAX_USED" "$(ulimit -n)" "$DURATION" "$WARMUP" "$(cut -d' ' -f1-3 /proc/loadavg)" >> "$JSON"
 
@@ -327,12 +340,14 @@ stall_case() {
   esac
   # The stall client connects at once, and sends its lone opcode byte 1 s
   # later: after bench has connected (a stalled 1.13 server accepts no one)
-  # and within the measured window (which starts at WARMUP).
-  nice -n "$NICE" $PY "$HERE/stall_client.py" 127.0.0.1 "$SRV_PORT" --dialect "$dialect" \
+  # and within the measured window (which starts at WARMUP). The wait for
+  # a quiet machine comes first, so that bench starts right after it.
+  wait_quiet
+  "${CLI_PFX[@]}" $PY "$HERE/stall_client.py" 127.0.0.1 "$SRV_PORT" --dialect "$dialect" \
     "${sargs[@]}" 2>> "$LOG" &
   spid=$!
   PIDS+=("$spid")
-  bench_run "stall-$variant" "$name" "$SRV_PID" "$SRV_PORT" "$dialect" add 64 "${args[@]}"
+  SKIP_QUIET=1 bench_run "stall-$variant" "$name" "$SRV_PID" "$SRV_PORT" "$dialect" add 64 "${args[@]}"
   stop_server "$spid"
   stop_server "$SRV_PID"
 }
@@ -354,7 +369,7 @@ redis_run() {
   local t=$1 c=$2 n=$3 port=$4 pid=$5 s0 s1 m0 m1 c0 c1 t0 t1 csv op
   wait_quiet
   m0=$(machine_busy); s0=$(proc_ticks "$pid"); c0=$(child_ticks); t0=$(now_s)
-  csv=$(timeout 300 nice -n "$NICE" redis-benchmark -h 127.0.0.1 -p "$port" -t "$t" -c "$c" \
+  csv=$(timeout 300 "${CLI_PFX[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -t "$t" -c "$c" \
     -n "$n" -d 16 -P 1 --csv 2>> "$LOG" | tail -n 1)
   m1=$(machine_busy); s1=$(proc_ticks "$pid"); c1=$(child_ticks); t1=$(now_s)
   case $t in incr) op=add ;; *) op=$t ;; esac
@@ -396,7 +411,7 @@ if has_step redis; then
   TMPDIRS+=("$RDIR")
   # redis 7 takes --port 0 as "no TCP": ask the kernel for a free port.
   R_PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  nice -n "$NICE" redis-server --bind 127.0.0.1 --port "$R_PORT" --save "" --appendonly no \
+  "${SRV_PFX[@]}" redis-server --bind 127.0.0.1 --port "$R_PORT" --save "" --appendonly no \
     --dir "$RDIR" --daemonize no --maxclients 10100 \
     --tcp-backlog "$SOMAX_USED" --logfile "$RDIR/redis.log" &
   R_PID=$!
