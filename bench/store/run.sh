@@ -10,7 +10,7 @@
 #   redis       redis-server 7 (no persistence) under redis-benchmark: a
 #               reference for a mature single-threaded in-memory server
 #
-# Steps (STEPS, default "load rdv stall redis"):
+# Steps (STEPS, default "load idle rdv stall redis"):
 #   load   the same closed-loop load from `uvccl-store bench` against uvccl
 #          (legacy and modern dialects), torch-1.13 (legacy) and bare-epoll
 #          (both): ops set, get, add, waitget at 1, 64, 1000, 4000
@@ -18,6 +18,10 @@
 #          and connection count, every server in turn) so that drifting
 #          machine load hits all servers alike. --server-pid gives the
 #          server's CPU time per op (utime+stime from /proc/PID/stat).
+#   idle   ADD at 1 and 64 active connections while IDLE_N (8,000) more are
+#          open and idle (bench/store/idle_conns.py; like the idle second
+#          connection of every 1.13 client): what a poll() loop pays per
+#          wake-up for every connection, busy or not. Fresh servers.
 #   rdv    1,024 connections rendezvous (each ADDs a counter, the one that
 #          reaches 1,024 SETs "done", all WAIT for it), uvccl and torch-1.13
 #   stall  ADD at 64 connections while one more client sends a lone opcode
@@ -32,7 +36,8 @@
 # bench/store/out/results-TAG.jsonl, the log in out/run-TAG.log, the
 # Markdown tables in out/tables-TAG.md. Environment knobs (defaults):
 #   DURATION=3 WARMUP=0.5 CONNS="1 64 1000 4000" ADD_EXTRA=8000
-#   OPS="set get add waitget" STEPS="load rdv stall redis" RDV=1024
+#   OPS="set get add waitget" STEPS="load idle rdv stall redis" IDLE_N=8000
+#   RDV=1024
 #   RDV_REPS=5 SOMAXCONN=16384 NICE=-10 QUIET_MAX=0.3 QUIET_WAIT=10
 #   QUIET_BUDGET=240 PIN=1 SERVER_CPU=0 CLIENT_CPU=1
 #   TAG=<date>
@@ -48,6 +53,9 @@
 # "quiet_wait_s", "busy_before" and "other_cpu_s" (CPU used during the run
 # by anything but the server and the load generator).
 # Takes about 10-15 minutes on a 2-vCPU machine.
+# The whole script is one function, parsed before it runs: editing this
+# file while it runs cannot derail the run in progress.
+main() {
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,7 +66,8 @@ WARMUP=${WARMUP:-0.5}
 CONNS=${CONNS:-"1 64 1000 4000"}
 ADD_EXTRA=${ADD_EXTRA:-8000}
 OPS=${OPS:-"set get add waitget"}
-STEPS=${STEPS:-"load rdv stall redis"}
+STEPS=${STEPS:-"load idle rdv stall redis"}
+IDLE_N=${IDLE_N:-8000}
 RDV=${RDV:-1024}
 RDV_REPS=${RDV_REPS:-5}
 WANT_SOMAXCONN=${SOMAXCONN:-16384}
@@ -306,6 +315,41 @@ if has_step load; then
   stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"
 fi
 
+# ------------------------------------------------------------------- idle
+if has_step idle; then
+  log "## idle: ADD at 1 and 64 active connections, $IDLE_N more open and idle"
+  for spec in "uvccl legacy" "uvccl modern" "torch-1.13 legacy" "bare-epoll legacy"; do
+    set -- $spec
+    case $1 in
+      uvccl) start_uvccl "-idle" ;;
+      torch-1.13) start_torch "-idle" ;;
+      bare-epoll) start_bare "-idle" ;;
+    esac
+    I_SRV=$SRV_PID
+    I_PORT=$SRV_PORT
+    f=$OUT/idle_conns.out
+    rm -f "$f"
+    "${CLI_PFX[@]}" $PY "$HERE/idle_conns.py" 127.0.0.1 "$I_PORT" "$IDLE_N" > "$f" 2>> "$LOG" &
+    I_PID=$!
+    PIDS+=("$I_PID")
+    for _ in $(seq 1200); do
+      grep -q '^ready' "$f" 2>/dev/null && break
+      kill -0 "$I_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if grep -q '^ready' "$f" 2>/dev/null; then
+      log "# $1: $(cat "$f") idle connections open"
+      for c in 1 64; do
+        bench_run "idle-$IDLE_N" "$1" "$I_SRV" "$I_PORT" "$2" add "$c"
+      done
+    else
+      log "error: could not open $IDLE_N idle connections to $1 (see $LOG)"
+    fi
+    stop_server "$I_PID"
+    stop_server "$I_SRV"
+  done
+fi
+
 # ------------------------------------------------------------- rendezvous
 if has_step rdv; then
   log "## rendezvous: $RDV connections, $RDV_REPS runs each"
@@ -440,3 +484,6 @@ fi
 log "# loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg); raw results: $JSON"
 $PY "$HERE/summarize.py" "$JSON" --markdown "$TABLES" | tee -a "$LOG"
 log "# Markdown tables: $TABLES"
+}
+
+main "$@"

@@ -24,6 +24,7 @@ env = next((r for r in rows if r.get("test") == "env"), {})
 load = [r for r in rows if r.get("test") == "load"]
 redis = [r for r in rows if r.get("test") == "redis"]
 rdv = [r for r in rows if r.get("test") == "rdv"]
+idle = [r for r in rows if str(r.get("test", "")).startswith("idle-")]
 stall = [r for r in rows if str(r.get("test", "")).startswith("stall-")]
 
 OPS = ["set", "get", "add", "waitget"]
@@ -64,7 +65,9 @@ def f_cpu(v):
 
 
 def f_x(v):
-    return "-" if v is None else "%.2fx" % v
+    if v is None:
+        return "-"
+    return "%.2fx" % v if v >= 0.1 else "%.3fx" % v
 
 
 def ratio(x, y):
@@ -185,6 +188,38 @@ for op in OPS:
 if body:
     tables.append(("The bare loop against torch-1.13 (the issue's 0.77x / "
                    "0.61x / 0.46x at 1,000 / 4,000 / 8,000)", hdr, body, ""))
+
+# ------------------------------------------------------------ idle
+hdr = ["server", "dialect", "active conns", "idle conns", "ops/s", "p50_us",
+       "p99_us", "srv_cpu_us/op", "cpu vs torch", "cpu vs bare",
+       "same without idle: ops/s", "cpu us/op"]
+body = []
+I = {(r["server"], r["dialect"], r["connections"]): r for r in idle}
+for r in idle:
+    n_idle = r["test"].split("-", 1)[1]
+    t = I.get(("torch-1.13", "legacy", r["connections"]))
+    b = I.get(("bare-epoll", r["dialect"], r["connections"])) or \
+        I.get(("bare-epoll", "legacy", r["connections"]))
+    base = L.get((r["server"], r["dialect"], "add", r["connections"]))
+    if r.get("failed"):
+        body.append([r["server"], r["dialect"], str(r["connections"]), n_idle,
+                     "FAILED", "-", "-", "-", "-", "-", "-", "-"])
+        continue
+    body.append([r["server"], r["dialect"], str(r["connections"]), n_idle,
+                 f_int(r["ops_per_s"]), f_us(r["p50_us"]), f_us(r["p99_us"]),
+                 f_cpu(cpu(r)), f_x(ratio(cpu(r), cpu(t))),
+                 f_x(ratio(cpu(r), cpu(b))),
+                 f_int(base["ops_per_s"]) if ok(base) else "-",
+                 f_cpu(cpu(base))])
+body.sort(key=lambda x: (int(x[2]), x[0], x[1]))
+if body:
+    tables.append(("ADD with many idle connections open", hdr, body,
+                   "The idle connections never send a byte (like the idle "
+                   "second connection of every 1.13 client). cpu vs bare: "
+                   "against bare-epoll's legacy run (the idle connections "
+                   "make no dialect). The last two columns repeat the load "
+                   "step's ADD run at the same active connection count, "
+                   "with no idle connections."))
 
 # ------------------------------------------------------------ rendezvous
 hdr = ["server", "dialect", "conns", "runs", "median_ms", "min_ms", "max_ms",
