@@ -14,10 +14,11 @@
 #   load   the same closed-loop load from `uvccl-store bench` against uvccl
 #          (legacy and modern dialects), torch-1.13 (legacy) and bare-epoll
 #          (both): ops set, get, add, waitget at 1, 64, 1000, 4000
-#          connections, and add at 8000. Runs are interleaved (for each op
-#          and connection count, every server in turn) so that drifting
-#          machine load hits all servers alike. --server-pid gives the
-#          server's CPU time per op (utime+stime from /proc/PID/stat).
+#          connections, and add at 8000; REPEAT passes, and in each, for
+#          every op and connection count, every server in turn (the order
+#          rotating from pass to pass), so that a drifting machine hits all
+#          servers alike. --server-pid gives the server's CPU time per op
+#          (utime+stime from /proc/PID/stat).
 #   idle   ADD at 1 and 64 active connections while IDLE_N (8,000) more are
 #          open and idle (bench/store/idle_conns.py; like the idle second
 #          connection of every 1.13 client): what a poll() loop pays per
@@ -32,26 +33,26 @@
 #          also at 8000), one test per invocation so that redis-server's
 #          CPU per request can be read from /proc around it.
 #
+# Usage: bench/store/run.sh [TAG]   (or `make bench-store`)
 # Output: a table on stdout; raw JSON lines (one per run) in
 # bench/store/out/results-TAG.jsonl, the log in out/run-TAG.log, the
 # Markdown tables in out/tables-TAG.md. Environment knobs (defaults):
-#   DURATION=3 WARMUP=0.5 CONNS="1 64 1000 4000" ADD_EXTRA=8000
+#   DURATION=1.5 WARMUP=0.5 REPEAT=3 CONNS="1 64 1000 4000" ADD_EXTRA=8000
 #   OPS="set get add waitget" STEPS="load idle rdv stall redis" IDLE_N=8000
-#   RDV=1024
-#   RDV_REPS=5 SOMAXCONN=16384 NICE=-10 QUIET_MAX=0.3 QUIET_WAIT=10
-#   QUIET_BUDGET=240 PIN=1 SERVER_CPU=0 CLIENT_CPU=1
-#   TAG=<date>
+#   RDV=1024 RDV_REPS=5 SOMAXCONN=16384 NICE=-10 PIN=1 SERVER_CPU=0
+#   CLIENT_CPU=1 QUIET_MAX=0.3 QUIET_WAIT=10 QUIET_BUDGET=240 TAG=<date>
 # The server runs on one core and the load generator on the other (taskset;
 # PIN=0: no pinning), so that placement is the same for every server and
 # every run (unpinned, a 1-connection ping-pong is bimodal: both ends on one
-# core or not). Other work on the machine distorts a 2-core measurement, so (1) servers,
-# bench, redis-benchmark and the stall client run at nice $NICE (root can
-# lower it; elsewhere `nice` fails and NICE=0 must be used), and (2) before
-# each run the script waits up to QUIET_WAIT s (QUIET_BUDGET s in all) for a
-# 0.5 s sample in which the machine's busy CPUs are at most QUIET_MAX; every
-# JSON line records
-# "quiet_wait_s", "busy_before" and "other_cpu_s" (CPU used during the run
-# by anything but the server and the load generator).
+# core or not). Other work on the machine distorts a 2-core measurement,
+# so (1) servers, bench, redis-benchmark and the stall client run at nice
+# $NICE (root can lower it; elsewhere `nice` fails and NICE=0 must be used),
+# and (2) before each run the script waits up to QUIET_WAIT s (QUIET_BUDGET
+# s in all) for a 0.3 s sample in which the machine's busy CPUs are at most
+# QUIET_MAX; every JSON line records "quiet_wait_s", "busy_before" and
+# "other_cpu_s" (CPU used during the run by anything but the server and the
+# load generator). bench/store/summarize.py turns the JSON lines into the
+# tables (medians over passes; target checks on ratios paired per pass).
 # Takes about 10-15 minutes on a 2-vCPU machine.
 # The whole script is one function, parsed before it runs: editing this
 # file while it runs cannot derail the run in progress.
@@ -61,8 +62,9 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/store
 OUT=$HERE/out
-DURATION=${DURATION:-3}
+DURATION=${DURATION:-1.5}
 WARMUP=${WARMUP:-0.5}
+REPEAT=${REPEAT:-3}
 CONNS=${CONNS:-"1 64 1000 4000"}
 ADD_EXTRA=${ADD_EXTRA:-8000}
 OPS=${OPS:-"set get add waitget"}
@@ -79,7 +81,7 @@ QUIET_MAX=${QUIET_MAX:-0.3}  # CPUs busy at most, before a run starts ...
 QUIET_WAIT=${QUIET_WAIT:-10} # ... waiting for that at most this many seconds
 QUIET_BUDGET=${QUIET_BUDGET:-240} # in all (then: no more waiting)
 QUIET_TOTAL=0
-TAG=${TAG:-$(date +%Y%m%d-%H%M%S)}
+TAG=${1:-${TAG:-$(date +%Y%m%d-%H%M%S)}}   # run.sh [TAG]
 PY=/usr/bin/python3   # the interpreter that sees Debian's python3-torch
 STORE=$OUT/uvccl-store   # a snapshot of build/bin/uvccl-store, see below
 BARE=$OUT/bare_epoll
@@ -186,16 +188,16 @@ proc_ticks() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{print $12+$13}
 child_ticks() { sed 's/.*) //' "/proc/$$/stat" | awk '{print $14+$15}'; }
 now_s() { date +%s.%N; }
 
-# Waits (at most QUIET_WAIT s) for a 0.5 s sample with at most QUIET_MAX
+# Waits (at most QUIET_WAIT s) for a 0.3 s sample with at most QUIET_MAX
 # CPUs busy; sets QUIET_WAITED (s) and BUSY_BEFORE (CPUs busy, last sample).
 wait_quiet() {
   local t0 a b
   t0=$(now_s)
   while :; do
     a=$(machine_busy)
-    sleep 0.5
+    sleep 0.3
     b=$(machine_busy)
-    BUSY_BEFORE=$(awk -v d="$((b - a))" -v hz="$HZ" 'BEGIN{printf "%.2f", d/hz/0.5}')
+    BUSY_BEFORE=$(awk -v d="$((b - a))" -v hz="$HZ" 'BEGIN{printf "%.2f", d/hz/0.3}')
     QUIET_WAITED=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN{printf "%.1f", b-a}')
     if awk -v x="$BUSY_BEFORE" -v m="$QUIET_MAX" -v w="$QUIET_WAITED" \
          -v mw="$QUIET_WAIT" -v tot="$QUIET_TOTAL" -v bud="$QUIET_BUDGET" \
@@ -228,9 +230,9 @@ bench_run() {
     -v c="$((c1 - c0))" -v hz="$HZ" 'BEGIN{printf "%.2f", (m-s-c)/hz}')
   wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
   if [ -n "$line" ]; then
-    line="{\"test\":\"$test\",\"rc\":$rc,\"wall_s\":$wall,\"other_cpu_s\":$other,\"quiet_wait_s\":$QUIET_WAITED,\"busy_before\":$BUSY_BEFORE,${line#\{}"
+    line="{\"test\":\"$test\",\"rc\":$rc,\"wall_s\":$wall,\"other_cpu_s\":$other,\"rep\":${REP:-1},\"quiet_wait_s\":$QUIET_WAITED,\"busy_before\":$BUSY_BEFORE,${line#\{}"
   else
-    line="{\"test\":\"$test\",\"server\":\"$server\",\"dialect\":\"$dialect\",\"op\":\"$op\",\"connections\":$conns,\"rc\":$rc,\"failed\":true,\"wall_s\":$wall,\"other_cpu_s\":$other,\"quiet_wait_s\":$QUIET_WAITED,\"busy_before\":$BUSY_BEFORE,\"stderr\":$(tail -n 3 "$err" | $PY -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+    line="{\"test\":\"$test\",\"server\":\"$server\",\"dialect\":\"$dialect\",\"op\":\"$op\",\"connections\":$conns,\"rc\":$rc,\"rep\":${REP:-1},\"failed\":true,\"wall_s\":$wall,\"other_cpu_s\":$other,\"quiet_wait_s\":$QUIET_WAITED,\"busy_before\":$BUSY_BEFORE,\"stderr\":$(tail -n 3 "$err" | $PY -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
   fi
   echo "$line" >> "$JSON"
   if [ -s "$err" ]; then
@@ -301,15 +303,22 @@ if has_step load; then
   start_uvccl ""; U_PID=$SRV_PID; U_PORT=$SRV_PORT
   start_torch ""; T_PID=$SRV_PID; T_PORT=$SRV_PORT
   start_bare "";  B_PID=$SRV_PID; B_PORT=$SRV_PORT
-  for op in $OPS; do
-    list=$CONNS
-    [ "$op" = add ] && [ -n "$ADD_EXTRA" ] && list="$list $ADD_EXTRA"
-    for c in $list; do
-      bench_run load uvccl "$U_PID" "$U_PORT" legacy "$op" "$c"
-      bench_run load uvccl "$U_PID" "$U_PORT" modern "$op" "$c"
-      bench_run load torch-1.13 "$T_PID" "$T_PORT" legacy "$op" "$c"
-      bench_run load bare-epoll "$B_PID" "$B_PORT" legacy "$op" "$c"
-      bench_run load bare-epoll "$B_PID" "$B_PORT" modern "$op" "$c"
+  specs=("uvccl $U_PID $U_PORT legacy" "uvccl $U_PID $U_PORT modern"
+         "torch-1.13 $T_PID $T_PORT legacy"
+         "bare-epoll $B_PID $B_PORT legacy" "bare-epoll $B_PID $B_PORT modern")
+  for rep in $(seq "$REPEAT"); do
+    log "# pass $rep of $REPEAT"
+    for op in $OPS; do
+      list=$CONNS
+      [ "$op" = add ] && [ -n "$ADD_EXTRA" ] && list="$list $ADD_EXTRA"
+      for c in $list; do
+        # every server in turn; the order rotates from pass to pass
+        for k in $(seq 0 $((${#specs[@]} - 1))); do
+          # shellcheck disable=SC2086
+          set -- ${specs[$(((k + rep - 1) % ${#specs[@]}))]}
+          REP=$rep bench_run load "$1" "$2" "$3" "$4" "$op" "$c"
+        done
+      done
     done
   done
   stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"
@@ -365,22 +374,23 @@ fi
 # stall_case NAME DIALECT VARIANT: a fresh server of kind NAME; ADD at 64
 # connections with one more client stalling mid-request.
 stall_case() {
-  local name=$1 dialect=$2 variant=$3 spid hold args=() sargs=()
+  local name=$1 dialect=$2 variant=$3 spid args=() sargs=()
   case $name in
     uvccl) start_uvccl "-stall" ;;
     torch-1.13) start_torch "-stall" ;;
   esac
+  # The stall runs last 3 s after a 0.5 s warm-up, whatever DURATION is.
+  args=(--duration 3 --warmup 0.5)
   case $variant in
     none)
-      bench_run stall-none "$name" "$SRV_PID" "$SRV_PORT" "$dialect" add 64
+      bench_run stall-none "$name" "$SRV_PID" "$SRV_PORT" "$dialect" add 64 "${args[@]}"
       stop_server "$SRV_PID"
       return ;;
     2s)
       sargs=(--delay 1.0 --hold 2.0 --finish) ;;
     forever)
-      hold=$(awk -v w="$WARMUP" -v d="$DURATION" 'BEGIN{print w+d+2}')
-      sargs=(--delay 1.0 --hold "$hold")
-      args=(--timeout 1000) ;;
+      sargs=(--delay 1.0 --hold 5.5)
+      args+=(--timeout 1000) ;;
   esac
   # The stall client connects at once, and sends its lone opcode byte 1 s
   # later: after bench has connected (a stalled 1.13 server accepts no one)
