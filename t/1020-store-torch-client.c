@@ -29,168 +29,29 @@
 #define NADDERS 8
 #define NADDS 100
 
-/* ---- child processes ----------------------------------------------------- */
+#include "child.h"
 
-typedef struct {
-  pid_t pid;
-  int fd;       /* its stdout and stderr */
-  char *buf;    /* everything it printed; lines NUL-separated after finish */
-  size_t len;
-  int status;   /* exit code, or 128 + signal */
-} child_t;
-
-#define MAX_CHILDREN 32
-static pid_t live[MAX_CHILDREN];
-
-static void live_add(pid_t p) {
-  int i;
-  for (i = 0; i < MAX_CHILDREN; i++)
-    if (live[i] == 0) {
-      live[i] = p;
-      return;
-    }
-}
-
-static void live_del(pid_t p) {
-  int i;
-  for (i = 0; i < MAX_CHILDREN; i++)
-    if (live[i] == p) live[i] = 0;
-}
-
-/* At exit (a failed tap_require included) no child outlives the test; a
- * child also gets SIGKILL if the test dies (PR_SET_PDEATHSIG), and the
- * helper has its own alarm. */
-static void kill_children(void) {
-  int i;
-  for (i = 0; i < MAX_CHILDREN; i++)
-    if (live[i] > 0) {
-      kill(live[i], SIGKILL);
-      waitpid(live[i], NULL, 0);
-      live[i] = 0;
-    }
-}
-
-/* Starts python3 HELPER PORT args... with its output on a pipe. */
-static int spawn_py(child_t *ch, int port, const char *const *args) {
-  const char *argv[16];
+/* Starts the Python helper with the server's port and args... */
+static int spawn_helper(child_t *ch, int port, const char *const *args) {
+  const char *argv[14];
   char portbuf[16];
-  int n = 0, fds[2];
-  pid_t parent = getpid(), p;
-
-  memset(ch, 0, sizeof(*ch));
-  ch->fd = -1;
+  int n = 0;
   snprintf(portbuf, sizeof(portbuf), "%d", port);
-  argv[n++] = PY;
-  argv[n++] = HELPER;
   argv[n++] = portbuf;
-  while (*args && n < 15) argv[n++] = *args++;
+  while (*args && n < 13) argv[n++] = *args++;
   argv[n] = NULL;
-  if (pipe2(fds, O_CLOEXEC) != 0) return -errno;
-  fflush(stdout);
-  p = fork();
-  if (p < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return -errno;
-  }
-  if (p == 0) {
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    execv(PY, (char *const *)argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  ch->pid = p;
-  ch->fd = fds[0];
-  live_add(p);
-  return 0;
-}
-
-/* Reads the child's output to the end and reaps it. */
-static int finish(child_t *ch) {
-  size_t cap = 4096;
-  ssize_t r;
-  int st = 0;
-  ch->buf = malloc(cap);
-  ch->len = 0;
-  for (;;) {
-    if (ch->len + 1 >= cap) ch->buf = realloc(ch->buf, cap *= 2);
-    r = read(ch->fd, ch->buf + ch->len, cap - ch->len - 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    ch->len += (size_t)r;
-  }
-  ch->buf[ch->len] = '\0';
-  close(ch->fd);
-  ch->fd = -1;
-  while (waitpid(ch->pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  live_del(ch->pid);
-  ch->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return ch->status;
-}
-
-/* The value of the line "name=value", or NULL. */
-static const char *field(const child_t *ch, const char *name) {
-  size_t nl = strlen(name);
-  const char *p = ch->buf, *end = ch->buf + ch->len;
-  static char val[4096];
-  while (p < end) {
-    const char *eol = memchr(p, '\n', (size_t)(end - p));
-    size_t ll = eol ? (size_t)(eol - p) : (size_t)(end - p);
-    if (ll > nl && strncmp(p, name, nl) == 0 && p[nl] == '=') {
-      size_t vl = ll - nl - 1;
-      if (vl >= sizeof(val)) vl = sizeof(val) - 1;
-      memcpy(val, p + nl + 1, vl);
-      val[vl] = '\0';
-      return val;
-    }
-    p += ll + 1;
-  }
-  return NULL;
-}
-
-/* Prints the child's output as diagnostics. */
-static void dump(const child_t *ch, const char *what) {
-  const char *p = ch->buf, *end = ch->buf + ch->len;
-  note("output of %s (exit %d):", what, ch->status);
-  while (p < end) {
-    const char *eol = memchr(p, '\n', (size_t)(end - p));
-    size_t ll = eol ? (size_t)(eol - p) : (size_t)(end - p);
-    note("  %.*s", (int)(ll > 300 ? 300 : ll), p);
-    p += ll + 1;
-  }
+  return spawn_py(ch, HELPER, argv, 0);
 }
 
 /* Runs one helper to the end; its exit status and "done" are asserted. */
 static void run_py(child_t *ch, int port, const char *what,
                    const char *const *args) {
   int ok1;
-  tap_require(spawn_py(ch, port, args) == 0, "%s: started", what);
+  tap_require(spawn_helper(ch, port, args) == 0, "%s: started", what);
   finish(ch);
   ok1 = is_int(ch->status, 0, "%s: python exits 0", what);
   ok1 &= ok(field(ch, "done") != NULL, "%s: python ran to the end", what);
   if (!ok1) dump(ch, what);
-}
-
-static void child_free(child_t *ch) {
-  free(ch->buf);
-  ch->buf = NULL;
-}
-
-static void hex(char *dst, const void *src, size_t n) {
-  static const char d[] = "0123456789abcdef";
-  const unsigned char *s = src;
-  size_t i;
-  for (i = 0; i < n; i++) {
-    dst[2 * i] = d[s[i] >> 4];
-    dst[2 * i + 1] = d[s[i] & 15];
-  }
-  dst[2 * n] = '\0';
 }
 
 /* Compares a "name=hex" field with bytes. */
@@ -214,11 +75,6 @@ static long unhex_long(const char *h) {
   }
   txt[n] = '\0';
   return strtol(txt, NULL, 10);
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
 }
 
 /* The values the Python helper uses (see big_value and BINARY there). */
@@ -485,11 +341,11 @@ static void blocking_get(void) {
   const char *ga[] = {"getwait", "late", "60", NULL};
   const char *sa[] = {"setlater", "late", "released", "0.5", NULL};
   int ok1;
-  tap_require(spawn_py(&getter, srv_port, ga) == 0, "getter started");
+  tap_require(spawn_helper(&getter, srv_port, ga) == 0, "getter started");
   /* Start the setter only once the getter's WAIT is registered, so the
    * get really blocks however slowly Python starts. */
   ok1 = ok(poll_waiting(1), "the getter's get waits on the server");
-  tap_require(spawn_py(&setter, srv_port, sa) == 0, "setter started");
+  tap_require(spawn_helper(&setter, srv_port, sa) == 0, "setter started");
   finish(&setter);
   finish(&getter);
   if (!is_int(setter.status, 0, "setter exits 0")) dump(&setter, "setter");
@@ -546,7 +402,7 @@ static void parallel_adders(void) {
   int64_t v = 0;
 
   for (i = 0; i < NADDERS; i++)
-    tap_require(spawn_py(&ch[i], srv_port, a) == 0, "adder %d started", i);
+    tap_require(spawn_helper(&ch[i], srv_port, a) == 0, "adder %d started", i);
   open_client(&s, UVCCL_DIALECT_LEGACY);
   /* Release them together once all are connected and waiting. */
   for (i = 0; i < 1500 && v < NADDERS; i++) { /* 90 s */
@@ -601,8 +457,8 @@ static void process_group(void) {
   const char *a0[] = {"pg", "0", "2", NULL};
   const char *a1[] = {"pg", "1", "2", NULL};
   int i;
-  tap_require(spawn_py(&ch[0], srv_port, a0) == 0, "rank 0 started");
-  tap_require(spawn_py(&ch[1], srv_port, a1) == 0, "rank 1 started");
+  tap_require(spawn_helper(&ch[0], srv_port, a0) == 0, "rank 0 started");
+  tap_require(spawn_helper(&ch[1], srv_port, a1) == 0, "rank 1 started");
   for (i = 0; i < 2; i++) {
     char r[16];
     finish(&ch[i]);

@@ -8,7 +8,7 @@ need=""
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v prove >/dev/null 2>&1 || need="$need perl"
 # The real PyTorch client and server for the interoperability tests.
-/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need="$need python3-torch"
+[ -f /usr/lib/python3/dist-packages/torch/__init__.py ] || need="$need python3-torch"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v clang >/dev/null 2>&1 || need="$need clang"

@@ -731,8 +731,8 @@ static void client_start_connect(client_t *c) {
 
 /* ---- the store interface ----------------------------------------------------------- */
 
-int uvccl__tcp_store_submit(uvccl_store_t *s, uvccl_work_t *w,
-                            const uvccl__store_req_t *q, uvccl_work_cb cb) {
+static int tcp_submit(uvccl_store_t *s, uvccl_work_t *w,
+                      const uvccl__store_req_t *q, uvccl_work_cb cb) {
   client_t *c = s->impl_;
   uvccl__obuf_t b = {0}, b2 = {0};
   uvccl__store_req_t wq = {0};
@@ -824,7 +824,7 @@ static void client_close(uvccl_store_t *s) {
   uv_close((uv_handle_t *)&c->retry, tcp_closed);
 }
 
-static const struct uvccl__store_vtable tcp_vtable = {uvccl__tcp_store_submit,
+static const struct uvccl__store_vtable tcp_vtable = {tcp_submit,
                                                       client_close};
 
 int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,

@@ -236,20 +236,17 @@ static int hash_submit(uvccl_store_t *s, uvccl_work_t *w,
     w->result = 0;
     break;
   case UVCCL__OP_GET:
-    return hash_block(hs, w, q->op, &q->key, 1) == 0
-               ? 0
-               : (uvccl__work_complete(w, UV_ENOMEM), 0);
   case UVCCL__OP_WAIT:
   case UVCCL__OP_MULTI_GET:
-    return hash_block(hs, w, q->op, q->keys, q->nkeys) == 0
-               ? 0
-               : (uvccl__work_complete(w, UV_ENOMEM), 0);
   case UVCCL__OP_QUEUE_POP:
-    if (q->block)
-      return hash_block(hs, w, q->op, &q->key, 1) == 0
-                 ? 0
-                 : (uvccl__work_complete(w, UV_ENOMEM), 0);
-    blocked_answer(hs, w, q->op, &q->key, &klen, 1);
+    if (q->op == UVCCL__OP_QUEUE_POP && !q->block) {
+      blocked_answer(hs, w, q->op, &q->key, &klen, 1);
+      return 0;
+    }
+    /* The work has started: a failure to register is reported through it. */
+    r = q->key != NULL ? hash_block(hs, w, q->op, &q->key, 1)
+                       : hash_block(hs, w, q->op, q->keys, q->nkeys);
+    if (r != 0) uvccl__work_complete(w, r);
     return 0;
   default:
     r = UVCCL_ENOTSUP;

@@ -75,8 +75,5 @@ int uvccl__work_set_values(uvccl_work_t *work, size_t n);
 int uvccl__work_set_nth(uvccl_work_t *work, size_t i, const void *p,
                         size_t len);
 
-/* Stores */
-int uvccl__tcp_store_submit(uvccl_store_t *store, uvccl_work_t *work,
-                            const uvccl__store_req_t *req, uvccl_work_cb cb);
 
 #endif
