@@ -143,6 +143,9 @@ struct uvccl_work_s {
   size_t value_len;
   uvccl_buf_t *values;  /* multi_get, list_keys: owned by the work */
   size_t nvalues;
+  /* in: per-operation timeout of collectives and point-to-point
+   * operations; 0 = the group's. Left as set. */
+  uint64_t timeout_ms;
   /* private */
   uv_loop_t *loop_;
   uvccl_work_cb cb_;
@@ -436,6 +439,313 @@ UVCCL_EXTERN int uvccl_prefix_store_init(uvccl_store_t *store,
  * to close removes the file (as PyTorch); <= 0: the file stays. */
 UVCCL_EXTERN int uvccl_file_store_init(uv_loop_t *loop, uvccl_store_t *store,
                                        const char *path, int world_size);
+
+
+/* ------------------------------------------------------------------------ */
+/* Data types and reduction operations                                      */
+
+typedef enum {
+  UVCCL_INT8 = 0,
+  UVCCL_UINT8,
+  UVCCL_BOOL,       /* one byte, 0 or 1 */
+  UVCCL_INT32,
+  UVCCL_INT64,
+  UVCCL_FLOAT16,    /* IEEE half; reduced in float32, rounded once */
+  UVCCL_BFLOAT16,   /* reduced in float32, rounded to nearest even */
+  UVCCL_FLOAT32,
+  UVCCL_FLOAT64,
+  UVCCL_COMPLEX64,  /* pairs of float32 (SUM, AVG, PREMUL_SUM only) */
+  UVCCL_COMPLEX128, /* pairs of float64 (SUM, AVG, PREMUL_SUM only) */
+  UVCCL_DTYPE_COUNT
+} uvccl_dtype_t;
+
+/* c10d's ReduceOp. Booleans: SUM and MAX are OR, PRODUCT and MIN are AND.
+ * AVG divides the sum by the group size (integers: truncating, as NCCL).
+ * PREMUL_SUM needs a factor: see uvccl_pg_premul_sum(). Bitwise ops are
+ * for integers and bool only. */
+typedef enum {
+  UVCCL_SUM = 0,
+  UVCCL_AVG,
+  UVCCL_PRODUCT,
+  UVCCL_MIN,
+  UVCCL_MAX,
+  UVCCL_BAND,
+  UVCCL_BOR,
+  UVCCL_BXOR,
+  UVCCL_PREMUL_SUM,
+  UVCCL_REDOP_COUNT
+} uvccl_redop_t;
+
+/* Bytes per element (0 for an invalid dtype). */
+UVCCL_EXTERN size_t uvccl_dtype_size(uvccl_dtype_t dtype);
+/* "float32", "bfloat16", ...; NULL for an invalid value. */
+UVCCL_EXTERN const char *uvccl_dtype_name(uvccl_dtype_t dtype);
+UVCCL_EXTERN const char *uvccl_redop_name(uvccl_redop_t op);
+/* Parse a name (as above; also "float", "double", "half", "int", "long",
+ * "bf16", "fp16", "fp32", "fp64", "prod", "avg", ...). 0 or UV_EINVAL. */
+UVCCL_EXTERN int uvccl_dtype_from_name(const char *name, uvccl_dtype_t *out);
+UVCCL_EXTERN int uvccl_redop_from_name(const char *name, uvccl_redop_t *out);
+/* 0 if op applies to dtype, else UV_EINVAL (bitwise on floats, AVG on
+ * bool, MIN/MAX/PRODUCT/bitwise on complex, PREMUL_SUM on integers). */
+UVCCL_EXTERN int uvccl_redop_check(uvccl_redop_t op, uvccl_dtype_t dtype);
+/* The reduction kernels the collectives use, exposed for tests and
+ * benchmarks: dst[i] = dst[i] op src[i] for count elements. AVG and
+ * PREMUL_SUM reduce as SUM here (the scaling happens once, at the end of a
+ * collective). Returns 0 or UV_EINVAL. */
+UVCCL_EXTERN int uvccl_reduce_local(void *dst, const void *src, size_t count,
+                                    uvccl_dtype_t dtype, uvccl_redop_t op);
+/* buf[i] *= factor (floats, complex), or buf[i] /= divisor for AVG on
+ * integers when factor is 1/divisor: see uvccl_scale_local. */
+UVCCL_EXTERN int uvccl_scale_local(void *buf, size_t count,
+                                   uvccl_dtype_t dtype, double factor);
+/* buf[i] /= divisor, truncating for integers. */
+UVCCL_EXTERN int uvccl_divide_local(void *buf, size_t count,
+                                    uvccl_dtype_t dtype, int64_t divisor);
+
+/* ------------------------------------------------------------------------ */
+/* Process groups (CPU, over TCP)                                           */
+
+/* A group of ranks that run collectives together. The world group is made
+ * from a store (or a URL); subgroups are made from a group and share its
+ * connections. Every collective returns a work object whose callback runs
+ * on the group's loop. Operations on one group must be started in the same
+ * order on every rank (as c10d requires); operations on different groups
+ * and point-to-point operations may interleave freely.
+ *
+ * Buffers are counted in elements of dtype (point-to-point and byte
+ * collectives count bytes). Send and receive buffers must stay valid and
+ * unmodified until the work completes; sendbuf == recvbuf means in place. */
+typedef struct uvccl_pg_s uvccl_pg_t;
+typedef void (*uvccl_pg_close_cb)(uvccl_pg_t *pg);
+
+#define UVCCL_PG_DEFAULT_TIMEOUT_MS 1800000 /* 30 min, as c10d */
+#define UVCCL_ANY_SOURCE (-1)
+
+typedef struct {
+  int rank;                 /* this process's rank, 0 <= rank < size */
+  int size;                 /* world size */
+  uint64_t timeout_ms;      /* default per-operation timeout, also the
+                               creation deadline; 0 = 30 min */
+  const char *prefix;       /* store key prefix; NULL = "uvccl/default" */
+  /* Which address peers reach this rank on. host: an address or name to
+   * bind and advertise. Else ifname, in NCCL's syntax ("eth0", "eth",
+   * "^docker,lo", "=eth0"), else $UVCCL_SOCKET_IFNAME, else the interface
+   * that routes to the store's host (loopback only when the store is on
+   * loopback: loopback is never advertised to another host). */
+  const char *host;
+  const char *ifname;
+  int family;               /* AF_UNSPEC (0), AF_INET or AF_INET6 */
+  /* Spin this long (microseconds) polling for I/O before the loop sleeps
+   * while collectives are in flight; 0 = $UVCCL_BUSY_POLL_US, else off.
+   * UINT32_MAX forces off. */
+  uint32_t busy_poll_us;
+  /* Algorithm thresholds (bytes); 0 = defaults. */
+  size_t small_max;         /* allreduce/reduce_scatter: latency algorithms
+                               at or below this */
+  size_t segment;           /* pipelining segment for large messages */
+} uvccl_pg_options_t;
+
+struct uvccl_pg_s {
+  /* public */
+  void *data;
+  /* read-only */
+  uv_loop_t *loop;
+  int rank;                 /* in this group; -1 when not a member */
+  int size;
+  /* private */
+  void *impl_;
+};
+
+/* Creates the world group over store (which must outlive creation only:
+ * the group does not use it afterwards). Each rank listens, publishes its
+ * address in the store, connects to every other rank (full mesh, with
+ * retry and backoff), then waits on a store-based barrier. The work
+ * completes when the group is ready (or failed; then destroy it). */
+UVCCL_EXTERN int uvccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg,
+                               uvccl_store_t *store,
+                               const uvccl_pg_options_t *opts,
+                               uvccl_work_t *work, uvccl_work_cb cb);
+/* As uvccl_pg_init from a URL:
+ *  - "env://": MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (torchrun), or
+ *    OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/PMI_SIZE, or
+ *    SLURM_PROCID/SLURM_NTASKS (srun). Rank 0 hosts the store server.
+ *  - "tcp://HOST:PORT": a store server at HOST:PORT (rank 0 starts one
+ *    there if none answers and HOST is local).
+ *  - "file://PATH": a file store.
+ * opts->rank/size override the environment when size > 0. The group owns
+ * the store (and server) it made; they close with the group. */
+UVCCL_EXTERN int uvccl_pg_init_url(uv_loop_t *loop, uvccl_pg_t *pg,
+                                   const char *url,
+                                   const uvccl_pg_options_t *opts,
+                                   uvccl_work_t *work, uvccl_work_cb cb);
+/* Destroys a group: pending work fails with UV_ECANCELED, connections are
+ * closed cleanly (half-close, drain, close; never a reset) once no other
+ * group uses them; then cb (may be NULL). The memory may be freed in cb.
+ * Destroy subgroups before their parent... or not: a parent's connections
+ * live until the last group using them is destroyed. */
+UVCCL_EXTERN void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb);
+/* Fails every pending work of the group (and of every group sharing its
+ * connections) with UVCCL_EABORTED at once; the group is unusable after
+ * (destroy it). */
+UVCCL_EXTERN void uvccl_pg_abort(uvccl_pg_t *pg, const char *reason);
+
+/* Subgroup with the given parent ranks (in that order: group rank i is
+ * parent rank ranks[i]). Every rank of the parent must call it, in the
+ * same order. A non-member gets UVCCL_ENOTMEMBER (and pg->rank == -1;
+ * nothing to destroy). No store, no new sockets: returns 0 and the group
+ * is usable at once. tag (may be NULL): find-or-create, the same tag and
+ * ranks give the existing group (then *pg becomes another handle of it,
+ * destroyed separately). */
+UVCCL_EXTERN int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg,
+                                    const int *ranks, int nranks,
+                                    const char *tag);
+/* c10d's split: ranks with the same color form a group, ordered by key
+ * (ties by parent rank); color < 0 joins none (the work completes with
+ * UVCCL_ENOTMEMBER). Collective over the parent (an allgather). */
+UVCCL_EXTERN int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg,
+                                int color, int key, uvccl_work_t *work,
+                                uvccl_work_cb cb);
+/* Rank translation: -1 if not in the group. */
+UVCCL_EXTERN int uvccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank);
+UVCCL_EXTERN int uvccl_pg_group_rank(const uvccl_pg_t *pg, int global_rank);
+/* "host:port" the rank is reached at ("[v6]:port"), for messages. */
+UVCCL_EXTERN const char *uvccl_pg_peer_address(const uvccl_pg_t *pg,
+                                               int group_rank);
+UVCCL_EXTERN void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
+UVCCL_EXTERN void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
+/* A PREMUL_SUM with this factor: *op is an operation id valid in this
+ * group for the group's lifetime (as ncclRedOpCreatePreMulSum). */
+UVCCL_EXTERN int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor,
+                                     uvccl_redop_t *op);
+
+/* ---- Collectives. Common errors at the call: UV_EINVAL (bad buffer,
+ * count, root, dtype, op/dtype mismatch), UVCCL_EBUSY, UVCCL_ECLOSING,
+ * UVCCL_EPEER (a peer already failed). In the callback: UVCCL_EPEER (the
+ * message names the peer rank and address), UV_ETIMEDOUT, UVCCL_EABORTED,
+ * UV_ECANCELED. */
+
+UVCCL_EXTERN int uvccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 void *buf, size_t count,
+                                 uvccl_dtype_t dtype, int root,
+                                 uvccl_work_cb cb);
+UVCCL_EXTERN int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 const void *sendbuf, void *recvbuf,
+                                 size_t count, uvccl_dtype_t dtype,
+                                 uvccl_redop_t op, uvccl_work_cb cb);
+/* Many buffers (lengths in bytes, multiples of the element size), reduced
+ * in place as one operation. */
+UVCCL_EXTERN int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
+                                           const uvccl_buf_t *bufs,
+                                           size_t nbufs, uvccl_dtype_t dtype,
+                                           uvccl_redop_t op, uvccl_work_cb cb);
+/* recvbuf is used at root only (may be NULL elsewhere). */
+UVCCL_EXTERN int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work,
+                              const void *sendbuf, void *recvbuf,
+                              size_t count, uvccl_dtype_t dtype,
+                              uvccl_redop_t op, int root, uvccl_work_cb cb);
+/* recvbuf holds size * count elements, rank i's at i * count. */
+UVCCL_EXTERN int uvccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 const void *sendbuf, void *recvbuf,
+                                 size_t count, uvccl_dtype_t dtype,
+                                 uvccl_work_cb cb);
+/* Uneven: rank i contributes recvcounts[i] elements (sendcount must equal
+ * recvcounts[rank]); recvbufs[i] receives them (a list, or pointers into
+ * one buffer). */
+UVCCL_EXTERN int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                  const void *sendbuf, size_t sendcount,
+                                  void *const *recvbufs,
+                                  const size_t *recvcounts,
+                                  uvccl_dtype_t dtype, uvccl_work_cb cb);
+/* recvbuf (size * count elements) at root only. */
+UVCCL_EXTERN int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work,
+                              const void *sendbuf, void *recvbuf,
+                              size_t count, uvccl_dtype_t dtype, int root,
+                              uvccl_work_cb cb);
+/* sendbuf (size * count elements) at root only. */
+UVCCL_EXTERN int uvccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
+                               const void *sendbuf, void *recvbuf,
+                               size_t count, uvccl_dtype_t dtype, int root,
+                               uvccl_work_cb cb);
+/* sendbuf: size * count elements; recvbuf gets the reduction of block
+ * `rank` (count elements). */
+UVCCL_EXTERN int uvccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
+                                      const void *sendbuf, void *recvbuf,
+                                      size_t count, uvccl_dtype_t dtype,
+                                      uvccl_redop_t op, uvccl_work_cb cb);
+/* Uneven: block i has recvcounts[i] elements, blocks contiguous. */
+UVCCL_EXTERN int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                       const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts,
+                                       uvccl_dtype_t dtype, uvccl_redop_t op,
+                                       uvccl_work_cb cb);
+/* count elements to and from every rank; blocks contiguous, in rank
+ * order. Not in place. */
+UVCCL_EXTERN int uvccl_alltoall(uvccl_pg_t *pg, uvccl_work_t *work,
+                                const void *sendbuf, void *recvbuf,
+                                size_t count, uvccl_dtype_t dtype,
+                                uvccl_work_cb cb);
+/* Split sizes (c10d's all_to_all_single): sendcounts[i] elements go to
+ * rank i, recvcounts[i] come from it; blocks contiguous in rank order. */
+UVCCL_EXTERN int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 const void *sendbuf,
+                                 const size_t *sendcounts, void *recvbuf,
+                                 const size_t *recvcounts,
+                                 uvccl_dtype_t dtype, uvccl_work_cb cb);
+/* Completes once every rank has started it, and after every operation
+ * started earlier on this group has completed here. */
+UVCCL_EXTERN int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work,
+                               uvccl_work_cb cb);
+/* c10d's monitored_barrier: rank 0 collects every rank within the timeout
+ * (work->timeout_ms, else the group's); on failure its message names the
+ * rank that did not arrive (all of them with wait_all). */
+UVCCL_EXTERN int uvccl_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work,
+                                         int wait_all, uvccl_work_cb cb);
+
+/* ---- Point to point (bytes). Messages from one rank with one tag arrive
+ * in the order they were sent. recv: len is the capacity; the message may
+ * be shorter (work->value_len = its length) but not longer (UVCCL_ELIMIT).
+ * src may be UVCCL_ANY_SOURCE; work->result = the sender's group rank. */
+UVCCL_EXTERN int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work,
+                            const void *buf, size_t len, int dst, int tag,
+                            uvccl_work_cb cb);
+UVCCL_EXTERN int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
+                            size_t len, int src, int tag, uvccl_work_cb cb);
+
+typedef struct {
+  int is_send;
+  void *buf;
+  size_t len;
+  int peer;                 /* recv: may be UVCCL_ANY_SOURCE */
+  int tag;
+  size_t received;          /* out (recv) */
+  int source;               /* out (recv) */
+} uvccl_p2p_op_t;
+
+/* c10d's batch_isend_irecv: every op started at once, one work. ops must
+ * stay valid until it completes. */
+UVCCL_EXTERN int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 uvccl_p2p_op_t *ops, size_t nops,
+                                 uvccl_work_cb cb);
+
+/* ---- Byte payloads of different lengths (the C side of c10d's object
+ * collectives). Results are owned by the work (uvccl_work_cleanup). */
+/* Root's bytes arrive in work->value / value_len everywhere (root too). */
+UVCCL_EXTERN int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                                       const void *buf, size_t len, int root,
+                                       uvccl_work_cb cb);
+/* work->values[i] is rank i's bytes (nvalues == size). */
+UVCCL_EXTERN int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                                       const void *buf, size_t len,
+                                       uvccl_work_cb cb);
+/* At root, work->values[i] is rank i's bytes; elsewhere nothing. */
+UVCCL_EXTERN int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                                    const void *buf, size_t len, int root,
+                                    uvccl_work_cb cb);
+/* Root passes size buffers (others NULL, 0); each rank's bytes arrive in
+ * work->value. */
+UVCCL_EXTERN int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                                     const uvccl_buf_t *bufs, size_t nbufs,
+                                     int root, uvccl_work_cb cb);
 
 #ifdef __cplusplus
 }

@@ -887,3 +887,12 @@ int uvccl_tcp_store_connect(uvccl_store_t *s, uvccl_work_t *w,
   if (c->state == ST_IDLE) client_start_connect(c);
   return 0;
 }
+
+/* The server host of a TCP store (through prefix stores), or NULL. */
+const char *uvccl__store_host(const uvccl_store_t *s) {
+  while (s != NULL && s->type == UVCCL_STORE_PREFIX)
+    s = uvccl__prefix_store_base(s);
+  if (s == NULL || s->type != UVCCL_STORE_TCP || s->impl_ == NULL)
+    return NULL;
+  return ((const client_t *)s->impl_)->host;
+}

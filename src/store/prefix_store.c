@@ -148,3 +148,7 @@ int uvccl_prefix_store_init(uvccl_store_t *s, const char *prefix,
   s->timeout_ms_ = base->timeout_ms_;
   return 0;
 }
+
+const uvccl_store_t *uvccl__prefix_store_base(const uvccl_store_t *s) {
+  return s->impl_ ? ((const prefix_store_t *)s->impl_)->base : NULL;
+}

@@ -1,0 +1,359 @@
+/* CPU process groups: internals shared by the transport (net.c), the
+ * schedule executor (sched.c), the group API (pg.c) and the algorithms.
+ * Not installed.
+ *
+ * The model. A world group owns a "net": one listening socket and one TCP
+ * connection to every other rank (full mesh). Subgroups share their
+ * parent's net; every frame names its group, so a subgroup costs no
+ * socket. Every collective is compiled into a schedule: a small DAG of
+ * sends, receives (plain or reducing) and local steps (copy, reduce,
+ * scale). The executor starts an op once the ops it depends on are done;
+ * receives are matched by (group, sequence, tag), so data that arrives
+ * before its receive is posted waits in a bounded staging area. Everything
+ * runs on the group's loop: no threads, no locks, no condition variables. */
+#ifndef UVCCL_COLL_INTERNAL_H
+#define UVCCL_COLL_INTERNAL_H
+
+#include "../loop/internal.h"
+#include "reduce.h"
+
+#include <string.h>
+
+/* ---- Wire format ----------------------------------------------------------
+ * Every frame: a 24-byte header, then len payload bytes. Little-endian
+ * (all supported hosts are; checked at compile time in net.c). */
+enum {
+  FRAME_HELLO = 1,     /* connector -> acceptor: hello_t payload */
+  FRAME_HELLO_ACK = 2, /* acceptor -> connector: empty */
+  FRAME_COLL = 3,      /* collective data: (gid, seq, tag) */
+  FRAME_P2P = 4        /* point to point: (gid, tag = user tag) */
+};
+
+#define UVCCL__FRAME_HDR 24
+#define UVCCL__HELLO_MAGIC 0x4c435655u /* "UVCL" */
+#define UVCCL__WIRE_VERSION 1
+
+typedef struct {
+  uint8_t kind;
+  uint8_t flags;
+  uint16_t reserved;
+  uint32_t gid;
+  uint32_t seq;
+  uint32_t tag;
+  uint64_t len;
+} frame_hdr_t;
+
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t from;       /* sender's world rank */
+  uint32_t to;         /* the rank it believes it reached */
+  uint64_t to_nonce;   /* the listener id the target published */
+  uint32_t world;
+  uint32_t pad;
+  char addr[64];       /* the sender's advertised "host:port" */
+} hello_t;
+
+/* ---- Forward declarations ----------------------------------------------- */
+typedef struct net_s net_t;
+typedef struct peer_s peer_t;
+typedef struct group_s group_t;
+typedef struct sched_s sched_t;
+typedef struct sop_s sop_t;
+typedef struct stage_s stage_t;
+
+/* ---- Schedules ------------------------------------------------------------ */
+typedef enum {
+  SOP_SEND = 1,   /* buf/len to peer */
+  SOP_RECV,       /* from peer into buf (len: expected; p2p: capacity) */
+  SOP_RECV_RED,   /* from peer, reduced into buf: buf = buf op in */
+  SOP_COPY,       /* memcpy(buf, src, len) */
+  SOP_REDUCE,     /* buf = buf op src (len bytes) */
+  SOP_SCALE,      /* AVG / PREMUL_SUM on buf (len bytes) */
+  SOP_CALL,       /* fn(sched, op): glue (sizes known only at run time) */
+  SOP_NOP
+} sop_type_t;
+
+enum { SOP_WAITING = 0, SOP_ACTIVE, SOP_DONE };
+
+struct sop_s {
+  uint8_t type;
+  uint8_t state;
+  uint8_t p2p;          /* frame kind P2P, tag = user tag */
+  uint8_t writing;      /* a uv_write is in flight */
+  uint32_t deps;        /* unfinished predecessors */
+  uint32_t succ_off;    /* successors: s->succ[succ_off .. +nsucc] */
+  uint32_t nsucc;
+  int peer;             /* world rank; RECV p2p: -1 = any */
+  uint32_t tag;
+  char *buf;
+  const char *src;
+  size_t len;
+  uint64_t got;         /* RECV: bytes received so far */
+  sched_t *s;
+  int (*fn)(sched_t *s, sop_t *op);
+  sop_t *next;          /* in a peer's (or group's) posted list */
+  sop_t *prev;
+  uint32_t ready_next;  /* executor's ready queue (index + 1) */
+  int source;           /* RECV: the world rank it came from */
+  uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
+  unsigned char hdr[UVCCL__FRAME_HDR];
+  uv_write_t wreq;
+};
+
+typedef struct {
+  uint32_t from;
+  uint32_t to;
+} sedge_t;
+
+struct sched_s {
+  group_t *g;
+  uvccl_work_t *w;
+  const char *name;      /* "allreduce" */
+  uint32_t seq;
+  int p2p;               /* point-to-point: no sequence, not ordered */
+  int ordered;           /* barrier: completes after earlier ops */
+  int list_waiting;      /* timeouts name the missing ranks: 1 the first,
+                            2 all (monitored_barrier) */
+  sop_t *ops;
+  uint32_t nops, opcap;
+  sedge_t *edges;
+  uint32_t nedges, edgecap;
+  uint32_t *succ;
+  uint32_t remaining;    /* ops not yet done */
+  uint32_t ready_head, ready_tail;
+  int running;           /* inside the executor loop */
+  int finished;          /* every op done */
+  int completed;         /* the work was completed (ok or not) */
+  uint32_t nwriting;     /* sends libuv still holds */
+  int status;            /* first failure */
+  uvccl_dtype_t dtype;
+  uvccl_redop_t op;
+  uvccl__reduce_fn red;
+  size_t esize;
+  double scale;          /* SOP_SCALE factor; 0 = divide by divisor */
+  int64_t divisor;
+  char *tmp;             /* scratch owned by the schedule */
+  size_t tmpcap;
+  void *user;            /* algorithm state (bytes collectives, split) */
+  int (*finish)(sched_t *s); /* runs before the work completes (ok);
+                                nonzero fails the work with that code */
+  void (*release)(sched_t *s); /* frees user */
+  sched_t *next;         /* group's pending list, in start order */
+  sched_t *prev;
+  sched_t *free_next;
+};
+
+/* ---- Staging of early arrivals -------------------------------------------- */
+struct stage_s {
+  uint8_t kind;
+  uint32_t gid, seq, tag;
+  int from;              /* world rank */
+  uint64_t len, got;
+  uint64_t arrival;
+  sop_t *claim;          /* a receive waits for the rest */
+  stage_t *next;
+  char data[];
+};
+
+/* ---- Connections ---------------------------------------------------------- */
+typedef enum {
+  RS_HDR = 0, RS_DIRECT, RS_REDUCE, RS_STAGE, RS_DISCARD
+} rstate_t;
+
+typedef enum {
+  PEER_NONE = 0,   /* no connection yet */
+  PEER_CONNECTING, /* connect or hello in progress */
+  PEER_UP,
+  PEER_DEAD,       /* failed; error in err/errmsg */
+  PEER_CLOSING
+} peer_state_t;
+
+struct peer_s {
+  net_t *net;
+  int rank;              /* world rank; -1 until an incoming hello names it */
+  peer_state_t state;
+  int outgoing;          /* we connected (we sent hello) */
+  uv_tcp_t tcp;
+  int tcp_open;          /* uv_tcp_init done, not closed */
+  uv_connect_t creq;
+  uv_timer_t retry;      /* connect backoff, close deadline */
+  int retry_open;
+  uint64_t backoff_ms;
+  struct sockaddr_storage addr;
+  char addrstr[64];
+  uint64_t nonce;        /* the target's listener id (outgoing) */
+  uv_shutdown_t sreq;
+  int shut;              /* half-closed our side */
+  int eof;               /* peer half-closed */
+  int err;
+  /* receive state machine */
+  char *rbuf;
+  size_t rcap, rlen;
+  rstate_t rstate;
+  frame_hdr_t cur;
+  uint64_t cur_got;
+  sop_t *cur_op;
+  stage_t *cur_stage;
+  int reading;
+  int paused;            /* staging over its limit */
+  /* collective receives posted for this peer, in posting order */
+  sop_t *posted_head, *posted_tail;
+  stage_t *staged_head, *staged_tail;
+  uint64_t staged_bytes;
+  unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t)];
+  uv_write_t hello_req;
+  peer_t *next_pending;  /* net's accepted-but-unnamed list */
+  int nclosing;          /* unnamed peers: handles still closing */
+};
+
+struct net_s {
+  uv_loop_t *loop;
+  int rank, size;
+  int refs;              /* groups using it */
+  uv_tcp_t listener;
+  int listener_open;
+  struct sockaddr_storage self;
+  char selfstr[64];
+  uint64_t nonce;
+  peer_t **peers;        /* by world rank; NULL for self */
+  char (*addrs)[64];     /* every rank's published address, for messages */
+  peer_t *pending;       /* accepted, hello not yet received */
+  int nup;               /* peers UP */
+  void (*mesh_cb)(net_t *net, int status); /* creation progress */
+  void *mesh_arg;
+  group_t *groups;       /* every group on this net */
+  uint64_t arrivals;     /* counter for stage/recv ordering */
+  uint64_t stage_limit;
+  /* busy polling */
+  uv_idle_t spin;
+  int spin_open;
+  uint64_t spin_until_ns;
+  uint64_t inflight;     /* schedules pending on this net */
+  int closing;
+  int nclosing;          /* handles still closing */
+  void (*closed_cb)(net_t *net);
+  void *closed_arg;
+  int aborted;
+};
+
+/* ---- Groups --------------------------------------------------------------- */
+struct group_s {
+  net_t *net;
+  uvccl_pg_t *pg;         /* the first handle (messages, callbacks) */
+  int handles;            /* handles referring to it (find-or-create) */
+  uint32_t gid;
+  int rank, size;
+  int *ranks;             /* group rank -> world rank */
+  int *inv;               /* world rank -> group rank (-1) */
+  uint32_t seq;
+  uint32_t nchildren;
+  uint64_t timeout_ms;
+  uint32_t busy_us;
+  size_t small_max;
+  size_t segment;
+  char *tag;              /* find-or-create tag */
+  sched_t *pend_head, *pend_tail; /* pending schedules, start order */
+  sop_t *p2p_head, *p2p_tail;     /* posted p2p receives */
+  double *premul;
+  int npremul;
+  int broken;             /* a collective failed mid-flight */
+  char broken_msg[160];
+  int destroying;
+  sched_t *free_scheds;
+  group_t *next;          /* net's list */
+  group_t *parent;
+  /* owned bootstrap objects (init_url) */
+  uvccl_store_t *own_store;
+  uvccl_store_server_t *own_server;
+  uvccl_pg_close_cb close_cb;
+  int nsched;             /* schedule objects alive (not cached) */
+  int closing_parts;      /* destroy: net, store, server still closing */
+  void *boot;             /* creation in progress */
+};
+
+/* Group life cycle hooks for sched.c. */
+void uvccl__group_sched_gone(group_t *g);
+
+/* ---- net.c ---------------------------------------------------------------- */
+net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size);
+/* Binds and listens on addr (port 0 = any). */
+int uvccl__net_listen(net_t *net, const struct sockaddr *addr);
+/* Connects to peer rank at addr (with retry/backoff until deadline_ms). */
+int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
+                       uint64_t nonce, uint64_t deadline_ms);
+/* Queues a frame. op->hdr is filled here. 0 or error (peer dead). */
+int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
+                    uint32_t seq);
+/* Posts a receive: matched against staged data first. May complete op
+ * synchronously (through uvccl__sched_op_done). */
+void uvccl__net_post_recv(net_t *net, sop_t *op);
+/* Unlinks a posted receive (abandon). Returns 1 if data was mid-transfer
+ * into it (the caller must break the connection). */
+int uvccl__net_unpost(net_t *net, sop_t *op);
+/* Bytes of sends to this peer not yet handed to the kernel. */
+size_t uvccl__net_queued(net_t *net, int world_rank);
+void uvccl__net_break(net_t *net, int world_rank, const char *why);
+/* Marks a peer failed: closes its connection, fails every group's work
+ * that involves it. */
+void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why);
+void uvccl__net_abort(net_t *net, int err, const char *why);
+/* Drops a group's staged frames and p2p receives (group going away). */
+void uvccl__net_forget_group(net_t *net, uint32_t gid);
+/* Starts closing when refs reaches 0: half-close, drain, close. */
+void uvccl__net_release(net_t *net, void (*cb)(net_t *net), void *arg);
+void uvccl__net_kick_spin(net_t *net);
+group_t *uvccl__net_group(net_t *net, uint32_t gid);
+const char *uvccl__net_addr(net_t *net, int world_rank);
+/* A peer usable for traffic? 0, or the error to report. */
+int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
+
+/* ---- sched.c -------------------------------------------------------------- */
+/* A fresh schedule for a collective on g (seq assigned) or p2p. */
+sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p);
+void uvccl__sched_free(sched_t *s);
+/* Builders. Return the op index. Peers are GROUP ranks here. */
+uint32_t uvccl__sop_send(sched_t *s, int grank, uint32_t tag,
+                         const void *buf, size_t len);
+uint32_t uvccl__sop_recv(sched_t *s, int grank, uint32_t tag, void *buf,
+                         size_t len);
+uint32_t uvccl__sop_recv_red(sched_t *s, int grank, uint32_t tag, void *buf,
+                             size_t len);
+uint32_t uvccl__sop_copy(sched_t *s, void *dst, const void *src,
+                         size_t len);
+uint32_t uvccl__sop_reduce(sched_t *s, void *dst, const void *src,
+                           size_t len);
+uint32_t uvccl__sop_scale(sched_t *s, void *buf, size_t len);
+uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *));
+uint32_t uvccl__sop_nop(sched_t *s);
+/* b runs after a. */
+void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
+/* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */
+void *uvccl__sched_tmp(sched_t *s, size_t len);
+/* Checks the reduce op and sets the kernel and final scaling. */
+int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op);
+/* Starts the schedule on work (work must not be pending). Returns 0 or an
+ * error (then s is freed and the callback never runs). */
+int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb);
+/* Called by the transport. */
+void uvccl__sched_op_done(sop_t *op);
+void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails every pending schedule of g (err, message). */
+void uvccl__group_fail_all(group_t *g, int err, const char *msg);
+/* Reduce n bytes of src into dst with the schedule's kernel. */
+void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
+
+/* ---- pg.c ------------------------------------------------------------------ */
+/* Common argument checks at the call: group usable, work free. */
+int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp);
+int uvccl__pg_world(const group_t *g, int grank);
+
+/* ---- tuning defaults -------------------------------------------------------- */
+#define UVCCL__SMALL_MAX (64u * 1024)
+#define UVCCL__SEGMENT (512u * 1024)
+#define UVCCL__RBUF (256u * 1024)
+#define UVCCL__STAGE_LIMIT ((uint64_t)1 << 30)
+#define UVCCL__PREMUL_BASE 0x100 /* custom PREMUL_SUM op ids */
+
+#endif

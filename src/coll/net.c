@@ -1,0 +1,1143 @@
+/* The transport of the CPU process groups: one listener per process, one
+ * TCP connection per pair of ranks, frames with a 24-byte header and no
+ * per-message handshake.
+ *
+ * Receiving. Each connection runs a small state machine over one read
+ * buffer. A header is matched at once against the receives posted for
+ * (group, sequence, tag); a plain receive then reads straight into the
+ * destination (alloc_cb hands libuv the tail of the user's buffer), a
+ * reducing receive reads into the connection's buffer and reduces whole
+ * elements as they arrive (so the reduction happens while the data is
+ * still in cache, in small steps that keep the loop responsive), and a
+ * frame nobody waits for yet is staged in memory until its receive is
+ * posted. Sending is uv_write of (header, user buffer): no copy.
+ *
+ * Shutdown never resets: both ends half-close, read until EOF, then
+ * close, so no unread data is left in a kernel buffer. */
+#include "internal.h"
+
+#include <stdio.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "uvccl's frame format assumes a little-endian host"
+#endif
+
+static void peer_start_read(peer_t *p);
+static void peer_close(peer_t *p);
+static void peer_close_tcp(peer_t *p);
+static void net_maybe_closed(net_t *net);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static void hdr_encode(unsigned char *b, const frame_hdr_t *h) {
+  memcpy(b, h, UVCCL__FRAME_HDR);
+}
+
+static void hdr_decode(frame_hdr_t *h, const unsigned char *b) {
+  memcpy(h, b, UVCCL__FRAME_HDR);
+}
+
+const char *uvccl__net_addr(net_t *net, int r) {
+  if (r < 0 || r >= net->size) return "?";
+  if (r == net->rank) return net->selfstr;
+  return net->addrs[r][0] ? net->addrs[r] : "?";
+}
+
+static void addr_fmt(const struct sockaddr *sa, char *buf, size_t len) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+    uv_ip4_name(a, ip, sizeof(ip));
+    port = ntohs(a->sin_port);
+    snprintf(buf, len, "%s:%d", ip, port);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+    uv_ip6_name(a, ip, sizeof(ip));
+    port = ntohs(a->sin6_port);
+    snprintf(buf, len, "[%s]:%d", ip, port);
+  } else {
+    snprintf(buf, len, "?");
+  }
+}
+
+group_t *uvccl__net_group(net_t *net, uint32_t gid) {
+  group_t *g;
+  for (g = net->groups; g != NULL; g = g->next)
+    if (g->gid == gid && !g->destroying) return g;
+  return NULL;
+}
+
+int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
+  peer_t *p;
+  if (net->aborted) {
+    snprintf(msg, len, "the group was aborted");
+    return UVCCL_EABORTED;
+  }
+  if (r == net->rank) return 0;
+  p = net->peers[r];
+  if (p == NULL || p->state != PEER_UP) {
+    snprintf(msg, len, "rank %d (%s) is not connected%s%s", r,
+             uvccl__net_addr(net, r), p && p->err ? ": " : "",
+             p && p->err ? uvccl_strerror(p->err) : "");
+    return UVCCL_EPEER;
+  }
+  return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
+  net_t *net = uvccl__calloc(1, sizeof(*net));
+  if (net == NULL) return NULL;
+  net->loop = loop;
+  net->rank = rank;
+  net->size = size;
+  net->peers = uvccl__calloc((size_t)size, sizeof(peer_t *));
+  net->addrs = uvccl__calloc((size_t)size, sizeof(*net->addrs));
+  if (net->peers == NULL || net->addrs == NULL) {
+    uvccl__free(net->peers);
+    uvccl__free(net->addrs);
+    uvccl__free(net);
+    return NULL;
+  }
+  if (uv_random(NULL, NULL, &net->nonce, sizeof(net->nonce), 0, NULL) != 0)
+    net->nonce = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
+  net->stage_limit = UVCCL__STAGE_LIMIT;
+  uv_idle_init(loop, &net->spin);
+  net->spin.data = net;
+  net->spin_open = 1;
+  return net;
+}
+
+static peer_t *peer_new(net_t *net, int rank) {
+  peer_t *p = uvccl__calloc(1, sizeof(*p));
+  if (p == NULL) return NULL;
+  p->net = net;
+  p->rank = rank;
+  p->rcap = UVCCL__RBUF;
+  p->rbuf = uvccl__malloc(p->rcap);
+  if (p->rbuf == NULL) {
+    uvccl__free(p);
+    return NULL;
+  }
+  uv_timer_init(net->loop, &p->retry);
+  p->retry.data = p;
+  p->retry_open = 1;
+  return p;
+}
+
+/* ---- busy polling ------------------------------------------------------------
+ * While collectives are in flight, an active idle handle makes every loop
+ * iteration poll with a zero timeout: the loop spins instead of sleeping,
+ * which saves the wake-up latency of a blocking epoll_wait. It stops after
+ * busy_us without activity, so an idle process never burns a core. */
+static uint32_t net_busy_us(net_t *net) {
+  group_t *g;
+  uint32_t us = 0;
+  for (g = net->groups; g != NULL; g = g->next)
+    if (g->busy_us > us) us = g->busy_us;
+  return us;
+}
+
+static void on_spin(uv_idle_t *h) {
+  net_t *net = h->data;
+  if (net->inflight == 0 || uv_hrtime() > net->spin_until_ns)
+    uv_idle_stop(h);
+}
+
+void uvccl__net_kick_spin(net_t *net) {
+  uint32_t us;
+  if (net->closing || net->inflight == 0) return;
+  us = net_busy_us(net);
+  if (us == 0) return;
+  net->spin_until_ns = uv_hrtime() + (uint64_t)us * 1000;
+  if (!uv_is_active((uv_handle_t *)&net->spin))
+    uv_idle_start(&net->spin, on_spin);
+}
+
+/* ---- listening and accepting ------------------------------------------------- */
+
+static void on_connection(uv_stream_t *server, int status) {
+  net_t *net = server->data;
+  peer_t *p;
+  if (status < 0) {
+    LOG_WARN("coll", "accept failed: %s", uvccl_strerror(status));
+    return;
+  }
+  p = peer_new(net, -1);
+  if (p == NULL) return;
+  uv_tcp_init(net->loop, &p->tcp);
+  p->tcp.data = p;
+  p->tcp_open = 1;
+  if (uv_accept(server, (uv_stream_t *)&p->tcp) != 0) {
+    peer_close(p);
+    return;
+  }
+  uv_tcp_nodelay(&p->tcp, 1);
+  {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&p->tcp, (struct sockaddr *)&ss, &len) == 0)
+      addr_fmt((struct sockaddr *)&ss, p->addrstr, sizeof(p->addrstr));
+  }
+  p->state = PEER_CONNECTING;
+  p->next_pending = net->pending;
+  net->pending = p;
+  peer_start_read(p);
+}
+
+int uvccl__net_listen(net_t *net, const struct sockaddr *addr) {
+  int rc, len = sizeof(net->self);
+  uv_tcp_init(net->loop, &net->listener);
+  net->listener.data = net;
+  net->listener_open = 1;
+  rc = uv_tcp_bind(&net->listener, addr, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&net->listener, 4096,
+                              on_connection);
+  if (rc == 0)
+    rc = uv_tcp_getsockname(&net->listener, (struct sockaddr *)&net->self,
+                            &len);
+  if (rc != 0) return rc;
+  addr_fmt((struct sockaddr *)&net->self, net->selfstr, sizeof(net->selfstr));
+  return 0;
+}
+
+/* ---- connecting ----------------------------------------------------------------- */
+
+static void connect_start(peer_t *p);
+
+static void on_retry_timer(uv_timer_t *t) {
+  peer_t *p = t->data;
+  if (p->net->closing || p->state != PEER_CONNECTING) return;
+  connect_start(p);
+}
+
+static void on_retry_closed(uv_handle_t *h) {
+  peer_t *p = h->data;
+  net_t *net = p->net;
+  net->nclosing--;
+  if (net->closing) {
+    net_maybe_closed(net);
+    return;
+  }
+  if (p->state == PEER_CONNECTING)
+    uv_timer_start(&p->retry, on_retry_timer, p->backoff_ms, 0);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  peer_t *p = req->data;
+  net_t *net = p->net;
+  frame_hdr_t h;
+  hello_t hello;
+  uv_buf_t b;
+  int rc;
+
+  if (net->closing || p->state != PEER_CONNECTING) return;
+  if (status < 0) {
+    /* Until the deadline, a refused or unreachable peer is one that has
+     * not started listening yet: try again with backoff (10 ms .. 1 s). */
+    if (uvccl__now_ms() < p->retry.timeout && status != UV_ECANCELED) {
+      p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 10;
+      if (p->backoff_ms > 1000) p->backoff_ms = 1000;
+      p->tcp_open = 0;
+      net->nclosing++;
+      uv_close((uv_handle_t *)&p->tcp, on_retry_closed);
+      return;
+    }
+    uvccl__net_peer_fail(net, p, status, "connect failed");
+    return;
+  }
+  uv_tcp_nodelay(&p->tcp, 1);
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_HELLO;
+  h.len = sizeof(hello);
+  memset(&hello, 0, sizeof(hello));
+  hello.magic = UVCCL__HELLO_MAGIC;
+  hello.version = UVCCL__WIRE_VERSION;
+  hello.from = (uint32_t)net->rank;
+  hello.to = (uint32_t)p->rank;
+  hello.to_nonce = p->nonce;
+  hello.world = (uint32_t)net->size;
+  snprintf(hello.addr, sizeof(hello.addr), "%s", net->selfstr);
+  hdr_encode(p->hello_buf, &h);
+  memcpy(p->hello_buf + UVCCL__FRAME_HDR, &hello, sizeof(hello));
+  b = uv_buf_init((char *)p->hello_buf, sizeof(p->hello_buf));
+  peer_start_read(p);
+  rc = uv_write(&p->hello_req, (uv_stream_t *)&p->tcp, &b, 1, NULL);
+  if (rc != 0) uvccl__net_peer_fail(net, p, rc, "sending hello failed");
+}
+
+static void connect_start(peer_t *p) {
+  int rc;
+  uv_tcp_init(p->net->loop, &p->tcp);
+  p->tcp.data = p;
+  p->tcp_open = 1;
+  p->creq.data = p;
+  rc = uv_tcp_connect(&p->creq, &p->tcp, (struct sockaddr *)&p->addr,
+                      on_connect);
+  if (rc != 0) uvccl__net_peer_fail(p->net, p, rc, "connect failed");
+}
+
+int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
+                       uint64_t nonce, uint64_t deadline_ms) {
+  peer_t *p;
+  if (rank < 0 || rank >= net->size || net->peers[rank] != NULL)
+    return UV_EINVAL;
+  p = peer_new(net, rank);
+  if (p == NULL) return UV_ENOMEM;
+  p->outgoing = 1;
+  p->nonce = nonce;
+  p->state = PEER_CONNECTING;
+  memcpy(&p->addr, addr,
+         addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                     : sizeof(struct sockaddr_in));
+  addr_fmt(addr, p->addrstr, sizeof(p->addrstr));
+  /* The retry timer's due time doubles as the connect deadline. */
+  p->retry.timeout = deadline_ms;
+  net->peers[rank] = p;
+  connect_start(p);
+  return 0;
+}
+
+static void peer_up(peer_t *p) {
+  net_t *net = p->net;
+  p->state = PEER_UP;
+  net->nup++;
+  LOG_DEBUG("coll", "rank %d: connected to rank %d (%s)", net->rank, p->rank,
+            p->addrstr);
+  if (net->nup == net->size - 1 && net->mesh_cb != NULL) {
+    void (*cb)(net_t *, int) = net->mesh_cb;
+    net->mesh_cb = NULL;
+    cb(net, 0);
+  }
+}
+
+/* ---- receiving ------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  peer_t *p = h->data;
+  uint64_t left = p->cur.len - p->cur_got;
+  (void)suggested;
+  switch (p->rstate) {
+  case RS_DIRECT:
+    buf->base = p->cur_op->buf + p->cur_got;
+    buf->len = (size_t)left;
+    return;
+  case RS_STAGE:
+    buf->base = p->cur_stage->data + p->cur_got;
+    buf->len = (size_t)left;
+    return;
+  case RS_REDUCE:
+    /* Only this frame's bytes: the reduction consumes them in place. */
+    buf->base = p->rbuf + p->rlen;
+    buf->len = p->rcap - p->rlen;
+    if ((uint64_t)buf->len > left - (p->rlen)) {
+      /* rlen bytes of this frame are already buffered */
+      buf->len = (size_t)(left - p->rlen);
+    }
+    return;
+  default:
+    buf->base = p->rbuf + p->rlen;
+    buf->len = p->rcap - p->rlen;
+    return;
+  }
+}
+
+static void peer_start_read(peer_t *p) {
+  if (p->reading || !p->tcp_open) return;
+  p->reading = 1;
+  uv_read_start((uv_stream_t *)&p->tcp, on_alloc, on_read);
+}
+
+static void peer_stop_read(peer_t *p) {
+  if (!p->reading) return;
+  p->reading = 0;
+  uv_read_stop((uv_stream_t *)&p->tcp);
+}
+
+static void op_recv_done(peer_t *p, sop_t *op) {
+  (void)p;
+  op->got = op->len;
+  uvccl__sched_op_done(op);
+}
+
+/* Delivers a complete staged frame to the receive that claimed it. */
+static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
+  (void)net;
+  op->source = st->from;
+  if (op->type == SOP_RECV_RED)
+    uvccl__sched_reduce(op->s, op->buf, st->data, (size_t)st->len);
+  else if (st->len > 0)
+    memcpy(op->buf, st->data, (size_t)st->len);
+  op->got = st->len;
+  if (op->p2p) op->len = (size_t)st->len;
+  uvccl__sched_op_done(op);
+}
+
+static void stage_unlink(peer_t *p, stage_t *st) {
+  stage_t **pp = &p->staged_head, *prev = NULL;
+  while (*pp != NULL && *pp != st) {
+    prev = *pp;
+    pp = &(*pp)->next;
+  }
+  if (*pp == NULL) return;
+  *pp = st->next;
+  if (p->staged_tail == st) p->staged_tail = prev;
+  p->staged_bytes -= st->len;
+  if (p->paused && p->staged_bytes <= p->net->stage_limit / 2) {
+    p->paused = 0;
+    peer_start_read(p);
+  }
+}
+
+static void posted_unlink(peer_t *p, sop_t *op) {
+  if (op->prev) op->prev->next = op->next;
+  else p->posted_head = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else p->posted_tail = op->prev;
+  op->next = op->prev = NULL;
+}
+
+static void group_p2p_unlink(group_t *g, sop_t *op) {
+  if (op->prev) op->prev->next = op->next;
+  else g->p2p_head = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else g->p2p_tail = op->prev;
+  op->next = op->prev = NULL;
+}
+
+/* The receive a frame is for, or NULL. */
+static sop_t *match_frame(peer_t *p, const frame_hdr_t *h, group_t **gp) {
+  sop_t *op;
+  *gp = NULL;
+  if (h->kind == FRAME_COLL) {
+    for (op = p->posted_head; op != NULL; op = op->next)
+      if (op->tag == h->tag && op->s->seq == h->seq && op->s->g->gid == h->gid)
+        return op;
+    return NULL;
+  }
+  *gp = uvccl__net_group(p->net, h->gid);
+  if (*gp == NULL) return NULL;
+  for (op = (*gp)->p2p_head; op != NULL; op = op->next)
+    if (op->tag == h->tag && (op->peer == -1 || op->peer == p->rank))
+      return op;
+  return NULL;
+}
+
+/* Returns 0 to go on with the buffer, or -1 if the peer went away. */
+static int frame_begin(peer_t *p, const frame_hdr_t *h) {
+  net_t *net = p->net;
+  group_t *g;
+  sop_t *op;
+  stage_t *st;
+  char msg[200];
+
+  p->cur = *h;
+  p->cur_got = 0;
+  p->cur_op = NULL;
+  p->cur_stage = NULL;
+  op = match_frame(p, h, &g);
+  if (op != NULL) {
+    if (op->p2p) {
+      group_p2p_unlink(g, op);
+      if (h->len > op->len) {
+        snprintf(msg, sizeof(msg),
+                 "recv: rank %d (%s) sent %llu bytes with tag %u, more than "
+                 "the %zu-byte buffer",
+                 g->inv[p->rank], p->addrstr, (unsigned long long)h->len,
+                 h->tag, op->len);
+        uvccl__sched_fail(op->s, UVCCL_ELIMIT, "%s", msg);
+        p->rstate = RS_DISCARD;
+        return 0;
+      }
+      op->len = (size_t)h->len;
+    } else {
+      posted_unlink(p, op);
+      if (h->len != op->len) {
+        uvccl__sched_fail(
+            op->s, UVCCL_EPROTO,
+            "%s: rank %d (%s) sent %llu bytes where %zu were expected "
+            "(mismatched collective or arguments across ranks?)",
+            op->s->name, op->s->g->inv[p->rank], p->addrstr,
+            (unsigned long long)h->len, op->len);
+        p->rstate = RS_DISCARD;
+        return 0;
+      }
+    }
+    op->source = p->rank;
+    if (h->len == 0) {
+      p->rstate = RS_HDR;
+      op_recv_done(p, op);
+      return p->state == PEER_UP ? 0 : -1;
+    }
+    p->cur_op = op;
+    p->rstate = op->type == SOP_RECV_RED ? RS_REDUCE : RS_DIRECT;
+    return 0;
+  }
+  /* Nobody waits for it yet. Frames of a group that failed are dropped. */
+  g = uvccl__net_group(net, h->gid);
+  if (g != NULL && g->broken && h->kind == FRAME_COLL) {
+    p->rstate = h->len ? RS_DISCARD : RS_HDR;
+    return 0;
+  }
+  if (h->len > net->stage_limit) {
+    uvccl__net_peer_fail(net, p, UVCCL_ELIMIT,
+                         "frame larger than the staging limit");
+    return -1;
+  }
+  st = uvccl__malloc(sizeof(*st) + (size_t)h->len);
+  if (st == NULL) {
+    uvccl__net_peer_fail(net, p, UV_ENOMEM, "out of memory staging a frame");
+    return -1;
+  }
+  memset(st, 0, sizeof(*st));
+  st->kind = h->kind;
+  st->gid = h->gid;
+  st->seq = h->seq;
+  st->tag = h->tag;
+  st->from = p->rank;
+  st->len = h->len;
+  st->arrival = ++net->arrivals;
+  if (p->staged_tail) p->staged_tail->next = st;
+  else p->staged_head = st;
+  p->staged_tail = st;
+  p->staged_bytes += st->len;
+  if (h->len == 0) {
+    p->rstate = RS_HDR;
+    return 0;
+  }
+  p->cur_stage = st;
+  p->rstate = RS_STAGE;
+  return 0;
+}
+
+/* The current frame is complete. */
+static int frame_end(peer_t *p) {
+  sop_t *op = p->cur_op;
+  stage_t *st = p->cur_stage;
+  p->rstate = RS_HDR;
+  p->cur_op = NULL;
+  p->cur_stage = NULL;
+  if (op != NULL) {
+    op_recv_done(p, op);
+  } else if (st != NULL) {
+    st->got = st->len;
+    if (st->claim != NULL) {
+      sop_t *c = st->claim;
+      stage_unlink(p, st);
+      stage_deliver(p->net, st, c);
+      uvccl__free(st);
+    } else if (p->staged_bytes > p->net->stage_limit && !p->paused) {
+      /* Early arrivals pile up: stop reading this peer until receives
+       * catch up (TCP's flow control then slows the sender). */
+      p->paused = 1;
+      peer_stop_read(p);
+      LOG_WARN("coll", "rank %d: pausing reads from rank %d: %llu bytes "
+               "staged", p->net->rank, p->rank,
+               (unsigned long long)p->staged_bytes);
+    }
+  }
+  return p->state == PEER_UP ? 0 : -1;
+}
+
+static void handle_hello(peer_t *p, const frame_hdr_t *h,
+                         const unsigned char *payload) {
+  net_t *net = p->net;
+  hello_t hello;
+  frame_hdr_t ack;
+  uv_buf_t b;
+  peer_t **pp;
+
+  if (h->kind == FRAME_HELLO_ACK && p->outgoing && p->state == PEER_CONNECTING) {
+    peer_up(p);
+    return;
+  }
+  if (h->kind != FRAME_HELLO || p->outgoing || p->rank >= 0 ||
+      h->len != sizeof(hello)) {
+    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "unexpected handshake frame");
+    return;
+  }
+  memcpy(&hello, payload, sizeof(hello));
+  if (hello.magic != UVCCL__HELLO_MAGIC ||
+      hello.version != UVCCL__WIRE_VERSION || hello.to != (uint32_t)net->rank ||
+      hello.to_nonce != net->nonce || hello.world != (uint32_t)net->size ||
+      hello.from >= (uint32_t)net->size || (int)hello.from == net->rank ||
+      net->peers[hello.from] != NULL) {
+    LOG_WARN("coll", "rank %d: rejecting a connection from %s: bad or stale "
+             "hello (from %u to %u, world %u)", net->rank, p->addrstr,
+             hello.from, hello.to, hello.world);
+    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
+    return;
+  }
+  for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
+    if (*pp == p) {
+      *pp = p->next_pending;
+      break;
+    }
+  p->rank = (int)hello.from;
+  net->peers[p->rank] = p;
+  hello.addr[sizeof(hello.addr) - 1] = '\0';
+  snprintf(net->addrs[p->rank], sizeof(net->addrs[p->rank]), "%s",
+           hello.addr);
+  memset(&ack, 0, sizeof(ack));
+  ack.kind = FRAME_HELLO_ACK;
+  hdr_encode(p->hello_buf, &ack);
+  b = uv_buf_init((char *)p->hello_buf, UVCCL__FRAME_HDR);
+  if (uv_write(&p->hello_req, (uv_stream_t *)&p->tcp, &b, 1, NULL) != 0) {
+    uvccl__net_peer_fail(net, p, UV_EPIPE, "sending hello ack failed");
+    return;
+  }
+  peer_up(p);
+}
+
+/* Consumes what the read buffer holds. */
+static void process_rbuf(peer_t *p) {
+  size_t pos = 0;
+  frame_hdr_t h;
+
+  while (p->state == PEER_UP || p->state == PEER_CONNECTING) {
+    size_t avail = p->rlen - pos;
+    if (p->rstate == RS_HDR) {
+      if (avail < UVCCL__FRAME_HDR) break;
+      hdr_decode(&h, (unsigned char *)p->rbuf + pos);
+      if (h.kind == FRAME_HELLO || h.kind == FRAME_HELLO_ACK) {
+        if (h.len > sizeof(hello_t)) {
+          uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "oversized hello");
+          return;
+        }
+        if (avail < UVCCL__FRAME_HDR + h.len) break;
+        pos += UVCCL__FRAME_HDR;
+        handle_hello(p, &h, (unsigned char *)p->rbuf + pos);
+        pos += (size_t)h.len;
+        continue;
+      }
+      if (p->state != PEER_UP ||
+          (h.kind != FRAME_COLL && h.kind != FRAME_P2P)) {
+        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO,
+                             "bad frame (garbage, or not a uvccl peer)");
+        return;
+      }
+      pos += UVCCL__FRAME_HDR;
+      if (frame_begin(p, &h) != 0) return;
+      continue;
+    }
+    if (avail == 0) break;
+    if (p->rstate == RS_REDUCE) {
+      sop_t *op = p->cur_op;
+      size_t es = op->s->esize ? op->s->esize : 1;
+      uint64_t left = p->cur.len - p->cur_got;
+      size_t take = avail < left ? avail : (size_t)left;
+      size_t whole = take - take % es;
+      if (whole == 0) break; /* a partial element: wait for the rest */
+      if (((uintptr_t)(p->rbuf + pos)) % 8 != 0) {
+        /* Kernels need aligned input: shift the bytes down first. */
+        memmove(p->rbuf, p->rbuf + pos, avail);
+        p->rlen = avail;
+        pos = 0;
+      }
+      uvccl__sched_reduce(op->s, op->buf + p->cur_got, p->rbuf + pos, whole);
+      pos += whole;
+      p->cur_got += whole;
+      if (p->cur_got == p->cur.len && frame_end(p) != 0) return;
+      continue;
+    }
+    {
+      uint64_t left = p->cur.len - p->cur_got;
+      size_t take = avail < left ? avail : (size_t)left;
+      if (p->rstate == RS_DIRECT)
+        memcpy(p->cur_op->buf + p->cur_got, p->rbuf + pos, take);
+      else if (p->rstate == RS_STAGE)
+        memcpy(p->cur_stage->data + p->cur_got, p->rbuf + pos, take);
+      pos += take;
+      p->cur_got += take;
+      if (p->cur_got == p->cur.len) {
+        if (p->rstate == RS_DISCARD) {
+          p->rstate = RS_HDR;
+        } else if (frame_end(p) != 0) {
+          return;
+        }
+      }
+    }
+  }
+  if (pos > 0 && p->rbuf != NULL) {
+    memmove(p->rbuf, p->rbuf + pos, p->rlen - pos);
+    p->rlen -= pos;
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  peer_t *p = s->data;
+  net_t *net = p->net;
+  (void)buf;
+  if (n == 0) return;
+  if (n < 0) {
+    p->reading = 0;
+    uv_read_stop(s);
+    if (n == UV_EOF) p->eof = 1;
+    if (net->closing || p->state == PEER_CLOSING) {
+      peer_close(p);
+      return;
+    }
+    if (p->state == PEER_DEAD) return;
+    uvccl__net_peer_fail(net, p, n == UV_EOF ? UVCCL_EPEER : (int)n,
+                         n == UV_EOF ? "closed the connection"
+                                     : "connection failed");
+    return;
+  }
+  if (net->closing || p->state == PEER_CLOSING || p->state == PEER_DEAD) {
+    /* Draining before close: whatever arrives is dropped. */
+    if (p->rstate == RS_HDR || p->rstate == RS_REDUCE) p->rlen = 0;
+    p->rstate = RS_HDR;
+    p->rlen = 0;
+    p->cur_op = NULL;
+    return;
+  }
+  uvccl__net_kick_spin(net);
+  switch (p->rstate) {
+  case RS_DIRECT:
+  case RS_STAGE:
+    p->cur_got += (uint64_t)n;
+    if (p->cur_got == p->cur.len) {
+      if (frame_end(p) != 0) return;
+    }
+    return;
+  default:
+    p->rlen += (size_t)n;
+    process_rbuf(p);
+    return;
+  }
+}
+
+/* ---- posting receives ------------------------------------------------------------- */
+
+static stage_t *stage_find(peer_t *p, uint8_t kind, uint32_t gid,
+                           uint32_t seq, uint32_t tag) {
+  stage_t *st;
+  for (st = p->staged_head; st != NULL; st = st->next)
+    if (st->kind == kind && st->gid == gid && st->tag == tag &&
+        st->claim == NULL && (kind == FRAME_P2P || st->seq == seq))
+      return st;
+  return NULL;
+}
+
+/* Hands a staged frame to op (now, or when the rest arrives). */
+static void stage_take(net_t *net, peer_t *p, stage_t *st, sop_t *op) {
+  if (op->p2p && st->len > op->len) {
+    uvccl__sched_fail(op->s, UVCCL_ELIMIT,
+                      "recv: rank %d (%s) sent %llu bytes with tag %u, more "
+                      "than the %zu-byte buffer",
+                      op->s->g->inv[p->rank], p->addrstr,
+                      (unsigned long long)st->len, st->tag, op->len);
+    return;
+  }
+  if (!op->p2p && st->len != op->len) {
+    uvccl__sched_fail(op->s, UVCCL_EPROTO,
+                      "%s: rank %d (%s) sent %llu bytes where %zu were "
+                      "expected (mismatched collective or arguments across "
+                      "ranks?)",
+                      op->s->name, op->s->g->inv[p->rank], p->addrstr,
+                      (unsigned long long)st->len, op->len);
+    return;
+  }
+  if (st->got < st->len) {
+    st->claim = op; /* frame_end delivers it */
+    return;
+  }
+  stage_unlink(p, st);
+  stage_deliver(net, st, op);
+  uvccl__free(st);
+}
+
+void uvccl__net_post_recv(net_t *net, sop_t *op) {
+  group_t *g = op->s->g;
+  peer_t *p;
+  stage_t *st;
+
+  if (op->p2p) {
+    if (op->peer >= 0) {
+      p = net->peers[op->peer];
+      st = p ? stage_find(p, FRAME_P2P, g->gid, 0, op->tag) : NULL;
+      if (st != NULL) {
+        stage_take(net, p, st, op);
+        return;
+      }
+    } else {
+      /* Any source: the earliest staged frame with this tag wins. */
+      stage_t *best = NULL;
+      peer_t *bestp = NULL;
+      int r;
+      for (r = 0; r < net->size; r++) {
+        p = net->peers[r];
+        if (p == NULL || g->inv[r] < 0) continue;
+        st = stage_find(p, FRAME_P2P, g->gid, 0, op->tag);
+        if (st != NULL && (best == NULL || st->arrival < best->arrival)) {
+          best = st;
+          bestp = p;
+        }
+      }
+      if (best != NULL) {
+        stage_take(net, bestp, best, op);
+        return;
+      }
+    }
+    op->prev = g->p2p_tail;
+    op->next = NULL;
+    if (g->p2p_tail) g->p2p_tail->next = op;
+    else g->p2p_head = op;
+    g->p2p_tail = op;
+    return;
+  }
+  p = net->peers[op->peer];
+  st = stage_find(p, FRAME_COLL, g->gid, op->s->seq, op->tag);
+  if (st != NULL) {
+    stage_take(net, p, st, op);
+    return;
+  }
+  op->prev = p->posted_tail;
+  op->next = NULL;
+  if (p->posted_tail) p->posted_tail->next = op;
+  else p->posted_head = op;
+  p->posted_tail = op;
+}
+
+size_t uvccl__net_queued(net_t *net, int r) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  if (p == NULL || !p->tcp_open) return 0;
+  return uv_stream_get_write_queue_size((uv_stream_t *)&p->tcp);
+}
+
+void uvccl__net_break(net_t *net, int r, const char *why) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  if (p != NULL) uvccl__net_peer_fail(net, p, UV_ECANCELED, why);
+}
+
+int uvccl__net_unpost(net_t *net, sop_t *op) {
+  group_t *g = op->s->g;
+  peer_t *p;
+  int r;
+  for (r = 0; r < net->size; r++) {
+    p = net->peers[r];
+    if (p == NULL) continue;
+    if (p->cur_op == op) {
+      /* Mid-transfer: the rest of the frame is read and dropped, so the
+       * stream stays in step and the user's buffer is not touched. */
+      p->cur_op = NULL;
+      p->rstate = RS_DISCARD;
+      return 1;
+    }
+    {
+      stage_t *st;
+      for (st = p->staged_head; st != NULL; st = st->next)
+        if (st->claim == op) st->claim = NULL;
+    }
+  }
+  if (op->p2p) {
+    sop_t *x;
+    for (x = g->p2p_head; x != NULL; x = x->next)
+      if (x == op) {
+        group_p2p_unlink(g, op);
+        break;
+      }
+    return 0;
+  }
+  p = op->peer >= 0 ? net->peers[op->peer] : NULL;
+  if (p != NULL) {
+    sop_t *x;
+    for (x = p->posted_head; x != NULL; x = x->next)
+      if (x == op) {
+        posted_unlink(p, op);
+        break;
+      }
+  }
+  return 0;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static void on_write(uv_write_t *req, int status) {
+  sop_t *op = req->data;
+  sched_t *s = op->s;
+  op->writing = 0;
+  if (status < 0) {
+    net_t *net = s->g->net;
+    peer_t *p = net->peers[op->peer];
+    if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)
+      uvccl__net_peer_fail(net, p, status, "send failed");
+    uvccl__sched_fail(s, UVCCL_EPEER, "%s: sending to rank %d (%s) failed: %s",
+                      s->name, s->g->inv[op->peer],
+                      uvccl__net_addr(net, op->peer), uvccl_strerror(status));
+    uvccl__sched_op_done(op); /* lets a dead schedule be freed */
+    return;
+  }
+  uvccl__net_kick_spin(s->g->net);
+  uvccl__sched_op_done(op);
+}
+
+int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
+                    uint32_t seq) {
+  peer_t *p = net->peers[op->peer];
+  frame_hdr_t h;
+  uv_buf_t b[2];
+  int rc;
+  if (p == NULL || p->state != PEER_UP) return UVCCL_EPEER;
+  memset(&h, 0, sizeof(h));
+  h.kind = kind;
+  h.gid = gid;
+  h.seq = seq;
+  h.tag = op->tag;
+  h.len = op->len;
+  hdr_encode(op->hdr, &h);
+  b[0] = uv_buf_init((char *)op->hdr, UVCCL__FRAME_HDR);
+  b[1] = uv_buf_init((char *)op->buf, (unsigned int)0);
+  b[1].len = op->len;
+  op->wreq.data = op;
+  rc = uv_write(&op->wreq, (uv_stream_t *)&p->tcp, b, op->len ? 2 : 1,
+                on_write);
+  if (rc == 0) op->writing = 1;
+  return rc;
+}
+
+/* ---- failure ------------------------------------------------------------------------- */
+
+void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
+  group_t *g;
+  char msg[200];
+  int r = p->rank;
+
+  if (p->state == PEER_DEAD || p->state == PEER_CLOSING) return;
+  if (p->state == PEER_UP) net->nup--;
+  p->state = PEER_DEAD;
+  p->err = err;
+  if (r < 0) {
+    /* An unnamed incoming connection: nobody depends on it. */
+    peer_t **pp;
+    for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
+      if (*pp == p) {
+        *pp = p->next_pending;
+        break;
+      }
+    peer_close(p);
+    return;
+  }
+  LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s (%s)", net->rank, r,
+           p->addrstr, why, uvccl_strerror(err));
+  peer_close_tcp(p);
+  p->cur_op = NULL;
+  p->rstate = RS_HDR;
+  p->rlen = 0;
+  if (net->mesh_cb != NULL) {
+    void (*cb)(net_t *, int) = net->mesh_cb;
+    net->mesh_cb = NULL;
+    snprintf(msg, sizeof(msg), "rank %d (%s): %s: %s", r, p->addrstr, why,
+             uvccl_strerror(err));
+    net->mesh_arg = uvccl__strdup(msg);
+    cb(net, err == UVCCL_EPEER ? err : err);
+  }
+  for (g = net->groups; g != NULL; g = g->next) {
+    if (g->inv[r] < 0) continue;
+    snprintf(msg, sizeof(msg), "rank %d (global %d, %s) %s: %s", g->inv[r], r,
+             p->addrstr[0] ? p->addrstr : uvccl__net_addr(net, r), why,
+             uvccl_strerror(err));
+    uvccl__group_fail_all(g, UVCCL_EPEER, msg);
+  }
+}
+
+void uvccl__net_abort(net_t *net, int err, const char *why) {
+  group_t *g;
+  int r;
+  net->aborted = 1;
+  for (g = net->groups; g != NULL; g = g->next)
+    uvccl__group_fail_all(g, err, why);
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
+      continue;
+    if (p->state == PEER_UP) net->nup--;
+    p->state = PEER_DEAD;
+    p->err = err;
+    p->cur_op = NULL;
+    peer_close_tcp(p);
+  }
+}
+
+void uvccl__net_forget_group(net_t *net, uint32_t gid) {
+  int r;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    stage_t *st, *next;
+    if (p == NULL) continue;
+    for (st = p->staged_head; st != NULL; st = next) {
+      next = st->next;
+      if (st->gid == gid && st != p->cur_stage) {
+        stage_unlink(p, st);
+        uvccl__free(st);
+      }
+    }
+  }
+}
+
+/* ---- teardown ------------------------------------------------------------------------- */
+
+static void net_free(net_t *net) {
+  int r;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    stage_t *st, *next;
+    if (p == NULL) continue;
+    for (st = p->staged_head; st != NULL; st = next) {
+      next = st->next;
+      uvccl__free(st);
+    }
+    uvccl__free(p->rbuf);
+    uvccl__free(p);
+  }
+  uvccl__free(net->peers);
+  uvccl__free(net->addrs);
+  uvccl__free(net->mesh_arg);
+  uvccl__free(net);
+}
+
+/* Every handle the net owns is counted in nclosing while it closes; the
+ * memory goes only when the net is released and nothing is closing. */
+static void net_maybe_closed(net_t *net) {
+  void (*cb)(net_t *);
+  if (!net->closing || net->nclosing > 0) return;
+  cb = net->closed_cb;
+  if (cb != NULL) cb(net); /* reads closed_arg */
+  net_free(net);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  net_t *net = h->data;
+  net->nclosing--;
+  net_maybe_closed(net);
+}
+
+static void on_peer_closed(uv_handle_t *h) {
+  peer_t *p = h->data;
+  net_t *net = p->net;
+  net->nclosing--;
+  if (h == (uv_handle_t *)&p->tcp && net->closing && p->retry_open) {
+    p->retry_open = 0;
+    net->nclosing++;
+    uv_close((uv_handle_t *)&p->retry, on_peer_closed);
+  }
+  net_maybe_closed(net);
+}
+
+/* Closes a named peer's socket (its memory stays until the net goes). */
+static void peer_close_tcp(peer_t *p) {
+  if (!p->tcp_open) return;
+  p->tcp_open = 0;
+  peer_stop_read(p);
+  p->tcp.data = p;
+  p->net->nclosing++;
+  uv_close((uv_handle_t *)&p->tcp, on_peer_closed);
+}
+
+static void on_pending_closed(uv_handle_t *h) {
+  peer_t *p = h->data;
+  net_t *net = p->net;
+  net->nclosing--;
+  if (--p->nclosing == 0) {
+    uvccl__free(p->rbuf);
+    uvccl__free(p);
+  }
+  net_maybe_closed(net);
+}
+
+/* Closes and frees an unnamed (never adopted) incoming connection. */
+static void peer_close(peer_t *p) {
+  net_t *net = p->net;
+  if (p->rank >= 0) {
+    peer_close_tcp(p);
+    return;
+  }
+  peer_stop_read(p);
+  if (p->tcp_open) {
+    p->tcp_open = 0;
+    p->nclosing++;
+    net->nclosing++;
+    p->tcp.data = p;
+    uv_close((uv_handle_t *)&p->tcp, on_pending_closed);
+  }
+  if (p->retry_open) {
+    p->retry_open = 0;
+    p->nclosing++;
+    net->nclosing++;
+    p->retry.data = p;
+    uv_close((uv_handle_t *)&p->retry, on_pending_closed);
+  }
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  /* The peer did not finish within the grace period: close anyway. */
+  peer_close_tcp(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  peer_t *p = req->data;
+  /* Done once the peer's EOF is in too (on_read closes it then). */
+  if (p->eof || status < 0) peer_close_tcp(p);
+}
+
+static void peer_teardown(peer_t *p) {
+  net_t *net = p->net;
+  uv_timer_stop(&p->retry);
+  if (p->tcp_open && p->state == PEER_UP && !p->eof) {
+    /* Half-close after our queued writes, then read until the peer's EOF:
+     * closing with unread data would send a reset. */
+    p->state = PEER_CLOSING;
+    p->rstate = RS_HDR;
+    p->rlen = 0;
+    p->cur_op = NULL;
+    p->sreq.data = p;
+    if (uv_shutdown(&p->sreq, (uv_stream_t *)&p->tcp, on_shutdown) == 0) {
+      peer_start_read(p);
+      uv_timer_start(&p->retry, on_drain_timeout, 2000, 0);
+      return; /* the retry timer closes after the socket */
+    }
+  }
+  p->state = PEER_CLOSING;
+  if (p->tcp_open) {
+    peer_close_tcp(p);
+    return;
+  }
+  if (p->retry_open) {
+    p->retry_open = 0;
+    net->nclosing++;
+    uv_close((uv_handle_t *)&p->retry, on_peer_closed);
+  }
+}
+
+void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
+  int r;
+  peer_t *p, *next;
+  if (--net->refs > 0) return;
+  net->closing = 1;
+  net->closed_cb = cb;
+  net->closed_arg = arg;
+  net->mesh_cb = NULL;
+  if (net->listener_open) {
+    net->nclosing++;
+    net->listener.data = net;
+    uv_close((uv_handle_t *)&net->listener, on_handle_closed);
+    net->listener_open = 0;
+  }
+  if (net->spin_open) {
+    /* Always there: so the net always closes from a callback. */
+    net->nclosing++;
+    net->spin.data = net;
+    uv_close((uv_handle_t *)&net->spin, on_handle_closed);
+    net->spin_open = 0;
+  }
+  for (p = net->pending; p != NULL; p = next) {
+    next = p->next_pending;
+    peer_close(p);
+  }
+  net->pending = NULL;
+  for (r = 0; r < net->size; r++)
+    if (net->peers[r] != NULL) peer_teardown(net->peers[r]);
+}

@@ -1,0 +1,949 @@
+/* Process groups: creation over a store (listen, publish the address,
+ * connect the full mesh, store-based barrier), creation from a URL,
+ * subgroups that share the parent's connections, rank translation and
+ * destruction. */
+#include "internal.h"
+#include "bootenv.h"
+#include "../store/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- small utilities ------------------------------------------------------ */
+
+int uvccl__pg_world(const group_t *g, int grank) {
+  return grank >= 0 && grank < g->size ? g->ranks[grank] : -1;
+}
+
+int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp) {
+  group_t *g;
+  if (pg == NULL || w == NULL) return UV_EINVAL;
+  g = pg->impl_;
+  if (g == NULL) return pg->rank < 0 ? UVCCL_ENOTMEMBER : UV_EINVAL;
+  if (g->destroying) return UVCCL_ECLOSING;
+  if (g->boot != NULL) return UV_EINVAL; /* still being created */
+  if (g->net->aborted) return UVCCL_EABORTED;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  *gp = g;
+  return 0;
+}
+
+/* Runs fn(arg) from a callback, never inside the caller. */
+typedef struct {
+  uv_timer_t t;
+  void (*fn)(void *);
+  void *arg;
+} defer_t;
+
+static void defer_closed(uv_handle_t *h) {
+  defer_t *d = h->data;
+  d->fn(d->arg);
+  uvccl__free(d);
+}
+
+static int defer_call(uv_loop_t *loop, void (*fn)(void *), void *arg) {
+  defer_t *d = uvccl__malloc(sizeof(*d));
+  if (d == NULL) return UV_ENOMEM;
+  d->fn = fn;
+  d->arg = arg;
+  uv_timer_init(loop, &d->t);
+  d->t.data = d;
+  uv_close((uv_handle_t *)&d->t, defer_closed);
+  return 0;
+}
+
+static uint64_t env_u64(const char *name) {
+  const char *v = getenv(name);
+  char *end;
+  unsigned long long x;
+  if (v == NULL || *v == '\0') return 0;
+  x = strtoull(v, &end, 10);
+  return *end == '\0' ? (uint64_t)x : 0;
+}
+
+static group_t *group_new(net_t *net, int rank, int size) {
+  group_t *g = uvccl__calloc(1, sizeof(*g));
+  int i;
+  if (g == NULL) return NULL;
+  g->ranks = uvccl__malloc((size_t)size * sizeof(int));
+  g->inv = uvccl__malloc((size_t)net->size * sizeof(int));
+  if (g->ranks == NULL || g->inv == NULL) {
+    uvccl__free(g->ranks);
+    uvccl__free(g->inv);
+    uvccl__free(g);
+    return NULL;
+  }
+  for (i = 0; i < net->size; i++) g->inv[i] = -1;
+  g->net = net;
+  g->rank = rank;
+  g->size = size;
+  g->handles = 1;
+  net->refs++;
+  return g;
+}
+
+static void group_register(group_t *g) {
+  g->next = g->net->groups;
+  g->net->groups = g;
+}
+
+static void group_unregister(group_t *g) {
+  group_t **pp;
+  for (pp = &g->net->groups; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == g) {
+      *pp = g->next;
+      return;
+    }
+}
+
+static void group_free(group_t *g) {
+  sched_t *s, *next;
+  for (s = g->free_scheds; s != NULL; s = next) {
+    next = s->free_next;
+    uvccl__free(s->ops);
+    uvccl__free(s->edges);
+    uvccl__free(s->succ);
+    uvccl__free(s->tmp);
+    uvccl__free(s);
+  }
+  uvccl__free(g->ranks);
+  uvccl__free(g->inv);
+  uvccl__free(g->premul);
+  uvccl__free(g->tag);
+  uvccl__free(g->own_store);
+  uvccl__free(g->own_server);
+  uvccl__free(g);
+}
+
+static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
+  uint64_t busy;
+  g->timeout_ms = o && o->timeout_ms ? o->timeout_ms
+                                     : UVCCL_PG_DEFAULT_TIMEOUT_MS;
+  g->small_max = o && o->small_max ? o->small_max : UVCCL__SMALL_MAX;
+  g->segment = o && o->segment ? o->segment : UVCCL__SEGMENT;
+  busy = o ? o->busy_poll_us : 0;
+  if (busy == 0) busy = env_u64("UVCCL_BUSY_POLL_US");
+  if (busy == UINT32_MAX) busy = 0;
+  g->busy_us = busy > 10000000 ? 10000000 : (uint32_t)busy;
+  if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
+  if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
+}
+
+/* ---- creation over a store -------------------------------------------------- */
+
+typedef struct {
+  group_t *g;
+  uvccl_pg_t *pg;
+  uvccl_store_t *store;
+  uvccl_work_t *w;         /* the user's creation work */
+  char prefix[200];
+  char key[256];
+  char value[160];
+  uvccl_work_t setw, addw, waitw, donew;
+  uvccl_work_t *getw;      /* one per lower rank */
+  int ngets, ngot;
+  int nstore;              /* store works in flight */
+  int mesh_done;
+  int dead;                /* the creation work completed */
+  uint64_t deadline;
+  char waitkey[256];
+} boot_t;
+
+static void boot_abandon(uvccl_work_t *w, int status);
+static const struct uvccl__work_ops boot_ops = {boot_abandon};
+
+static void boot_maybe_free(boot_t *b) {
+  int i;
+  if (!b->dead || b->nstore > 0) return;
+  for (i = 0; i < b->ngets; i++) uvccl_work_cleanup(&b->getw[i]);
+  uvccl_work_cleanup(&b->setw);
+  uvccl_work_cleanup(&b->addw);
+  uvccl_work_cleanup(&b->waitw);
+  uvccl_work_cleanup(&b->donew);
+  uvccl__free(b->getw);
+  uvccl__free(b);
+}
+
+static void boot_fail(boot_t *b, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
+  va_list ap;
+  char msg[UVCCL_WORK_MSG_LEN];
+  int i;
+  if (b->dead) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  b->dead = 1;
+  b->g->boot = NULL;
+  b->g->broken = 1;
+  snprintf(b->g->broken_msg, sizeof(b->g->broken_msg), "%.150s", msg);
+  uvccl__work_fail(b->w, err, "%s", msg);
+  /* Store works still out come back cancelled; then b goes. */
+  uvccl_work_cancel(&b->setw);
+  uvccl_work_cancel(&b->addw);
+  uvccl_work_cancel(&b->waitw);
+  uvccl_work_cancel(&b->donew);
+  for (i = 0; i < b->ngets; i++) uvccl_work_cancel(&b->getw[i]);
+  boot_maybe_free(b);
+}
+
+static void boot_abandon(uvccl_work_t *w, int status) {
+  boot_t *b = w->owner_;
+  char msg[UVCCL_WORK_MSG_LEN];
+  int missing = 0, i;
+  net_t *net = b->g->net;
+  for (i = 0; i < net->size; i++)
+    if (i != net->rank && (net->peers[i] == NULL ||
+                           net->peers[i]->state != PEER_UP))
+      missing++;
+  snprintf(msg, sizeof(msg),
+           "process group creation (rank %d of %d) %s after %llu ms: %d of "
+           "%d peers connected%s",
+           net->rank, net->size,
+           status == UV_ETIMEDOUT ? "timed out" : "cancelled",
+           (unsigned long long)w->timeout_ms_, net->size - 1 - missing,
+           net->size - 1, b->mesh_done ? ", waiting at the store barrier" : "");
+  if (status == UV_ETIMEDOUT) uvccl__work_fail(w, status, "%s", msg);
+  boot_fail(b, status, "%s", msg);
+}
+
+static void boot_done(boot_t *b) {
+  b->dead = 1;
+  b->g->boot = NULL;
+  uvccl__work_complete(b->w, 0);
+  boot_maybe_free(b);
+}
+
+static void on_ready(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  b->nstore--;
+  if (b->dead)
+    boot_maybe_free(b);
+  else if (status != 0)
+    boot_fail(b, status, "store barrier failed: %s", w->msg);
+  else
+    boot_done(b);
+}
+
+static void on_done_set(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  b->nstore--;
+  if (!b->dead && status != 0)
+    boot_fail(b, status, "store barrier failed: %s", w->msg);
+  else
+    boot_maybe_free(b);
+}
+
+static void on_barrier_add(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  net_t *net;
+  int64_t gen;
+  const char *keys[1];
+  int rc;
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "store barrier failed: %s", w->msg);
+    return;
+  }
+  net = b->g->net;
+  /* Generations let a prefix be reused by a later group of the same
+   * size: the last of each generation opens its gate. */
+  gen = (w->result - 1) / net->size;
+  snprintf(b->waitkey, sizeof(b->waitkey), "%s/ready/%lld", b->prefix,
+           (long long)gen);
+  if (w->result % net->size == 0) {
+    rc = uvccl_store_set(b->store, &b->donew, b->waitkey, "1", 1,
+                         on_done_set);
+    if (rc != 0) {
+      boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
+      return;
+    }
+    b->nstore++;
+  }
+  keys[0] = b->waitkey;
+  rc = uvccl_store_wait(b->store, &b->waitw, keys, 1,
+                        b->deadline > uvccl__now_ms()
+                            ? b->deadline - uvccl__now_ms()
+                            : 1,
+                        on_ready);
+  if (rc != 0) {
+    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
+    return;
+  }
+  b->nstore++;
+}
+
+static void boot_maybe_barrier(boot_t *b) {
+  int rc;
+  if (b->dead || !b->mesh_done || b->ngot < b->ngets) return;
+  snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
+  rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);
+  if (rc != 0) {
+    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
+    return;
+  }
+  b->nstore++;
+}
+
+static void on_mesh(net_t *net, int status) {
+  boot_t *b = net->mesh_arg;
+  if (status != 0) {
+    /* mesh_arg was replaced by the message (see uvccl__net_peer_fail) */
+    char *msg = net->mesh_arg;
+    boot_t *bb = NULL;
+    group_t *g;
+    for (g = net->groups; g != NULL; g = g->next)
+      if (g->boot != NULL) bb = g->boot;
+    net->mesh_arg = NULL;
+    if (bb != NULL)
+      boot_fail(bb, status == UVCCL_EPEER ? UVCCL_EPEER : status,
+                "process group creation failed: %s", msg ? msg : "?");
+    uvccl__free(msg);
+    return;
+  }
+  net->mesh_arg = NULL;
+  b->mesh_done = 1;
+  boot_maybe_barrier(b);
+}
+
+/* "host port nonce" */
+static int parse_addr(const char *v, struct sockaddr_storage *ss,
+                      uint64_t *nonce, char *str, size_t slen) {
+  char host[128];
+  int port;
+  unsigned long long n;
+  if (sscanf(v, "%127s %d %llx", host, &port, &n) != 3 || port <= 0 ||
+      port > 65535)
+    return UV_EINVAL;
+  *nonce = n;
+  if (strchr(host, ':') != NULL) {
+    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) != 0)
+      return UV_EINVAL;
+    snprintf(str, slen, "[%.50s]:%d", host, port);
+  } else {
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) != 0)
+      return UV_EINVAL;
+    snprintf(str, slen, "%.50s:%d", host, port);
+  }
+  return 0;
+}
+
+static void on_addr(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  net_t *net = b->g->net;
+  int j = (int)(w - b->getw);
+  struct sockaddr_storage ss;
+  uint64_t nonce;
+  int rc;
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "getting the address of rank %d from the store: %s",
+              j, w->msg);
+    return;
+  }
+  memset(&ss, 0, sizeof(ss));
+  if (parse_addr(w->value, &ss, &nonce, net->addrs[j], sizeof(net->addrs[j]))) {
+    boot_fail(b, UVCCL_EPROTO, "rank %d published a bad address \"%.60s\"",
+              j, (const char *)w->value);
+    return;
+  }
+  rc = uvccl__net_connect(net, j, (struct sockaddr *)&ss, nonce, b->deadline);
+  if (rc != 0) {
+    boot_fail(b, rc, "connecting to rank %d (%s): %s", j, net->addrs[j],
+              uvccl_strerror(rc));
+    return;
+  }
+  b->ngot++;
+  boot_maybe_barrier(b);
+}
+
+static void on_published(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  int j, rc;
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "publishing this rank's address in the store: %s",
+              w->msg);
+    return;
+  }
+  /* Higher ranks connect to lower ones: rank r dials ranks 0..r-1. */
+  for (j = 0; j < b->ngets; j++) {
+    char key[256];
+    snprintf(key, sizeof(key), "%s/addr/%d", b->prefix, j);
+    b->getw[j].data = b;
+    rc = uvccl_store_get(b->store, &b->getw[j], key, on_addr);
+    if (rc != 0) {
+      boot_fail(b, rc, "store get %s: %s", key, uvccl_strerror(rc));
+      return;
+    }
+    b->nstore++;
+  }
+  boot_maybe_barrier(b);
+}
+
+static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
+                       const uvccl_pg_options_t *o, uvccl_work_t *w,
+                       uvccl_work_cb cb, group_t **out) {
+  net_t *net;
+  group_t *g;
+  boot_t *b;
+  struct sockaddr_storage addr;
+  char err[256], ip[INET6_ADDRSTRLEN];
+  const char *peer_host;
+  int rc, i;
+
+  if (loop == NULL || pg == NULL || store == NULL || o == NULL || w == NULL)
+    return UV_EINVAL;
+  if (o->size <= 0 || o->rank < 0 || o->rank >= o->size) return UV_EINVAL;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  peer_host = uvccl__store_host(store);
+  if (peer_host == NULL) peer_host = "127.0.0.1"; /* in-process or file */
+  rc = uvccl__pick_address(o->host, o->ifname, o->family, peer_host, &addr,
+                           err, sizeof(err));
+  if (rc != 0) {
+    LOG_ERROR("coll", "rank %d: choosing an address: %s", o->rank, err);
+    return rc;
+  }
+  net = uvccl__net_new(loop, o->rank, o->size);
+  if (net == NULL) return UV_ENOMEM;
+  g = group_new(net, o->rank, o->size);
+  b = uvccl__calloc(1, sizeof(*b));
+  if (g == NULL || b == NULL) {
+    uvccl__free(b);
+    if (g) group_free(g);
+    net->refs = 1;
+    uvccl__net_release(net, NULL, NULL);
+    return UV_ENOMEM;
+  }
+  for (i = 0; i < o->size; i++) {
+    g->ranks[i] = i;
+    g->inv[i] = i;
+  }
+  g->gid = 1;
+  g->pg = pg;
+  apply_options(g, o);
+  b->g = g;
+  b->pg = pg;
+  b->store = store;
+  b->w = w;
+  snprintf(b->prefix, sizeof(b->prefix), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
+  b->ngets = o->rank;
+  b->getw = uvccl__calloc((size_t)(b->ngets ? b->ngets : 1),
+                          sizeof(uvccl_work_t));
+  rc = b->getw ? uvccl__net_listen(net, (struct sockaddr *)&addr) : UV_ENOMEM;
+  if (rc != 0) {
+    LOG_ERROR("coll", "rank %d: listening: %s", o->rank, uvccl_strerror(rc));
+    uvccl__free(b->getw);
+    uvccl__free(b);
+    group_free(g);
+    uvccl__net_release(net, NULL, NULL);
+    return rc;
+  }
+  group_register(g);
+  g->boot = b;
+  pg->loop = loop;
+  pg->rank = o->rank;
+  pg->size = o->size;
+  pg->impl_ = g;
+  b->deadline = uvccl__now_ms() + g->timeout_ms;
+  rc = uvccl__work_start(w, loop, "pg.init", &boot_ops, b, g->timeout_ms, cb);
+  if (rc != 0) goto fail;
+  if (net->size == 1) {
+    b->mesh_done = 1;
+  } else {
+    net->mesh_cb = on_mesh;
+    net->mesh_arg = b;
+  }
+  if (addr.ss_family == AF_INET6)
+    uv_ip6_name((struct sockaddr_in6 *)&net->self, ip, sizeof(ip));
+  else
+    uv_ip4_name((struct sockaddr_in *)&net->self, ip, sizeof(ip));
+  snprintf(b->value, sizeof(b->value), "%s %d %llx", ip,
+           ntohs(((struct sockaddr_in *)&net->self)->sin_port),
+           (unsigned long long)net->nonce);
+  snprintf(b->key, sizeof(b->key), "%s/addr/%d", b->prefix, o->rank);
+  b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
+  rc = uvccl_store_set(store, &b->setw, b->key, b->value, strlen(b->value),
+                       on_published);
+  if (rc != 0) {
+    boot_fail(b, rc, "store set %s: %s", b->key, uvccl_strerror(rc));
+    if (out) *out = g;
+    return 0; /* the work fails through its callback */
+  }
+  b->nstore++;
+  LOG_DEBUG("coll", "rank %d/%d listening on %s", o->rank, o->size,
+            net->selfstr);
+  if (out) *out = g;
+  return 0;
+fail:
+  group_unregister(g);
+  uvccl__free(b->getw);
+  uvccl__free(b);
+  g->boot = NULL;
+  pg->impl_ = NULL;
+  group_free(g);
+  uvccl__net_release(net, NULL, NULL);
+  return rc;
+}
+
+int uvccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
+                  const uvccl_pg_options_t *opts, uvccl_work_t *work,
+                  uvccl_work_cb cb) {
+  return group_start(loop, pg, store, opts, work, cb, NULL);
+}
+
+/* ---- creation from a URL ------------------------------------------------------ */
+
+int uvccl_pg_init_url(uv_loop_t *loop, uvccl_pg_t *pg, const char *url,
+                      const uvccl_pg_options_t *opts, uvccl_work_t *work,
+                      uvccl_work_cb cb) {
+  char scheme[UVCCL__URL_SCHEME_MAX], host[UVCCL__URL_HOST_MAX],
+      path[UVCCL__URL_PATH_MAX], err[256];
+  int port = 0, urank = -1, usize = -1, rc;
+  uvccl_pg_options_t o;
+  uvccl_store_t *store = NULL;
+  uvccl_store_server_t *server = NULL;
+  group_t *g = NULL;
+
+  if (loop == NULL || pg == NULL || url == NULL || work == NULL)
+    return UV_EINVAL;
+  memset(&o, 0, sizeof(o));
+  if (opts != NULL) o = *opts;
+  rc = uvccl__url_parse(url, scheme, host, &port, path, &urank, &usize, err,
+                        sizeof(err));
+  if (rc != 0) {
+    LOG_ERROR("coll", "%s", err);
+    return rc;
+  }
+  if (o.size <= 0) {
+    if (usize > 0 && urank >= 0) {
+      o.rank = urank;
+      o.size = usize;
+    } else if (strcmp(scheme, "env") == 0 || usize <= 0) {
+      uvccl__env_t e;
+      rc = uvccl__env_read(&e, err, sizeof(err));
+      if (rc != 0) {
+        LOG_ERROR("coll", "%s: %s", url, err);
+        return rc;
+      }
+      o.rank = e.rank;
+      o.size = e.size;
+      if (strcmp(scheme, "env") == 0) {
+        snprintf(host, sizeof(host), "%s", e.master_addr);
+        port = e.master_port;
+      }
+    }
+  }
+  if (o.size <= 0 || o.rank < 0 || o.rank >= o.size) return UV_EINVAL;
+  uvccl_log_set_rank(o.rank);
+  store = uvccl__calloc(1, sizeof(*store));
+  if (store == NULL) return UV_ENOMEM;
+  if (strcmp(scheme, "file") == 0) {
+    rc = uvccl_file_store_init(loop, store, path, o.size);
+  } else if (strcmp(scheme, "env") == 0 || strcmp(scheme, "tcp") == 0) {
+    uvccl_tcp_store_options_t so;
+    /* Rank 0 hosts the store itself (env://, or tcp:// to a local
+     * address), so a job needs nothing else running. */
+    if (o.rank == 0 && uvccl__host_is_local(host)) {
+      uvccl_store_server_options_t sv;
+      server = uvccl__calloc(1, sizeof(*server));
+      if (server == NULL) {
+        uvccl__free(store);
+        return UV_ENOMEM;
+      }
+      memset(&sv, 0, sizeof(sv));
+      sv.host = NULL;
+      sv.port = port;
+      sv.listen_fd = -1;
+      rc = uvccl_store_server_init(loop, server, &sv);
+      if (rc == UV_EADDRINUSE && strcmp(scheme, "tcp") == 0) {
+        /* Someone serves there already: use it. */
+        uvccl__free(server);
+        server = NULL;
+        rc = 0;
+      } else if (rc != 0) {
+        LOG_ERROR("coll", "rank 0: store server on port %d: %s", port,
+                  uvccl_strerror(rc));
+        uvccl__free(server);
+        uvccl__free(store);
+        return rc;
+      }
+    }
+    memset(&so, 0, sizeof(so));
+    so.host = host;
+    so.port = port;
+    so.timeout_ms = o.timeout_ms ? o.timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
+    rc = uvccl_tcp_store_init(loop, store, &so);
+  } else {
+    LOG_ERROR("coll", "%s: unknown scheme \"%s\" (env, tcp or file)", url,
+              scheme);
+    rc = UV_EINVAL;
+  }
+  if (rc != 0) {
+    if (server) {
+      uvccl_store_server_close(server, (uvccl_store_server_close_cb)uvccl__free);
+    }
+    uvccl__free(store);
+    return rc;
+  }
+  rc = group_start(loop, pg, store, &o, work, cb, &g);
+  if (rc != 0) {
+    uvccl_store_close(store, (uvccl_store_close_cb)uvccl__free);
+    if (server)
+      uvccl_store_server_close(server, (uvccl_store_server_close_cb)uvccl__free);
+    return rc;
+  }
+  g->own_store = store;
+  g->own_server = server;
+  return 0;
+}
+
+/* ---- destruction ---------------------------------------------------------------- */
+
+static void group_finish_close(void *arg) {
+  group_t *g = arg;
+  uvccl_pg_t *pg = g->pg;
+  uvccl_pg_close_cb cb = g->close_cb;
+  g->own_store = NULL;   /* freed by their close callbacks */
+  g->own_server = NULL;
+  group_free(g);
+  if (pg != NULL) pg->impl_ = NULL;
+  if (cb != NULL) cb(pg);
+}
+
+static void group_part_closed(group_t *g) {
+  if (--g->closing_parts > 0 || g->nsched > 0) return;
+  group_finish_close(g);
+}
+
+void uvccl__group_sched_gone(group_t *g) {
+  if (g->closing_parts == 0 && g->destroying == 2) group_finish_close(g);
+}
+
+static void group_part_closed_cb(void *arg) { group_part_closed(arg); }
+
+static void on_net_closed(net_t *net) { group_part_closed(net->closed_arg); }
+
+static void on_own_store_closed(uvccl_store_t *s) {
+  group_t *g = s->data;
+  uvccl__free(s);
+  group_part_closed(g);
+}
+
+static void on_own_server_closed(uvccl_store_server_t *s) {
+  group_t *g = s->data;
+  uvccl__free(s);
+  group_part_closed(g);
+}
+
+typedef struct {
+  uvccl_pg_t *pg;
+  uvccl_pg_close_cb cb;
+} handle_close_t;
+
+static void handle_close_done(void *arg) {
+  handle_close_t *h = arg;
+  uvccl_pg_t *pg = h->pg;
+  uvccl_pg_close_cb cb = h->cb;
+  uvccl__free(h);
+  if (cb != NULL) cb(pg);
+}
+
+void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
+  group_t *g;
+  net_t *net;
+  if (pg == NULL || pg->impl_ == NULL) return;
+  g = pg->impl_;
+  if (g->destroying) return;
+  if (g->handles > 1 || g->pg != pg) {
+    /* Another handle of a find-or-create group: only this one goes. */
+    handle_close_t *h = uvccl__malloc(sizeof(*h));
+    g->handles--;
+    if (g->pg == pg) g->pg = NULL;
+    pg->impl_ = NULL;
+    if (h == NULL) return;
+    h->pg = pg;
+    h->cb = cb;
+    defer_call(g->net->loop, handle_close_done, h);
+    return;
+  }
+  net = g->net;
+  g->destroying = 1;
+  g->close_cb = cb;
+  g->pg = pg;
+  if (g->boot != NULL) {
+    boot_t *b = g->boot;
+    if (!b->dead) boot_fail(b, UV_ECANCELED, "group destroyed during creation");
+  }
+  uvccl__group_fail_all(g, UV_ECANCELED, "the group was destroyed");
+  group_unregister(g);
+  uvccl__net_forget_group(net, g->gid);
+  g->closing_parts = 1; /* the net reference */
+  if (g->own_store != NULL) {
+    g->closing_parts++;
+    g->own_store->data = g;
+    uvccl_store_close(g->own_store, on_own_store_closed);
+  }
+  if (g->own_server != NULL) {
+    g->closing_parts++;
+    g->own_server->data = g;
+    uvccl_store_server_close(g->own_server, on_own_server_closed);
+  }
+  g->destroying = 2;
+  if (net->refs > 1) {
+    /* Others still use the connections: this group is done once its
+     * schedules are gone; from a callback, never inside this call. */
+    net->refs--;
+    defer_call(net->loop, group_part_closed_cb, g);
+    return;
+  }
+  net->closed_arg = g;
+  uvccl__net_release(net, on_net_closed, g);
+}
+
+void uvccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
+  group_t *g;
+  char msg[160];
+  if (pg == NULL || pg->impl_ == NULL) return;
+  g = pg->impl_;
+  snprintf(msg, sizeof(msg), "aborted: %s", reason ? reason : "by the user");
+  uvccl__net_abort(g->net, UVCCL_EABORTED, msg);
+}
+
+/* ---- subgroups -------------------------------------------------------------------- */
+
+static uint32_t child_gid(uint32_t parent, uint32_t n, int color) {
+  /* A 32-bit mix of (parent, counter, color): every member computes the
+   * same id without talking to anyone. */
+  uint64_t x = ((uint64_t)parent << 32) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull) ^
+               ((uint64_t)(uint32_t)color * 0xc2b2ae3d27d4eb4full);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return (uint32_t)x < 2 ? (uint32_t)x + 2 : (uint32_t)x;
+}
+
+static int make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
+                      const int *ranks, int n, const char *tag) {
+  net_t *net = parent->net;
+  group_t *g;
+  int i, me = -1;
+  for (i = 0; i < n; i++)
+    if (ranks[i] == parent->rank) me = i;
+  if (me < 0) {
+    pg->loop = net->loop;
+    pg->rank = -1;
+    pg->size = n;
+    pg->impl_ = NULL;
+    return UVCCL_ENOTMEMBER;
+  }
+  if (uvccl__net_group(net, gid) != NULL) return UV_EEXIST;
+  g = group_new(net, me, n);
+  if (g == NULL) return UV_ENOMEM;
+  for (i = 0; i < n; i++) {
+    g->ranks[i] = parent->ranks[ranks[i]];
+    g->inv[g->ranks[i]] = i;
+  }
+  g->gid = gid;
+  g->pg = pg;
+  g->parent = parent;
+  g->timeout_ms = parent->timeout_ms;
+  g->busy_us = parent->busy_us;
+  g->small_max = parent->small_max;
+  g->segment = parent->segment;
+  if (tag != NULL) g->tag = uvccl__strdup(tag);
+  group_register(g);
+  pg->loop = net->loop;
+  pg->rank = me;
+  pg->size = n;
+  pg->impl_ = g;
+  return 0;
+}
+
+int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
+                       int nranks, const char *tag) {
+  group_t *p, *g;
+  int i, j;
+  uint32_t gid;
+  if (parent == NULL || pg == NULL || parent->impl_ == NULL || nranks <= 0 ||
+      ranks == NULL)
+    return UV_EINVAL;
+  p = parent->impl_;
+  if (p->destroying || p->boot != NULL) return UV_EINVAL;
+  for (i = 0; i < nranks; i++) {
+    if (ranks[i] < 0 || ranks[i] >= p->size) return UV_EINVAL;
+    for (j = 0; j < i; j++)
+      if (ranks[j] == ranks[i]) return UV_EINVAL;
+  }
+  /* Every rank of the parent calls this in the same order: the counter is
+   * the same everywhere, members and non-members alike. */
+  gid = child_gid(p->gid, ++p->nchildren, 0);
+  if (tag != NULL) {
+    for (g = p->net->groups; g != NULL; g = g->next) {
+      if (g->tag == NULL || strcmp(g->tag, tag) != 0 || g->size != nranks ||
+          g->destroying)
+        continue;
+      for (i = 0; i < nranks; i++)
+        if (g->ranks[i] != p->ranks[ranks[i]]) break;
+      if (i == nranks) {
+        g->handles++;
+        pg->loop = p->net->loop;
+        pg->rank = g->rank;
+        pg->size = g->size;
+        pg->impl_ = g;
+        return 0;
+      }
+    }
+  }
+  return make_child(p, pg, gid, ranks, nranks, tag);
+}
+
+int uvccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
+  const group_t *g = pg ? pg->impl_ : NULL;
+  return g ? uvccl__pg_world(g, group_rank) : -1;
+}
+
+int uvccl_pg_group_rank(const uvccl_pg_t *pg, int global_rank) {
+  const group_t *g = pg ? pg->impl_ : NULL;
+  if (g == NULL || global_rank < 0 || global_rank >= g->net->size) return -1;
+  return g->inv[global_rank];
+}
+
+const char *uvccl_pg_peer_address(const uvccl_pg_t *pg, int group_rank) {
+  const group_t *g = pg ? pg->impl_ : NULL;
+  int r;
+  if (g == NULL) return "?";
+  r = uvccl__pg_world(g, group_rank);
+  return r < 0 ? "?" : uvccl__net_addr(g->net, r);
+}
+
+void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
+  group_t *g = pg ? pg->impl_ : NULL;
+  if (g) g->timeout_ms = timeout_ms ? timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
+}
+
+void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us) {
+  group_t *g = pg ? pg->impl_ : NULL;
+  if (g) g->busy_us = us == UINT32_MAX ? 0 : us;
+}
+
+int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op) {
+  group_t *g = pg ? pg->impl_ : NULL;
+  double *p;
+  if (g == NULL || op == NULL) return UV_EINVAL;
+  p = uvccl__realloc(g->premul, (size_t)(g->npremul + 1) * sizeof(double));
+  if (p == NULL) return UV_ENOMEM;
+  g->premul = p;
+  p[g->npremul] = factor;
+  *op = (uvccl_redop_t)(UVCCL__PREMUL_BASE + g->npremul++);
+  return 0;
+}
+
+/* ---- split: an allgather of (color, key), then a subgroup -------------------------- */
+
+typedef struct {
+  uvccl_pg_t *pg;
+  int32_t mine[2];
+  int32_t *all;     /* size pairs */
+  uint32_t counter;
+} split_t;
+
+static int split_finish(sched_t *s) {
+  split_t *sp = s->user;
+  group_t *p = s->g;
+  int color = sp->all[2 * p->rank], n = 0, i, j, rc;
+  int *ranks;
+  if (color < 0) {
+    sp->pg->rank = -1;
+    sp->pg->impl_ = NULL;
+    return UVCCL_ENOTMEMBER;
+  }
+  ranks = uvccl__malloc((size_t)p->size * sizeof(int));
+  if (ranks == NULL) return UV_ENOMEM;
+  for (i = 0; i < p->size; i++)
+    if (sp->all[2 * i] == color) ranks[n++] = i;
+  /* order by key, then parent rank (insertion sort: stable) */
+  for (i = 1; i < n; i++) {
+    int r = ranks[i];
+    for (j = i - 1; j >= 0 && sp->all[2 * ranks[j] + 1] > sp->all[2 * r + 1];
+         j--)
+      ranks[j + 1] = ranks[j];
+    ranks[j + 1] = r;
+  }
+  rc = make_child(p, sp->pg, child_gid(p->gid, sp->counter, color), ranks, n,
+                  NULL);
+  uvccl__free(ranks);
+  return rc;
+}
+
+static void split_release(sched_t *s) {
+  split_t *sp = s->user;
+  if (sp == NULL) return;
+  uvccl__free(sp->all);
+  uvccl__free(sp);
+}
+
+int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
+                           const size_t *lens);
+
+int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
+                   uvccl_work_t *work, uvccl_work_cb cb) {
+  group_t *p;
+  sched_t *s;
+  split_t *sp;
+  void **bufs;
+  size_t *lens;
+  int rc, i;
+  if (pg == NULL) return UV_EINVAL;
+  rc = uvccl__pg_check(parent, work, &p);
+  if (rc != 0) return rc;
+  s = uvccl__sched_new(p, "split", 0);
+  sp = uvccl__calloc(1, sizeof(*sp));
+  bufs = uvccl__malloc((size_t)p->size * sizeof(void *));
+  lens = uvccl__malloc((size_t)p->size * sizeof(size_t));
+  if (sp) sp->all = uvccl__malloc((size_t)p->size * 2 * sizeof(int32_t));
+  if (s == NULL || sp == NULL || sp->all == NULL || bufs == NULL ||
+      lens == NULL) {
+    if (sp) uvccl__free(sp->all);
+    uvccl__free(sp);
+    uvccl__free(bufs);
+    uvccl__free(lens);
+    if (s) uvccl__sched_free(s);
+    return UV_ENOMEM;
+  }
+  sp->pg = pg;
+  sp->mine[0] = color < 0 ? -1 : color;
+  sp->mine[1] = key;
+  sp->counter = ++p->nchildren;
+  for (i = 0; i < p->size; i++) {
+    bufs[i] = sp->all + 2 * i;
+    lens[i] = 2 * sizeof(int32_t);
+  }
+  s->user = sp;
+  s->release = split_release;
+  s->finish = split_finish;
+  rc = uvccl__allgather_build(s, sp->mine, bufs, lens);
+  uvccl__free(bufs);
+  uvccl__free(lens);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  return uvccl__sched_start(s, work, cb);
+}

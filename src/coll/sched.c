@@ -1,0 +1,587 @@
+/* Schedules: every collective is built as a small DAG of operations
+ * (send, receive, reducing receive, copy, reduce, scale, glue), then run
+ * by this executor. An op starts when the ops it depends on are done;
+ * receives with no dependencies are posted at once, so data lands in
+ * place as soon as it arrives. Algorithms only describe the DAG, which
+ * keeps them short and lets segments of a large message pipeline through
+ * a ring or a chain without any per-algorithm state machine.
+ *
+ * Schedule objects (and their arrays and scratch) are recycled per group,
+ * so a steady stream of collectives allocates nothing. */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define FREE_SCHEDS_MAX 8
+
+static void sched_abandon(uvccl_work_t *w, int status);
+static const struct uvccl__work_ops sched_work_ops = {sched_abandon};
+
+static void sched_run(sched_t *s);
+
+sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
+  sched_t *s = g->free_scheds;
+  g->nsched++;
+  if (s != NULL) {
+    g->free_scheds = s->free_next;
+  } else {
+    s = uvccl__calloc(1, sizeof(*s));
+    if (s == NULL) {
+      g->nsched--;
+      return NULL;
+    }
+  }
+  {
+    sop_t *ops = s->ops;
+    sedge_t *edges = s->edges;
+    uint32_t *succ = s->succ;
+    uint32_t opcap = s->opcap, edgecap = s->edgecap;
+    char *tmp = s->tmp;
+    size_t tmpcap = s->tmpcap;
+    memset(s, 0, sizeof(*s));
+    s->ops = ops;
+    s->edges = edges;
+    s->succ = succ;
+    s->opcap = opcap;
+    s->edgecap = edgecap;
+    s->tmp = tmp;
+    s->tmpcap = tmpcap;
+  }
+  s->g = g;
+  s->name = name;
+  s->p2p = p2p;
+  s->esize = 1;
+  s->scale = 1.0;
+  return s;
+}
+
+static void sched_destroy(sched_t *s) {
+  uvccl__free(s->ops);
+  uvccl__free(s->edges);
+  uvccl__free(s->succ);
+  uvccl__free(s->tmp);
+  uvccl__free(s);
+}
+
+/* Back to the group's free list (or freed). Only once libuv holds no
+ * write request of it. */
+void uvccl__sched_free(sched_t *s) {
+  group_t *g = s->g;
+  int n = 0;
+  sched_t *x;
+  if (s->release) s->release(s);
+  s->release = NULL;
+  s->user = NULL;
+  for (x = g->free_scheds; x != NULL; x = x->free_next) n++;
+  g->nsched--;
+  if (n >= FREE_SCHEDS_MAX || g->destroying || s->tmpcap > (64u << 20)) {
+    sched_destroy(s);
+  } else {
+    s->free_next = g->free_scheds;
+    g->free_scheds = s;
+  }
+  if (g->destroying && g->nsched == 0) uvccl__group_sched_gone(g);
+}
+
+/* ---- building ------------------------------------------------------------ */
+
+static uint32_t sop_add(sched_t *s, sop_type_t type) {
+  sop_t *op;
+  if (s->nops == s->opcap) {
+    uint32_t cap = s->opcap ? s->opcap * 2 : 16;
+    sop_t *ops = uvccl__realloc(s->ops, cap * sizeof(*ops));
+    if (ops == NULL) {
+      s->status = UV_ENOMEM;
+      return UINT32_MAX;
+    }
+    s->ops = ops;
+    s->opcap = cap;
+  }
+  op = &s->ops[s->nops];
+  memset(op, 0, offsetof(sop_t, hdr));
+  op->type = (uint8_t)type;
+  op->s = s;
+  op->peer = -1;
+  return s->nops++;
+}
+
+static int world_of(sched_t *s, int grank) {
+  return grank >= 0 ? s->g->ranks[grank] : -1;
+}
+
+uint32_t uvccl__sop_send(sched_t *s, int grank, uint32_t tag,
+                         const void *buf, size_t len) {
+  uint32_t i = sop_add(s, SOP_SEND);
+  if (i == UINT32_MAX) return i;
+  s->ops[i].peer = world_of(s, grank);
+  s->ops[i].tag = tag;
+  s->ops[i].buf = (char *)buf;
+  s->ops[i].len = len;
+  s->ops[i].p2p = (uint8_t)s->p2p;
+  return i;
+}
+
+uint32_t uvccl__sop_recv(sched_t *s, int grank, uint32_t tag, void *buf,
+                         size_t len) {
+  uint32_t i = sop_add(s, SOP_RECV);
+  if (i == UINT32_MAX) return i;
+  s->ops[i].peer = world_of(s, grank);
+  s->ops[i].tag = tag;
+  s->ops[i].buf = buf;
+  s->ops[i].len = len;
+  s->ops[i].p2p = (uint8_t)s->p2p;
+  return i;
+}
+
+uint32_t uvccl__sop_recv_red(sched_t *s, int grank, uint32_t tag, void *buf,
+                             size_t len) {
+  uint32_t i = uvccl__sop_recv(s, grank, tag, buf, len);
+  if (i != UINT32_MAX) s->ops[i].type = SOP_RECV_RED;
+  return i;
+}
+
+uint32_t uvccl__sop_copy(sched_t *s, void *dst, const void *src,
+                         size_t len) {
+  uint32_t i = sop_add(s, SOP_COPY);
+  if (i == UINT32_MAX) return i;
+  s->ops[i].buf = dst;
+  s->ops[i].src = src;
+  s->ops[i].len = len;
+  return i;
+}
+
+uint32_t uvccl__sop_reduce(sched_t *s, void *dst, const void *src,
+                           size_t len) {
+  uint32_t i = uvccl__sop_copy(s, dst, src, len);
+  if (i != UINT32_MAX) s->ops[i].type = SOP_REDUCE;
+  return i;
+}
+
+uint32_t uvccl__sop_scale(sched_t *s, void *buf, size_t len) {
+  uint32_t i = sop_add(s, SOP_SCALE);
+  if (i == UINT32_MAX) return i;
+  s->ops[i].buf = buf;
+  s->ops[i].len = len;
+  return i;
+}
+
+uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *)) {
+  uint32_t i = sop_add(s, SOP_CALL);
+  if (i != UINT32_MAX) s->ops[i].fn = fn;
+  return i;
+}
+
+uint32_t uvccl__sop_nop(sched_t *s) { return sop_add(s, SOP_NOP); }
+
+void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b) {
+  if (a == UINT32_MAX || b == UINT32_MAX) return;
+  if (s->nedges == s->edgecap) {
+    uint32_t cap = s->edgecap ? s->edgecap * 2 : 16;
+    sedge_t *e = uvccl__realloc(s->edges, cap * sizeof(*e));
+    if (e == NULL) {
+      s->status = UV_ENOMEM;
+      return;
+    }
+    s->edges = e;
+    s->edgecap = cap;
+  }
+  s->edges[s->nedges].from = a;
+  s->edges[s->nedges].to = b;
+  s->nedges++;
+}
+
+void *uvccl__sched_tmp(sched_t *s, size_t len) {
+  if (len == 0) len = 1;
+  if (len > s->tmpcap) {
+    char *t = uvccl__realloc(s->tmp, len);
+    if (t == NULL) {
+      s->status = UV_ENOMEM;
+      return NULL;
+    }
+    s->tmp = t;
+    s->tmpcap = len;
+  }
+  return s->tmp;
+}
+
+int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op) {
+  group_t *g = s->g;
+  uvccl_redop_t base = op;
+  int rc;
+  s->scale = 1.0;
+  s->divisor = 0;
+  if ((int)op >= UVCCL__PREMUL_BASE) {
+    int idx = (int)op - UVCCL__PREMUL_BASE;
+    if (idx >= g->npremul) return UV_EINVAL;
+    base = UVCCL_PREMUL_SUM;
+    s->scale = g->premul[idx];
+  } else if (op == UVCCL_PREMUL_SUM) {
+    return UV_EINVAL; /* needs a factor: uvccl_pg_premul_sum() */
+  }
+  rc = uvccl_redop_check(base, dtype);
+  if (rc != 0) return rc;
+  s->red = uvccl__reduce_get(dtype, base);
+  if (s->red == NULL) return UV_EINVAL;
+  s->dtype = dtype;
+  s->op = base;
+  s->esize = uvccl_dtype_size(dtype);
+  if (base == UVCCL_AVG) s->divisor = g->size;
+  return 0;
+}
+
+void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n) {
+  if (n == 0) return;
+  s->red(dst, src, n / s->esize);
+}
+
+/* ---- running ------------------------------------------------------------- */
+
+static void ready_push(sched_t *s, uint32_t i) {
+  s->ops[i].ready_next = 0;
+  if (s->ready_tail) s->ops[s->ready_tail - 1].ready_next = i + 1;
+  else s->ready_head = i + 1;
+  s->ready_tail = i + 1;
+}
+
+static int ready_pop(sched_t *s, uint32_t *i) {
+  if (s->ready_head == 0) return 0;
+  *i = s->ready_head - 1;
+  s->ready_head = s->ops[*i].ready_next;
+  if (s->ready_head == 0) s->ready_tail = 0;
+  return 1;
+}
+
+static void group_unlink(group_t *g, sched_t *s) {
+  if (s->prev) s->prev->next = s->next;
+  else g->pend_head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  else g->pend_tail = s->prev;
+  s->next = s->prev = NULL;
+}
+
+static int earlier_pending(sched_t *s) {
+  sched_t *x;
+  for (x = s->prev; x != NULL; x = x->prev)
+    if (!x->p2p) return 1;
+  return 0;
+}
+
+static void sched_complete(sched_t *s, int status);
+
+/* Barriers wait for every earlier collective of the group. */
+static void complete_ordered(group_t *g) {
+  sched_t *x;
+  for (x = g->pend_head; x != NULL; x = x->next) {
+    if (!x->p2p && !(x->ordered && x->finished)) return;
+    if (x->ordered && x->finished && !earlier_pending(x)) {
+      sched_complete(x, 0);
+      return; /* sched_complete rescans */
+    }
+  }
+}
+
+static void sched_complete(sched_t *s, int status) {
+  group_t *g = s->g;
+  net_t *net = g->net;
+  if (s->completed) return;
+  s->completed = 1;
+  if (status == 0 && s->finish != NULL) {
+    int rc = s->finish(s);
+    if (rc != 0 && uvccl__work_is_live(s->w))
+      uvccl__work_fail(s->w, rc, "%s: %s", s->name, uvccl_strerror(rc));
+  }
+  if (status == 0) uvccl__work_complete(s->w, 0);
+  /* (failures were completed with their message by sched_fail) */
+  group_unlink(g, s);
+  if (net->inflight > 0) net->inflight--;
+  if (s->nwriting == 0) uvccl__sched_free(s);
+  complete_ordered(g);
+}
+
+static void sched_maybe_finish(sched_t *s) {
+  if (s->completed || s->remaining > 0 || s->finished) return;
+  s->finished = 1;
+  if (s->ordered && earlier_pending(s)) return;
+  sched_complete(s, 0);
+}
+
+void uvccl__sched_op_done(sop_t *op) {
+  sched_t *s = op->s;
+  uint32_t k;
+  if (op->type == SOP_SEND && op->writing == 0 && s->nwriting > 0 &&
+      op->state == SOP_ACTIVE) {
+    s->nwriting--;
+  }
+  if (s->completed) {
+    op->state = SOP_DONE;
+    if (s->nwriting == 0 && s->g != NULL) uvccl__sched_free(s);
+    return;
+  }
+  if (op->state == SOP_DONE) return;
+  op->state = SOP_DONE;
+  s->remaining--;
+  for (k = 0; k < op->nsucc; k++) {
+    sop_t *n = &s->ops[s->succ[op->succ_off + k]];
+    if (--n->deps == 0) ready_push(s, s->succ[op->succ_off + k]);
+  }
+  if (!s->running) sched_run(s);
+}
+
+static void start_op(sched_t *s, sop_t *op) {
+  net_t *net = s->g->net;
+  int rc;
+  op->state = SOP_ACTIVE;
+  switch (op->type) {
+  case SOP_SEND:
+    if (op->peer == net->rank) {
+      uvccl__sched_fail(s, UV_EINVAL, "%s: send to self", s->name);
+      return;
+    }
+    rc = uvccl__net_send(net, op, s->p2p ? FRAME_P2P : FRAME_COLL, s->g->gid,
+                         s->seq);
+    if (rc != 0) {
+      uvccl__sched_fail(s, UVCCL_EPEER, "%s: rank %d (%s): %s", s->name,
+                        s->g->inv[op->peer], uvccl__net_addr(net, op->peer),
+                        rc == UVCCL_EPEER ? "not connected"
+                                          : uvccl_strerror(rc));
+      return;
+    }
+    s->nwriting++;
+    return;
+  case SOP_RECV:
+  case SOP_RECV_RED:
+    if (op->peer >= 0 && op->peer != net->rank) {
+      char msg[120];
+      rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg));
+      if (rc != 0) {
+        uvccl__sched_fail(s, rc, "%s: %s", s->name, msg);
+        return;
+      }
+    }
+    uvccl__net_post_recv(net, op);
+    return;
+  case SOP_COPY:
+    if (op->buf != op->src && op->len > 0) memmove(op->buf, op->src, op->len);
+    break;
+  case SOP_REDUCE:
+    uvccl__sched_reduce(s, op->buf, op->src, op->len);
+    break;
+  case SOP_SCALE:
+    if (s->divisor > 1)
+      uvccl_divide_local(op->buf, op->len / s->esize, s->dtype, s->divisor);
+    else if (s->scale != 1.0)
+      uvccl_scale_local(op->buf, op->len / s->esize, s->dtype, s->scale);
+    break;
+  case SOP_CALL:
+    rc = op->fn(s, op);
+    if (rc != 0) {
+      if (!s->completed)
+        uvccl__sched_fail(s, rc, "%s: %s", s->name, uvccl_strerror(rc));
+      return;
+    }
+    break;
+  default:
+    break;
+  }
+  uvccl__sched_op_done(op);
+}
+
+static void sched_run(sched_t *s) {
+  uint32_t i;
+  s->running = 1;
+  while (!s->completed && ready_pop(s, &i)) start_op(s, &s->ops[i]);
+  s->running = 0;
+  if (!s->completed) sched_maybe_finish(s);
+}
+
+/* Builds successor lists (CSR) from the edge list. */
+static int sched_link(sched_t *s) {
+  uint32_t i, *pos;
+  uvccl__free(s->succ);
+  s->succ = uvccl__malloc((s->nedges ? s->nedges : 1) * sizeof(uint32_t));
+  if (s->succ == NULL) return UV_ENOMEM;
+  for (i = 0; i < s->nops; i++) {
+    s->ops[i].nsucc = 0;
+    s->ops[i].deps = 0;
+  }
+  for (i = 0; i < s->nedges; i++) {
+    s->ops[s->edges[i].from].nsucc++;
+    s->ops[s->edges[i].to].deps++;
+  }
+  {
+    uint32_t off = 0;
+    for (i = 0; i < s->nops; i++) {
+      s->ops[i].succ_off = off;
+      off += s->ops[i].nsucc;
+      s->ops[i].nsucc = 0;
+    }
+  }
+  pos = s->succ;
+  for (i = 0; i < s->nedges; i++) {
+    sop_t *a = &s->ops[s->edges[i].from];
+    pos[a->succ_off + a->nsucc++] = s->edges[i].to;
+  }
+  return 0;
+}
+
+int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
+  group_t *g = s->g;
+  net_t *net = g->net;
+  uint64_t timeout;
+  uint32_t i;
+  int rc;
+
+  if (s->status != 0) {
+    rc = s->status;
+    uvccl__sched_free(s);
+    return rc;
+  }
+  if (!s->p2p && g->broken) {
+    uvccl__sched_free(s);
+    return UVCCL_EPEER;
+  }
+  for (i = 0; i < s->nops; i++) {
+    char msg[8];
+    sop_t *op = &s->ops[i];
+    if ((op->type == SOP_SEND || op->type == SOP_RECV ||
+         op->type == SOP_RECV_RED) &&
+        op->peer >= 0 && uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) {
+      uvccl__sched_free(s);
+      return net->aborted ? UVCCL_EABORTED : UVCCL_EPEER;
+    }
+  }
+  rc = sched_link(s);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  timeout = w->timeout_ms ? w->timeout_ms : g->timeout_ms;
+  rc = uvccl__work_start(w, net->loop, s->name, &sched_work_ops, s, timeout,
+                         cb);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  if (!s->p2p) s->seq = g->seq++;
+  s->w = w;
+  s->remaining = s->nops;
+  s->prev = g->pend_tail;
+  s->next = NULL;
+  if (g->pend_tail) g->pend_tail->next = s;
+  else g->pend_head = s;
+  g->pend_tail = s;
+  net->inflight++;
+  uvccl__net_kick_spin(net);
+  for (i = 0; i < s->nops; i++)
+    if (s->ops[i].deps == 0) ready_push(s, i);
+  sched_run(s);
+  return 0;
+}
+
+/* ---- failing ------------------------------------------------------------- */
+
+/* Detaches every op still in flight. Sends whose bytes libuv still holds
+ * (the user's buffer) force that connection closed: nothing may read the
+ * buffer once the work has completed. */
+static void sched_detach(sched_t *s, int status) {
+  (void)status;
+  net_t *net = s->g->net;
+  uint32_t i;
+  for (i = 0; i < s->nops; i++) {
+    sop_t *op = &s->ops[i];
+    if (op->state != SOP_ACTIVE) continue;
+    if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
+      uvccl__net_unpost(net, op);
+      op->state = SOP_DONE;
+    } else if (op->type == SOP_SEND && op->writing &&
+               uvccl__net_queued(net, op->peer) > 0) {
+      uvccl__net_break(net, op->peer,
+                       "closing: an operation was abandoned mid-send");
+    }
+  }
+}
+
+static void sched_break_group(sched_t *s, const char *msg) {
+  group_t *g = s->g;
+  if (s->p2p || g->broken) return;
+  g->broken = 1;
+  snprintf(g->broken_msg, sizeof(g->broken_msg), "%.150s", msg);
+  uvccl__net_forget_group(g->net, g->gid);
+}
+
+void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...) {
+  va_list ap;
+  char msg[UVCCL_WORK_MSG_LEN];
+  if (s->completed) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (uvccl__work_is_live(s->w)) uvccl__work_fail(s->w, err, "%s", msg);
+  s->status = err;
+  sched_detach(s, err);
+  sched_break_group(s, msg);
+  sched_complete(s, err);
+}
+
+/* The work timed out or was cancelled. */
+static void sched_abandon(uvccl_work_t *w, int status) {
+  sched_t *s = w->owner_;
+  net_t *net = s->g->net;
+  uint32_t i;
+  int waiting = -1;
+  if (s->completed) return;
+  for (i = 0; i < s->nops; i++) {
+    sop_t *op = &s->ops[i];
+    if (op->state == SOP_ACTIVE &&
+        (op->type == SOP_RECV || op->type == SOP_RECV_RED)) {
+      waiting = op->peer;
+      break;
+    }
+  }
+  if (status == UV_ETIMEDOUT && s->list_waiting && waiting >= 0) {
+    char list[UVCCL_WORK_MSG_LEN];
+    size_t off = 0;
+    int n = 0;
+    list[0] = '\0';
+    for (i = 0; i < s->nops && off < sizeof(list) - 32; i++) {
+      sop_t *op = &s->ops[i];
+      if (op->state != SOP_ACTIVE || op->type != SOP_RECV) continue;
+      if (n > 0 && s->list_waiting < 2) break;
+      off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d (%s)",
+                              n ? ", " : "", s->g->inv[op->peer],
+                              uvccl__net_addr(net, op->peer));
+      n++;
+    }
+    uvccl__work_fail(w, status, "%s timed out after %llu ms: rank%s %s did "
+                     "not arrive", s->name,
+                     (unsigned long long)w->timeout_ms_, n > 1 ? "s" : "",
+                     list);
+  } else if (status == UV_ETIMEDOUT) {
+    if (waiting >= 0)
+      uvccl__work_fail(w, status,
+                       "%s (seq %u) timed out after %llu ms waiting for rank "
+                       "%d (%s)",
+                       s->name, s->seq, (unsigned long long)w->timeout_ms_,
+                       s->g->inv[waiting], uvccl__net_addr(net, waiting));
+    else
+      uvccl__work_fail(w, status, "%s (seq %u) timed out after %llu ms",
+                       s->name, s->seq, (unsigned long long)w->timeout_ms_);
+  }
+  s->status = status;
+  sched_detach(s, status);
+  sched_break_group(s, w->msg[0] ? w->msg : "an operation was cancelled");
+  if (!uvccl__work_is_live(w)) {
+    sched_complete(s, status);
+    return;
+  }
+  uvccl__work_fail(w, status, "%s cancelled", s->name);
+  sched_complete(s, status);
+}
+
+void uvccl__group_fail_all(group_t *g, int err, const char *msg) {
+  while (g->pend_head != NULL) {
+    sched_t *s = g->pend_head;
+    uvccl__sched_fail(s, err, "%s: %s", s->name, msg);
+    if (g->pend_head == s) group_unlink(g, s); /* paranoia */
+  }
+}
