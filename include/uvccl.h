@@ -160,6 +160,7 @@ struct uvccl_work_s {
   int flags_;
   int pending_status_;
   uv_timer_t timer_;
+  uvccl_work_t *done_next_;  /* per-loop completion order */
   void *priv_[4];
 };
 

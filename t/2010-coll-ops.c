@@ -221,6 +221,191 @@ static void test_allgather(world_t *W) {
   }
 }
 
+
+static void test_gather_scatter(world_t *W) {
+  int P = W->n, r, q, root = P - 1, bad = 0, rc;
+  size_t n = 1027, i;
+  uint16_t *in[WORLD_MAX], *all = malloc(n * 2 * (size_t)P), *out[WORLD_MAX];
+  for (r = 0; r < P; r++) {
+    in[r] = malloc(n * 2);
+    out[r] = malloc(n * 2);
+    for (i = 0; i < n; i++) in[r][i] = (uint16_t)(r * 100 + i);
+    uvccl_gather(&W->pg[r], &W->w[r], in[r], r == root ? all : NULL, n,
+                 UVCCL_FLOAT16, root, NULL);
+  }
+  rc = world_wait(W);
+  for (q = 0; q < P; q++)
+    for (i = 0; i < n; i++)
+      if (all[(size_t)q * n + i] != (uint16_t)(q * 100 + i)) bad++;
+  /* scatter it back: block q to rank q */
+  for (r = 0; r < P; r++)
+    uvccl_scatter(&W->pg[r], &W->w[r], r == root ? all : NULL, out[r], n,
+                  UVCCL_BFLOAT16, root, NULL);
+  rc |= world_wait(W);
+  for (r = 0; r < P; r++) {
+    for (i = 0; i < n; i++)
+      if (out[r][i] != (uint16_t)(r * 100 + i)) bad++;
+    free(in[r]);
+    free(out[r]);
+  }
+  free(all);
+  is_int(rc, 0, "P=%d: gather + scatter complete", P);
+  is_int(bad, 0, "P=%d: gather at root, scatter from root: exact", P);
+}
+
+static void test_reduce_scatter(world_t *W) {
+  int P = W->n, r, q, bad = 0, rc;
+  size_t counts[] = {1, 17, 30000}, ci, i;
+  for (ci = 0; ci < 3; ci++) {
+    size_t n = counts[ci];
+    double *in[WORLD_MAX], *out[WORLD_MAX];
+    for (r = 0; r < P; r++) {
+      in[r] = malloc(n * 8 * (size_t)P);
+      out[r] = malloc(n * 8);
+      for (i = 0; i < n * (size_t)P; i++) in[r][i] = (double)(r + 1) + (double)i;
+      uvccl_reduce_scatter(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_FLOAT64,
+                           UVCCL_SUM, NULL);
+    }
+    rc = world_wait(W);
+    if (rc) printf("# %s\n", W->w[0].msg);
+    for (r = 0; r < P; r++) {
+      for (i = 0; i < n; i++) {
+        double idx = (double)((size_t)r * n + i);
+        if (out[r][i] != (double)(P * (P + 1) / 2) + (double)P * idx) bad++;
+      }
+      free(in[r]);
+      free(out[r]);
+    }
+    is_int(rc, 0, "P=%d: reduce_scatter %zu per rank", P, n);
+  }
+  is_int(bad, 0, "P=%d: reduce_scatter blocks exact", P);
+  /* uneven, with AVG on int32 */
+  {
+    size_t rc_[WORLD_MAX], total = 0;
+    int32_t *in[WORLD_MAX], *out[WORLD_MAX];
+    bad = 0;
+    for (q = 0; q < P; q++) total += rc_[q] = (size_t)(q % 3) * 1000 + 3;
+    for (r = 0; r < P; r++) {
+      in[r] = malloc(total * 4);
+      out[r] = malloc(rc_[r] * 4);
+      for (i = 0; i < total; i++) in[r][i] = (int32_t)(r * 2 + (int)i);
+      uvccl_reduce_scatterv(&W->pg[r], &W->w[r], in[r], out[r], rc_,
+                            UVCCL_INT32, UVCCL_AVG, NULL);
+    }
+    is_int(world_wait(W), 0, "P=%d: uneven reduce_scatter AVG", P);
+    for (r = 0; r < P; r++) {
+      size_t off = 0;
+      for (q = 0; q < r; q++) off += rc_[q];
+      for (i = 0; i < rc_[r]; i++) {
+        int64_t sum = (int64_t)P * (int64_t)(off + i) + (int64_t)P * (P - 1);
+        if (out[r][i] != (int32_t)(sum / P)) bad++;
+      }
+      free(in[r]);
+      free(out[r]);
+    }
+    is_int(bad, 0, "P=%d: uneven reduce_scatter values (truncating AVG)", P);
+  }
+}
+
+static void test_alltoall(world_t *W) {
+  int P = W->n, r, q, bad = 0, rc;
+  size_t n = 513, i;
+  int32_t *in[WORLD_MAX], *out[WORLD_MAX];
+  for (r = 0; r < P; r++) {
+    in[r] = malloc(n * 4 * (size_t)P);
+    out[r] = malloc(n * 4 * (size_t)P);
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++) in[r][(size_t)q * n + i] = r * 1000000 + q * 1000 + (int)i;
+    uvccl_alltoall(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT32, NULL);
+  }
+  rc = world_wait(W);
+  for (r = 0; r < P; r++)
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++)
+        if (out[r][(size_t)q * n + i] != q * 1000000 + r * 1000 + (int)i) bad++;
+  is_int(rc, 0, "P=%d: alltoall", P);
+  is_int(bad, 0, "P=%d: alltoall blocks exact", P);
+  /* alltoallv: rank r sends (r + q) % 3 * 100 elements to q */
+  {
+    size_t sc[WORLD_MAX][WORLD_MAX], rcn[WORLD_MAX][WORLD_MAX];
+    bad = 0;
+    for (r = 0; r < P; r++)
+      for (q = 0; q < P; q++) {
+        sc[r][q] = (size_t)((r + 2 * q) % 3) * 100;
+        rcn[q][r] = sc[r][q];
+      }
+    for (r = 0; r < P; r++) {
+      size_t off = 0;
+      for (q = 0; q < P; q++) {
+        for (i = 0; i < sc[r][q]; i++) in[r][off + i] = r * 1000 + q * 10 + (int)(i % 7);
+        off += sc[r][q];
+      }
+      uvccl_alltoallv(&W->pg[r], &W->w[r], in[r], sc[r], out[r], rcn[r],
+                      UVCCL_INT32, NULL);
+    }
+    is_int(world_wait(W), 0, "P=%d: alltoallv", P);
+    for (r = 0; r < P; r++) {
+      size_t off = 0;
+      for (q = 0; q < P; q++) {
+        for (i = 0; i < rcn[r][q]; i++)
+          if (out[r][off + i] != q * 1000 + r * 10 + (int)(i % 7)) bad++;
+        off += rcn[r][q];
+      }
+    }
+    is_int(bad, 0, "P=%d: alltoallv split sizes exact", P);
+  }
+  for (r = 0; r < P; r++) {
+    free(in[r]);
+    free(out[r]);
+  }
+}
+
+/* Many operations in flight at once; the barrier completes after them. */
+static int order_log[64 * WORLD_MAX], order_n;
+static void log_cb(uvccl_work_t *w, int status) {
+  (void)status;
+  order_log[order_n++] = (int)(intptr_t)w->data;
+}
+
+static void test_inflight(world_t *W) {
+  int P = W->n, r, k, bad = 0, K = 12;
+  static uvccl_work_t ws[WORLD_MAX][16];
+  static float bufs[WORLD_MAX][12][2000];
+  size_t i;
+  order_n = 0;
+  memset(ws, 0, sizeof(ws));
+  for (r = 0; r < P; r++) {
+    for (k = 0; k < K; k++) {
+      for (i = 0; i < 2000; i++) bufs[r][k][i] = (float)(r + k);
+      ws[r][k].data = (void *)(intptr_t)(r * 1000 + k);
+      uvccl_allreduce(&W->pg[r], &ws[r][k], bufs[r][k], bufs[r][k],
+                      k % 2 ? 2000 : 7, UVCCL_FLOAT32, UVCCL_SUM, log_cb);
+    }
+    ws[r][K].data = (void *)(intptr_t)(r * 1000 + 100);
+    uvccl_barrier(&W->pg[r], &ws[r][K], log_cb);
+  }
+  while (order_n < P * (K + 1)) uv_run(W->loop, UV_RUN_ONCE);
+  for (r = 0; r < P; r++) {
+    for (k = 0; k <= K; k++)
+      if (ws[r][k].status != 0) bad++;
+    for (k = 0; k < K; k++)
+      for (i = 0; i < (k % 2 ? 2000u : 7u); i++)
+        if (bufs[r][k][i] != (float)(P * (P - 1) / 2 + P * k)) bad++;
+  }
+  {
+    /* on every rank, the barrier's callback comes after all K of its
+     * allreduces' callbacks */
+    int early = 0, seen[WORLD_MAX] = {0};
+    for (k = 0; k < order_n; k++) {
+      int rr = order_log[k] / 1000, kk = order_log[k] % 1000;
+      if (kk == 100 && seen[rr] != K) early++;
+      if (kk != 100) seen[rr]++;
+    }
+    is_int(early, 0, "P=%d: barrier completes after earlier operations", P);
+  }
+  is_int(bad, 0, "P=%d: %d allreduces in flight at once, exact", P, K);
+}
+
 int main(void) {
   world_t W;
   int P;
@@ -234,6 +419,10 @@ int main(void) {
     test_allreduce_oop(&W);
     test_reduce_bcast(&W);
     test_allgather(&W);
+    test_gather_scatter(&W);
+    test_reduce_scatter(&W);
+    test_alltoall(&W);
+    test_inflight(&W);
     world_destroy(&W);
   }
   is_int(uv_loop_close(&loop), 0, "loop closes cleanly");

@@ -233,31 +233,31 @@ INLINE uint16_t f32_to_bf16(float f) {
  * order: a reduction's result must not depend on which rank's data came
  * first. The vector versions below follow exactly these rules. */
 INLINE float f32_min(float a, float b) {
-  return a < b    ? a
-         : b < a  ? b
-         : a == b ? bits_f32(f32_bits(a) | f32_bits(b))
-                  : a + b;
+  float r = a + b; /* a NaN if either is */
+  r = a == b ? bits_f32(f32_bits(a) | f32_bits(b)) : r;
+  r = b < a ? b : r;
+  return a < b ? a : r;
 }
 
 INLINE float f32_max(float a, float b) {
-  return a > b    ? a
-         : b > a  ? b
-         : a == b ? bits_f32(f32_bits(a) & f32_bits(b))
-                  : a + b;
+  float r = a + b;
+  r = a == b ? bits_f32(f32_bits(a) & f32_bits(b)) : r;
+  r = b > a ? b : r;
+  return a > b ? a : r;
 }
 
 INLINE double f64_min(double a, double b) {
-  return a < b    ? a
-         : b < a  ? b
-         : a == b ? bits_f64(f64_bits(a) | f64_bits(b))
-                  : a + b;
+  double r = a + b;
+  r = a == b ? bits_f64(f64_bits(a) | f64_bits(b)) : r;
+  r = b < a ? b : r;
+  return a < b ? a : r;
 }
 
 INLINE double f64_max(double a, double b) {
-  return a > b    ? a
-         : b > a  ? b
-         : a == b ? bits_f64(f64_bits(a) & f64_bits(b))
-                  : a + b;
+  double r = a + b;
+  r = a == b ? bits_f64(f64_bits(a) & f64_bits(b)) : r;
+  r = b > a ? b : r;
+  return a > b ? a : r;
 }
 
 float uvccl__f16_to_f32(uint16_t h) { return f16_to_f32(h); }
@@ -479,15 +479,13 @@ ATTR_AVX2 INLINE __m256 avx2_bf16_even(avx2_i x) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
 }
 
-/* The bfloat16 in the top half of each lane, as f32_to_bf16(). */
+/* The bfloat16 in the top half of each lane, as f32_to_bf16(). NaNs need
+ * no care here, unlike there: a NaN computed from bfloat16 operands is
+ * quiet with its low 16 bits zero, so rounding cannot carry out of it. */
 ATTR_AVX2 INLINE avx2_i avx2_bf16_round(__m256 v) {
   avx2_i u = _mm256_castps_si256(v);
   avx2_i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  avx2_i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
-                              lsb);
-  avx2_i nan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
-  return _mm256_blendv_epi8(r, nan,
-                            _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
 }
 
 ATTR_AVX2 INLINE avx2_i avx2_bf16_merge(avx2_i odd, avx2_i even) {
@@ -554,10 +552,7 @@ ATTR_AVX512 INLINE avx512_i avx512_bf16_round(__m512 v) {
   avx512_i u = _mm512_castps_si512(v);
   avx512_i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16),
                                   _mm512_set1_epi32(1));
-  avx512_i r = _mm512_add_epi32(
-      _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-  return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
-                              _mm512_set1_epi32(0x400000));
+  return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
 }
 
 ATTR_AVX512 INLINE avx512_i avx512_bf16_merge(avx512_i odd, avx512_i even) {

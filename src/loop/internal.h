@@ -32,6 +32,8 @@ struct uvccl__work_ops {
 
 /* flags_ */
 #define UVCCL__WORK_COMPLETING 0x1
+#define UVCCL__WORK_CLOSED 0x2 /* timer closed, callback due */
+#define UVCCL__WORK_QUEUED 0x4 /* in its loop's completion FIFO */
 
 /* Returns 0, UVCCL_EBUSY if the work is pending, UV_EINVAL for bad args.
  * timeout_ms: 0 or UVCCL_NO_TIMEOUT = none. Frees leftover values of a

@@ -61,10 +61,45 @@ int uvccl__work_is_live(const uvccl_work_t *w) {
          !(w->flags_ & UVCCL__WORK_COMPLETING);
 }
 
+/* Callbacks run in the order the works completed. libuv runs close
+ * callbacks in reverse order of uv_close within one iteration, so each
+ * loop keeps its completing works in a FIFO, and a close callback delivers
+ * from the head for as long as the head's timer is closed. The earliest
+ * work of a batch closes last, so the whole batch goes out in order then.
+ * One FIFO per loop (a loop runs on one thread: the table is per thread). */
+typedef struct {
+  uv_loop_t *loop;
+  uvccl_work_t *head;
+  uvccl_work_t *tail;
+} done_fifo_t;
+
+#define DONE_FIFOS 16
+static __thread done_fifo_t done_fifos[DONE_FIFOS];
+
+static done_fifo_t *done_fifo(uv_loop_t *loop) {
+  int i, free_slot = -1;
+  for (i = 0; i < DONE_FIFOS; i++) {
+    if (done_fifos[i].loop == loop) return &done_fifos[i];
+    if (free_slot < 0 && done_fifos[i].head == NULL) free_slot = i;
+  }
+  if (free_slot < 0) return NULL; /* too many loops: unordered */
+  done_fifos[free_slot].loop = loop;
+  return &done_fifos[free_slot];
+}
+
 void uvccl__work_complete(uvccl_work_t *w, int status) {
+  done_fifo_t *f;
   if (!uvccl__work_is_live(w)) return;
   w->flags_ |= UVCCL__WORK_COMPLETING;
   w->pending_status_ = status;
+  w->done_next_ = NULL;
+  f = done_fifo(w->loop_);
+  if (f != NULL) {
+    if (f->tail) f->tail->done_next_ = w;
+    else f->head = w;
+    f->tail = w;
+    w->flags_ |= UVCCL__WORK_QUEUED;
+  }
   uv_timer_stop(&w->timer_);
   uv_close((uv_handle_t *)&w->timer_, work_closed);
 }
@@ -78,8 +113,26 @@ void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
   uvccl__work_complete(w, status);
 }
 
+static void work_deliver(uvccl_work_t *w);
+
 static void work_closed(uv_handle_t *h) {
   uvccl_work_t *w = h->data;
+  done_fifo_t *f;
+  w->flags_ |= UVCCL__WORK_CLOSED;
+  f = (w->flags_ & UVCCL__WORK_QUEUED) ? done_fifo(w->loop_) : NULL;
+  if (f == NULL) {
+    work_deliver(w);
+    return;
+  }
+  while (f->head != NULL && (f->head->flags_ & UVCCL__WORK_CLOSED)) {
+    uvccl_work_t *x = f->head;
+    f->head = x->done_next_;
+    if (f->head == NULL) f->tail = NULL;
+    work_deliver(x); /* may free x, or start new works on this loop */
+  }
+}
+
+static void work_deliver(uvccl_work_t *w) {
   int status = w->pending_status_;
 
   w->status = status;
@@ -94,7 +147,8 @@ static void work_closed(uv_handle_t *h) {
   if (status != 0 && w->msg[0] == '\0')
     snprintf(w->msg, sizeof(w->msg), "%s: %s", w->op ? w->op : "work",
              uvccl_strerror(status));
-  w->flags_ &= ~UVCCL__WORK_COMPLETING;
+  w->flags_ &= ~(UVCCL__WORK_COMPLETING | UVCCL__WORK_CLOSED |
+                 UVCCL__WORK_QUEUED);
   if (w->cb_ != NULL) w->cb_(w, status);
 }
 
