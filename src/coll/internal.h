@@ -205,6 +205,8 @@ struct peer_s {
   uv_write_t hello_req;
   peer_t *next_pending;  /* net's accepted-but-unnamed list */
   int nclosing;          /* unnamed peers: handles still closing */
+  int draining;          /* half-closed, reading to EOF (counted in the
+                            net's nclosing already) */
 };
 
 struct net_s {
@@ -230,6 +232,11 @@ struct net_s {
   int spin_open;
   uint64_t spin_until_ns;
   uint64_t inflight;     /* schedules pending on this net */
+  /* Local ops larger than a slice run one slice per loop iteration, so a
+   * 256 MiB copy or reduction never blocks the loop for long. */
+  uv_idle_t slicer;
+  int slicer_open;
+  sop_t *slice_head, *slice_tail;
   int closing;
   int nclosing;          /* handles still closing */
   void (*closed_cb)(net_t *net);
@@ -303,6 +310,10 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid);
 /* Starts closing when refs reaches 0: half-close, drain, close. */
 void uvccl__net_release(net_t *net, void (*cb)(net_t *net), void *arg);
 void uvccl__net_kick_spin(net_t *net);
+void uvccl__net_slice_add(net_t *net, sop_t *op);
+void uvccl__net_slice_remove(net_t *net, sop_t *op);
+/* Runs the next slice of a local op; returns 1 when the op is finished. */
+int uvccl__sched_slice(sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);
 const char *uvccl__net_addr(net_t *net, int world_rank);
 /* A peer usable for traffic? 0, or the error to report. */
@@ -353,6 +364,7 @@ int uvccl__pg_world(const group_t *g, int grank);
 #define UVCCL__SMALL_MAX (64u * 1024)
 #define UVCCL__SEGMENT (512u * 1024)
 #define UVCCL__RBUF (256u * 1024)
+#define UVCCL__SLICE (1u << 20)
 #define UVCCL__STAGE_LIMIT ((uint64_t)1 << 30)
 #define UVCCL__PREMUL_BASE 0x100 /* custom PREMUL_SUM op ids */
 

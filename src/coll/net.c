@@ -108,6 +108,9 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   uv_idle_init(loop, &net->spin);
   net->spin.data = net;
   net->spin_open = 1;
+  uv_idle_init(loop, &net->slicer);
+  net->slicer.data = net;
+  net->slicer_open = 1;
   return net;
 }
 
@@ -155,6 +158,46 @@ void uvccl__net_kick_spin(net_t *net) {
   net->spin_until_ns = uv_hrtime() + (uint64_t)us * 1000;
   if (!uv_is_active((uv_handle_t *)&net->spin))
     uv_idle_start(&net->spin, on_spin);
+}
+
+/* ---- sliced local ops ---------------------------------------------------- */
+
+static void on_slice(uv_idle_t *h) {
+  net_t *net = h->data;
+  sop_t *op = net->slice_head;
+  if (op == NULL) {
+    uv_idle_stop(h);
+    return;
+  }
+  /* round robin: one slice of the head, then it goes to the back */
+  uvccl__net_slice_remove(net, op);
+  if (uvccl__sched_slice(op)) {
+    uvccl__sched_op_done(op);
+  } else {
+    uvccl__net_slice_add(net, op);
+  }
+}
+
+void uvccl__net_slice_add(net_t *net, sop_t *op) {
+  op->next = NULL;
+  op->prev = net->slice_tail;
+  if (net->slice_tail) net->slice_tail->next = op;
+  else net->slice_head = op;
+  net->slice_tail = op;
+  if (net->slicer_open && !uv_is_active((uv_handle_t *)&net->slicer))
+    uv_idle_start(&net->slicer, on_slice);
+}
+
+void uvccl__net_slice_remove(net_t *net, sop_t *op) {
+  sop_t *x;
+  for (x = net->slice_head; x != NULL && x != op; x = x->next) {
+  }
+  if (x == NULL) return;
+  if (op->prev) op->prev->next = op->next;
+  else net->slice_head = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else net->slice_tail = op->prev;
+  op->next = op->prev = NULL;
 }
 
 /* ---- listening and accepting ------------------------------------------------- */
@@ -921,8 +964,12 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
     peer_close(p);
     return;
   }
-  LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s (%s)", net->rank, r,
-           p->addrstr, why, uvccl_strerror(err));
+  if (net->inflight > 0)
+    LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s (%s)", net->rank, r,
+             p->addrstr, why, uvccl_strerror(err));
+  else
+    LOG_DEBUG("coll", "rank %d: rank %d (%s): %s", net->rank, r, p->addrstr,
+              why);
   peer_close_tcp(p);
   p->cur_op = NULL;
   p->rstate = RS_HDR;
@@ -1033,7 +1080,8 @@ static void peer_close_tcp(peer_t *p) {
   p->tcp_open = 0;
   peer_stop_read(p);
   p->tcp.data = p;
-  p->net->nclosing++;
+  if (!p->draining) p->net->nclosing++;
+  p->draining = 0;
   uv_close((uv_handle_t *)&p->tcp, on_peer_closed);
 }
 
@@ -1095,6 +1143,8 @@ static void peer_teardown(peer_t *p) {
     p->cur_op = NULL;
     p->sreq.data = p;
     if (uv_shutdown(&p->sreq, (uv_stream_t *)&p->tcp, on_shutdown) == 0) {
+      p->draining = 1;
+      net->nclosing++; /* the socket, until it closes */
       peer_start_read(p);
       uv_timer_start(&p->retry, on_drain_timeout, 2000, 0);
       return; /* the retry timer closes after the socket */
@@ -1125,6 +1175,12 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
     net->listener.data = net;
     uv_close((uv_handle_t *)&net->listener, on_handle_closed);
     net->listener_open = 0;
+  }
+  if (net->slicer_open) {
+    net->nclosing++;
+    net->slicer.data = net;
+    uv_close((uv_handle_t *)&net->slicer, on_handle_closed);
+    net->slicer_open = 0;
   }
   if (net->spin_open) {
     /* Always there: so the net always closes from a callback. */

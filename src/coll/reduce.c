@@ -5,11 +5,12 @@
  * bytes per 4 of output), so the goal is simply to never be the bottleneck:
  * plain `restrict` loops the compiler vectorises, built at -O3 whatever the
  * global flags, and compiled three times (portable C, AVX2 + F16C,
- * AVX-512) with the tier picked once at run time from CPUID. float16 has
- * hand-written F16C loops because GCC does not vectorise _Float16
- * conversions; bfloat16 shares them since its conversions are a few integer
- * ops. Every tier rounds identically (tests compare them bit for bit), so
- * hosts with different CPUs still agree on every reduced value.
+ * AVX-512) with the tier picked once at run time from CPUID. The halfs
+ * have hand-written vector loops: GCC does not vectorise _Float16
+ * conversions (F16C does them in one instruction), and bfloat16 can skip
+ * the shuffles the compiler would use. Every tier returns the same bits
+ * (NaN payloads aside), so hosts with different CPUs agree on every reduced
+ * value; the test checks each tier against one scalar reference.
  *
  * Buffers may be misaligned (pointers to an `aligned(1)` typedef), because
  * chunks can start anywhere in a receive buffer.
@@ -40,7 +41,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* ---- Names and sizes ------------------------------------------------------ */
+/* ---- Names and sizes ----------------------------------------------------- */
 
 static const struct {
   const char *name;
@@ -231,7 +232,9 @@ INLINE uint16_t f32_to_bf16(float f) {
 /* NaN wins (a + b is then a NaN), as torch.minimum/maximum. Equal operands
  * merge their bits so that min(-0, +0) is -0 and max is +0 whatever the
  * order: a reduction's result must not depend on which rank's data came
- * first. The vector versions below follow exactly these rules. */
+ * first. The vector versions below follow exactly these rules. Written as
+ * a chain of plain selects so GCC makes blends of simple compares (and
+ * valgrind 3.19, which gets EQ_UQ compares wrong, runs the result). */
 INLINE float f32_min(float a, float b) {
   float r = a + b; /* a NaN if either is */
   r = a == b ? bits_f32(f32_bits(a) | f32_bits(b)) : r;
@@ -873,8 +876,12 @@ int uvccl_divide_local(void *buf, size_t count, uvccl_dtype_t dtype,
     return UV_EINVAL;
   if (count == 0 || divisor == 1) return 0;
   switch (dtype) {
-  case UVCCL_INT8: neg ? neg_i8(buf, count) : div_i8(buf, count, divisor); break;
-  case UVCCL_UINT8: neg ? neg_u8(buf, count) : div_u8(buf, count, divisor); break;
+  case UVCCL_INT8:
+    neg ? neg_i8(buf, count) : div_i8(buf, count, divisor);
+    break;
+  case UVCCL_UINT8:
+    neg ? neg_u8(buf, count) : div_u8(buf, count, divisor);
+    break;
   case UVCCL_INT32:
     neg ? neg_i32(buf, count) : div_i32(buf, count, divisor);
     break;

@@ -6,8 +6,8 @@
  * elements of the dtype (complex: n pairs). dst and a source may be the
  * same pointer; any other overlap is undefined. Kernels are chosen once per
  * process for the best instruction set the CPU has (AVX-512, AVX2+F16C,
- * portable C); every tier gives bit-identical results, so ranks on different
- * hosts agree. */
+ * portable C); every tier gives the same bits (NaN payloads aside), so ranks
+ * on different hosts agree. */
 #ifndef UVCCL_COLL_REDUCE_H
 #define UVCCL_COLL_REDUCE_H
 

@@ -361,16 +361,14 @@ static void start_op(sched_t *s, sop_t *op) {
     uvccl__net_post_recv(net, op);
     return;
   case SOP_COPY:
-    if (op->buf != op->src && op->len > 0) memmove(op->buf, op->src, op->len);
-    break;
   case SOP_REDUCE:
-    uvccl__sched_reduce(s, op->buf, op->src, op->len);
-    break;
   case SOP_SCALE:
-    if (s->divisor > 1)
-      uvccl_divide_local(op->buf, op->len / s->esize, s->dtype, s->divisor);
-    else if (s->scale != 1.0)
-      uvccl_scale_local(op->buf, op->len / s->esize, s->dtype, s->scale);
+    op->got = 0;
+    if (op->len > UVCCL__SLICE) {
+      uvccl__net_slice_add(net, op); /* on_slice finishes it */
+      return;
+    }
+    uvccl__sched_slice(op);
     break;
   case SOP_CALL:
     rc = op->fn(s, op);
@@ -384,6 +382,30 @@ static void start_op(sched_t *s, sop_t *op) {
     break;
   }
   uvccl__sched_op_done(op);
+}
+
+int uvccl__sched_slice(sop_t *op) {
+  sched_t *s = op->s;
+  size_t off = (size_t)op->got, n = op->len - off;
+  if (n > UVCCL__SLICE) n = UVCCL__SLICE; /* a multiple of every esize */
+  switch (op->type) {
+  case SOP_COPY:
+    if (op->buf != op->src && n > 0) memmove(op->buf + off, op->src + off, n);
+    break;
+  case SOP_REDUCE:
+    uvccl__sched_reduce(s, op->buf + off, op->src + off, n);
+    break;
+  case SOP_SCALE:
+    if (s->divisor > 1)
+      uvccl_divide_local(op->buf + off, n / s->esize, s->dtype, s->divisor);
+    else if (s->scale != 1.0)
+      uvccl_scale_local(op->buf + off, n / s->esize, s->dtype, s->scale);
+    break;
+  default:
+    break;
+  }
+  op->got += n;
+  return op->got == op->len;
 }
 
 static void sched_run(sched_t *s) {
@@ -490,7 +512,11 @@ static void sched_detach(sched_t *s, int status) {
   for (i = 0; i < s->nops; i++) {
     sop_t *op = &s->ops[i];
     if (op->state != SOP_ACTIVE) continue;
-    if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
+    if (op->type == SOP_COPY || op->type == SOP_REDUCE ||
+        op->type == SOP_SCALE) {
+      uvccl__net_slice_remove(net, op);
+      op->state = SOP_DONE;
+    } else if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
       uvccl__net_unpost(net, op);
       op->state = SOP_DONE;
     } else if (op->type == SOP_SEND && op->writing &&
