@@ -12,6 +12,7 @@ command -v prove >/dev/null 2>&1 || need="$need perl"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v clang >/dev/null 2>&1 || need="$need clang"
+[ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need="$need libclang-rt-14-dev"
 [ -z "$need" ] && exit 0
 SUDO=""

@@ -26,7 +26,8 @@ enum {
   FRAME_HELLO = 1,     /* connector -> acceptor: hello_t payload */
   FRAME_HELLO_ACK = 2, /* acceptor -> connector: empty */
   FRAME_COLL = 3,      /* collective data: (gid, seq, tag) */
-  FRAME_P2P = 4        /* point to point: (gid, tag = user tag) */
+  FRAME_P2P = 4,       /* point to point: (gid, tag = user tag) */
+  FRAME_BYE = 5        /* the sender is leaving cleanly (destroy) */
 };
 
 #define UVCCL__FRAME_HDR 24
@@ -125,6 +126,10 @@ struct sched_s {
   int running;           /* inside the executor loop */
   int finished;          /* every op done */
   int completed;         /* the work was completed (ok or not) */
+  int failing;           /* failed; completes once libuv gives back the
+                            user's buffers (sends in flight) */
+  int fail_status;
+  char fail_msg[UVCCL_WORK_MSG_LEN];
   uint32_t nwriting;     /* sends libuv still holds */
   int status;            /* first failure */
   uvccl_dtype_t dtype;
@@ -205,6 +210,9 @@ struct peer_s {
   uv_write_t hello_req;
   peer_t *next_pending;  /* net's accepted-but-unnamed list */
   int nclosing;          /* unnamed peers: handles still closing */
+  int left;              /* said BYE: its EOF is a clean leave */
+  unsigned char bye_hdr[UVCCL__FRAME_HDR];
+  uv_write_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
                             net's nclosing already) */
 };
@@ -350,8 +358,11 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb);
 void uvccl__sched_op_done(sop_t *op);
 void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Fails every pending schedule of g (err, message). */
+/* Fails every pending schedule of g (err, message); with world_rank >= 0
+ * only those that still need that rank (a clean leave). */
 void uvccl__group_fail_all(group_t *g, int err, const char *msg);
+void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
+                            const char *msg);
 /* Reduce n bytes of src into dst with the schedule's kernel. */
 void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
 

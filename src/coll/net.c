@@ -656,6 +656,11 @@ static void process_rbuf(peer_t *p) {
         pos += (size_t)h.len;
         continue;
       }
+      if (h.kind == FRAME_BYE && p->state == PEER_UP && h.len == 0) {
+        p->left = 1;
+        pos += UVCCL__FRAME_HDR;
+        continue;
+      }
       if (p->state != PEER_UP ||
           (h.kind != FRAME_COLL && h.kind != FRAME_P2P)) {
         uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO,
@@ -964,7 +969,7 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
     peer_close(p);
     return;
   }
-  if (net->inflight > 0)
+  if (net->inflight > 0 && !p->left)
     LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s (%s)", net->rank, r,
              p->addrstr, why, uvccl_strerror(err));
   else
@@ -984,6 +989,14 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   }
   for (g = net->groups; g != NULL; g = g->next) {
     if (g->inv[r] < 0) continue;
+    if (p->left) {
+      /* It destroyed its group after finishing: only work that still
+       * needs it fails (nothing it already sent is lost). */
+      snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
+               g->inv[r], r, uvccl__net_addr(net, r));
+      uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
+      continue;
+    }
     snprintf(msg, sizeof(msg), "rank %d (global %d, %s) %s: %s", g->inv[r], r,
              p->addrstr[0] ? p->addrstr : uvccl__net_addr(net, r), why,
              uvccl_strerror(err));
@@ -1142,6 +1155,15 @@ static void peer_teardown(peer_t *p) {
     p->rlen = 0;
     p->cur_op = NULL;
     p->sreq.data = p;
+    {
+      frame_hdr_t bye;
+      uv_buf_t b;
+      memset(&bye, 0, sizeof(bye));
+      bye.kind = FRAME_BYE;
+      hdr_encode(p->bye_hdr, &bye);
+      b = uv_buf_init((char *)p->bye_hdr, UVCCL__FRAME_HDR);
+      uv_write(&p->bye_req, (uv_stream_t *)&p->tcp, &b, 1, NULL);
+    }
     if (uv_shutdown(&p->sreq, (uv_stream_t *)&p->tcp, on_shutdown) == 0) {
       p->draining = 1;
       net->nclosing++; /* the socket, until it closes */

@@ -406,6 +406,12 @@ COMPLEX_KERNELS(avx512, ATTR_AVX512)
  * shifted up, and both round back in place. The vector ops mirror the
  * scalar ones exactly; the tail of a buffer uses the scalar kernel. */
 
+/* Streaming from memory, the half loops ran at ~60% of float32's speed
+ * until they prefetched 1 KiB ahead (then ~100%). Computed as integers:
+ * a pointer past the end of the buffer would be undefined. */
+#define PREFETCH(p, off)                                                     \
+  _mm_prefetch((const char *)((uintptr_t)(p) + (off)), _MM_HINT_T0)
+
 #define HALF_VEC_KERNEL(tier, attr, dt, op, B)                               \
   static attr void tier##_##dt##_##op##3(void *dst, const void *a,           \
                                          const void *b, size_t n) {          \
@@ -413,7 +419,11 @@ COMPLEX_KERNELS(avx512, ATTR_AVX512)
     const char *pa = a, *pb = b;                                             \
     size_t i = 0;                                                            \
     for (; i + 2 * B <= n; i += 2 * B) {                                     \
+      PREFETCH(pa, 2 * i + 1024);                                            \
+      PREFETCH(pb, 2 * i + 1024);                                            \
       tier##_##dt##_##op##_step(d + 2 * i, pa + 2 * i, pb + 2 * i);          \
+      PREFETCH(pa, 2 * (i + B) + 1024);                                      \
+      PREFETCH(pb, 2 * (i + B) + 1024);                                      \
       tier##_##dt##_##op##_step(d + 2 * (i + B), pa + 2 * (i + B),           \
                                 pb + 2 * (i + B));                           \
     }                                                                        \

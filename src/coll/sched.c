@@ -267,6 +267,7 @@ static int earlier_pending(sched_t *s) {
 }
 
 static void sched_complete(sched_t *s, int status);
+static void sched_fail_now(sched_t *s);
 
 /* Barriers wait for every earlier collective of the group. */
 static void complete_ordered(group_t *g) {
@@ -315,6 +316,11 @@ void uvccl__sched_op_done(sop_t *op) {
   if (s->completed) {
     op->state = SOP_DONE;
     if (s->nwriting == 0 && s->g != NULL) uvccl__sched_free(s);
+    return;
+  }
+  if (s->failing) {
+    op->state = SOP_DONE;
+    if (s->nwriting == 0) sched_fail_now(s);
     return;
   }
   if (op->state == SOP_DONE) return;
@@ -535,18 +541,51 @@ static void sched_break_group(sched_t *s, const char *msg) {
   uvccl__net_forget_group(g->net, g->gid);
 }
 
+/* Completes a failed schedule. Its sends are all back from libuv by now
+ * (or their connections were closed), so the caller's buffers are free. */
+static void sched_fail_now(sched_t *s) {
+  s->failing = 0;
+  if (uvccl__work_is_live(s->w))
+    uvccl__work_fail(s->w, s->fail_status, "%s", s->fail_msg);
+  s->status = s->fail_status;
+  sched_complete(s, s->fail_status);
+}
+
+/* Detaches what can be detached at once (receives, sliced local ops). */
+static void sched_detach_soft(sched_t *s) {
+  net_t *net = s->g->net;
+  uint32_t i;
+  for (i = 0; i < s->nops; i++) {
+    sop_t *op = &s->ops[i];
+    if (op->state != SOP_ACTIVE) continue;
+    if (op->type == SOP_COPY || op->type == SOP_REDUCE ||
+        op->type == SOP_SCALE) {
+      uvccl__net_slice_remove(net, op);
+      op->state = SOP_DONE;
+    } else if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
+      uvccl__net_unpost(net, op);
+      op->state = SOP_DONE;
+    }
+  }
+}
+
 void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...) {
   va_list ap;
-  char msg[UVCCL_WORK_MSG_LEN];
-  if (s->completed) return;
+  if (s->completed || s->failing) return;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  vsnprintf(s->fail_msg, sizeof(s->fail_msg), fmt, ap);
   va_end(ap);
-  if (uvccl__work_is_live(s->w)) uvccl__work_fail(s->w, err, "%s", msg);
-  s->status = err;
-  sched_detach(s, err);
-  sched_break_group(s, msg);
-  sched_complete(s, err);
+  s->fail_status = err;
+  sched_detach_soft(s);
+  sched_break_group(s, s->fail_msg);
+  if (s->nwriting == 0) {
+    sched_fail_now(s);
+    return;
+  }
+  /* Sends still hold the caller's buffers: the work completes when they
+   * are back (a healthy peer reads them; a dead one's connection is
+   * closed, which gives them back too). The work's timeout bounds it. */
+  s->failing = 1;
 }
 
 /* The work timed out or was cancelled. */
@@ -556,6 +595,14 @@ static void sched_abandon(uvccl_work_t *w, int status) {
   uint32_t i;
   int waiting = -1;
   if (s->completed) return;
+  if (s->failing) {
+    sched_detach(s, status);
+    if (uvccl__work_is_live(w))
+      uvccl__work_fail(w, s->fail_status, "%s", s->fail_msg);
+    s->failing = 0;
+    sched_complete(s, s->fail_status);
+    return;
+  }
   for (i = 0; i < s->nops; i++) {
     sop_t *op = &s->ops[i];
     if (op->state == SOP_ACTIVE &&
@@ -604,10 +651,37 @@ static void sched_abandon(uvccl_work_t *w, int status) {
   sched_complete(s, status);
 }
 
-void uvccl__group_fail_all(group_t *g, int err, const char *msg) {
-  while (g->pend_head != NULL) {
-    sched_t *s = g->pend_head;
-    uvccl__sched_fail(s, err, "%s: %s", s->name, msg);
-    if (g->pend_head == s) group_unlink(g, s); /* paranoia */
+static int sched_needs(sched_t *s, int world_rank) {
+  uint32_t i;
+  for (i = 0; i < s->nops; i++) {
+    sop_t *op = &s->ops[i];
+    if (op->state == SOP_DONE) continue;
+    if ((op->type == SOP_SEND || op->type == SOP_RECV ||
+         op->type == SOP_RECV_RED) &&
+        op->peer == world_rank)
+      return 1;
   }
+  return 0;
+}
+
+static void fail_matching(group_t *g, int world_rank, int err,
+                          const char *msg) {
+  for (;;) {
+    sched_t *s;
+    for (s = g->pend_head; s != NULL; s = s->next)
+      if (!s->completed && !s->failing &&
+          (world_rank < 0 || sched_needs(s, world_rank)))
+        break;
+    if (s == NULL) return;
+    uvccl__sched_fail(s, err, "%s: %s", s->name, msg);
+  }
+}
+
+void uvccl__group_fail_all(group_t *g, int err, const char *msg) {
+  fail_matching(g, -1, err, msg);
+}
+
+void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
+                            const char *msg) {
+  fail_matching(g, world_rank, err, msg);
 }

@@ -1,0 +1,1195 @@
+/* Process groups whose ranks are separate processes, created with
+ * uvccl_pg_init_url("env://") (rank 0 hosts the store), as torchrun or
+ * uvccl-run starts them:
+ *   a) 4 ranks under uvccl-run: allreduce (float32 SUM, small and 8 MiB),
+ *      broadcast, allgather, alltoall, exact values checked in every rank;
+ *   b) a peer SIGKILLed in the middle of a large allreduce: the others'
+ *      pending work fails with UVCCL_EPEER naming it, within a few seconds
+ *      (the operation timeout is 30 s), later collectives fail without
+ *      hanging, and destroy still completes;
+ *   c) a rank that never joins an allreduce: UV_ETIMEDOUT after the work's
+ *      own 300 ms timeout, naming the missing rank;
+ *   d) uvccl_pg_abort with a receive pending: UVCCL_EABORTED at once;
+ *   e) monitored_barrier naming the rank that did not arrive;
+ *   f) a clean shutdown: every rank exits 0, nothing on stderr, and no TCP
+ *      reset (counted in a private network namespace when we may make one).
+ *
+ * The test binary is also the rank program: with UVCCL_T_ROLE set it runs
+ * one rank of that scenario and prints "@check RANK OK NAME | detail" and
+ * "@val RANK NAME VALUE" lines, which the parent turns into TAP. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#ifndef UVCCL_BUILD_DIR
+#define UVCCL_BUILD_DIR "build"
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ======================================================================== */
+/* Rank side                                                                */
+/* ======================================================================== */
+
+static int R = -1, P = 0;
+static uv_loop_t loop;
+static uvccl_pg_t pg;
+static uv_timer_t guard;
+static int guard_fired;
+
+static void rep(int okv, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rep(int okv, const char *name, const char *fmt, ...) {
+  va_list ap;
+  char d[512];
+  size_t i;
+  va_start(ap, fmt);
+  vsnprintf(d, sizeof(d), fmt, ap);
+  va_end(ap);
+  for (i = 0; d[i]; i++)
+    if (d[i] == '\n') d[i] = ' ';
+  printf("@check %d %d %s | %s\n", R, okv ? 1 : 0, name, d);
+  fflush(stdout);
+}
+
+static void val(const char *name, double v) {
+  printf("@val %d %s %.6f\n", R, name, v);
+  fflush(stdout);
+}
+
+typedef struct {
+  int done;
+  int status;
+  double t;
+} cbres_t;
+
+static void on_work(uvccl_work_t *w, int status) {
+  cbres_t *c = w->data;
+  c->done = 1;
+  c->status = status;
+  c->t = now_s();
+}
+
+static void on_guard(uv_timer_t *t) {
+  (void)t;
+  guard_fired = 1;
+}
+
+/* Runs the loop until *flag is set or ms pass. 1 if the flag was set. */
+static int run_until(int *flag, uint64_t ms) {
+  guard_fired = 0;
+  uv_timer_start(&guard, on_guard, ms, 0);
+  while (!*flag && !guard_fired) uv_run(&loop, UV_RUN_ONCE);
+  uv_timer_stop(&guard);
+  return *flag;
+}
+
+#define HANG 1 /* a positive "status": the work did not complete in time */
+
+/* Starts (rc from the call), then waits up to ms. */
+static int finish_work(cbres_t *c, int rc, uint64_t ms) {
+  if (rc != 0) return rc;
+  if (!run_until(&c->done, ms)) return HANG;
+  return c->status;
+}
+
+static const char *ename(int rc) {
+  return rc == HANG ? "HANG" : rc == 0 ? "0" : uvccl_err_name(rc);
+}
+
+static void rank_init(uint64_t timeout_ms) {
+  uvccl_pg_options_t o;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int rc;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = timeout_ms;
+  uv_loop_init(&loop);
+  uv_timer_init(&loop, &guard);
+  w.data = &c;
+  rc = uvccl_pg_init_url(&loop, &pg, "env://", &o, &w, on_work);
+  rc = finish_work(&c, rc, timeout_ms + 5000);
+  rep(rc == 0 && pg.rank == R && pg.size == P, "init",
+      "uvccl_pg_init_url(env://): %s %s (rank %d of %d)", ename(rc), w.msg,
+      pg.rank, pg.size);
+  if (rc != 0) {
+    if (pg.impl_ != NULL) uvccl_pg_destroy(&pg, NULL);
+    exit(1);
+  }
+}
+
+static void walk_cb(uv_handle_t *h, void *arg) {
+  char *b = arg;
+  size_t l = strlen(b);
+  if (l < 200)
+    snprintf(b + l, 256 - l, " %s%s", uv_handle_type_name(h->type),
+             uv_is_closing(h) ? "(closing)" : "");
+}
+
+static int pg_closed;
+static void on_pg_closed(uvccl_pg_t *p) {
+  (void)p;
+  pg_closed = 1;
+}
+
+/* Destroys the group, drains the loop and closes it. */
+static int rank_destroy(void) {
+  double t0 = now_s(), t1, t2;
+  int done, rc;
+  char left[256] = "";
+  uvccl_pg_destroy(&pg, on_pg_closed);
+  done = run_until(&pg_closed, 8000);
+  t1 = now_s();
+  uv_close((uv_handle_t *)&guard, NULL);
+  /* Whatever is still closing goes within a moment; nothing may stay. */
+  t2 = now_s();
+  while (uv_loop_alive(&loop) && now_s() - t2 < 3.0) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    if (uv_loop_alive(&loop)) {
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  rc = uv_loop_close(&loop);
+  if (rc != 0) uv_walk(&loop, walk_cb, left);
+  rep(done && rc == 0, "destroy",
+      "destroy %s after %.3f s; uv_loop_close: %s%s%s", done ? "done" : "HUNG",
+      t1 - t0, rc ? uvccl_err_name(rc) : "0", rc ? ", handles left:" : "",
+      left);
+  return done && rc == 0 ? 0 : 1;
+}
+
+/* ---- stdin as an event on the loop: "wait until the parent says so" ----- */
+static uv_pipe_t in_pipe;
+static int in_eof;
+static char in_buf[256];
+
+static void in_alloc(uv_handle_t *h, size_t s, uv_buf_t *b) {
+  (void)h;
+  (void)s;
+  b->base = in_buf;
+  b->len = sizeof(in_buf);
+}
+
+static void in_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  (void)b;
+  if (n != 0) {
+    in_eof = 1;
+    uv_read_stop(s);
+  }
+}
+
+/* Runs the loop (so the connections, and on rank 0 the store, are served)
+ * until the parent writes a line or closes our stdin. */
+static int wait_stdin_eof(uint64_t ms) {
+  int got;
+  uv_pipe_init(&loop, &in_pipe, 0);
+  if (uv_pipe_open(&in_pipe, 0) != 0) return 0;
+  uv_read_start((uv_stream_t *)&in_pipe, in_alloc, in_read);
+  got = run_until(&in_eof, ms);
+  uv_close((uv_handle_t *)&in_pipe, NULL);
+  return got;
+}
+
+/* ---- a) + f): every collective of interest, exact values ---------------- */
+static int role_ops(void) {
+  int bad_rc = 0;
+  rank_init(10000);
+  printf("@inited %d\n", R);
+  fflush(stdout);
+  if (R == 0 && getenv("UVCCL_T_GATE") != NULL) {
+    /* The parent reads its TCP counters now (every connection is made).
+     * The loop keeps running meanwhile: this rank hosts the store, which
+     * the others may still need to finish their creation. */
+    int got = wait_stdin_eof(20000);
+    rep(got, "gate", "rank 0 waited for the parent: %s", got ? "ok" : "timed out");
+  }
+
+  /* allreduce, float32 SUM, small, in place */
+  {
+    size_t n = 1000, i, bad = 0;
+    float *b = malloc(n * sizeof(float));
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    int rc;
+    for (i = 0; i < n; i++) b[i] = (float)((R + 1) * (int)(i % 13));
+    w.data = &c;
+    rc = uvccl_allreduce(&pg, &w, b, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    rc = finish_work(&c, rc, 15000);
+    for (i = 0; i < n; i++)
+      if (b[i] != (float)(P * (P + 1) / 2 * (int)(i % 13))) bad++;
+    rep(rc == 0 && bad == 0, "allreduce_small",
+        "%zu floats: %s %s; %zu wrong", n, ename(rc), w.msg, bad);
+    bad_rc |= rc != 0;
+    free(b);
+  }
+  /* allreduce, float32 SUM, 8 MiB, out of place */
+  {
+    size_t n = (8u << 20) / sizeof(float), i, bad = 0, badin = 0;
+    float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    int rc;
+    double t0;
+    for (i = 0; i < n; i++) {
+      in[i] = (float)((int)(i % 1024) + R);
+      out[i] = -1.0f;
+    }
+    w.data = &c;
+    t0 = now_s();
+    rc = uvccl_allreduce(&pg, &w, in, out, n, UVCCL_FLOAT32, UVCCL_SUM,
+                         on_work);
+    rc = finish_work(&c, rc, 20000);
+    for (i = 0; i < n; i++) {
+      if (out[i] != (float)(P * (int)(i % 1024) + P * (P - 1) / 2)) bad++;
+      if (in[i] != (float)((int)(i % 1024) + R)) badin++;
+    }
+    rep(rc == 0 && bad == 0 && badin == 0, "allreduce_8m",
+        "8 MiB out of place: %s %s; %zu wrong, %zu inputs changed, %.3f s",
+        ename(rc), w.msg, bad, badin, now_s() - t0);
+    bad_rc |= rc != 0;
+    free(in);
+    free(out);
+  }
+  /* broadcast from the last rank */
+  {
+    size_t n = 100000, i, bad = 0;
+    int32_t *b = malloc(n * sizeof(int32_t));
+    int root = P - 1, rc;
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    for (i = 0; i < n; i++) b[i] = R == root ? (int32_t)(i * 3 + 7) : -1;
+    w.data = &c;
+    rc = uvccl_broadcast(&pg, &w, b, n, UVCCL_INT32, root, on_work);
+    rc = finish_work(&c, rc, 15000);
+    for (i = 0; i < n; i++)
+      if (b[i] != (int32_t)(i * 3 + 7)) bad++;
+    rep(rc == 0 && bad == 0, "broadcast",
+        "from rank %d, %zu int32: %s %s; %zu wrong", root, n, ename(rc),
+        w.msg, bad);
+    bad_rc |= rc != 0;
+    free(b);
+  }
+  /* allgather */
+  {
+    size_t n = 10001, i, bad = 0;
+    int64_t *s = malloc(n * 8), *r = malloc(n * 8 * (size_t)P);
+    int q, rc;
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    for (i = 0; i < n; i++) s[i] = (int64_t)R * 1000000 + (int64_t)i;
+    for (i = 0; i < n * (size_t)P; i++) r[i] = -1;
+    w.data = &c;
+    rc = uvccl_allgather(&pg, &w, s, r, n, UVCCL_INT64, on_work);
+    rc = finish_work(&c, rc, 15000);
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++)
+        if (r[(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
+    rep(rc == 0 && bad == 0, "allgather", "%zu int64 each: %s %s; %zu wrong",
+        n, ename(rc), w.msg, bad);
+    bad_rc |= rc != 0;
+    free(s);
+    free(r);
+  }
+  /* alltoall */
+  {
+    size_t n = 4097, i, bad = 0;
+    int32_t *s = malloc(n * 4 * (size_t)P), *r = malloc(n * 4 * (size_t)P);
+    int q, rc;
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++) {
+        s[(size_t)q * n + i] = R * 1000000 + q * 10000 + (int)(i % 10000);
+        r[(size_t)q * n + i] = -1;
+      }
+    w.data = &c;
+    rc = uvccl_alltoall(&pg, &w, s, r, n, UVCCL_INT32, on_work);
+    rc = finish_work(&c, rc, 15000);
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++)
+        if (r[(size_t)q * n + i] != q * 1000000 + R * 10000 + (int)(i % 10000))
+          bad++;
+    rep(rc == 0 && bad == 0, "alltoall", "%zu int32 per pair: %s %s; %zu wrong",
+        n, ename(rc), w.msg, bad);
+    bad_rc |= rc != 0;
+    free(s);
+    free(r);
+  }
+  /* every peer is reached on the store host's (loopback) address */
+  {
+    char d[400] = "";
+    int q, okv = 1;
+    for (q = 0; q < P; q++) {
+      const char *a = uvccl_pg_peer_address(&pg, q);
+      size_t l = strlen(d);
+      snprintf(d + l, sizeof(d) - l, "%s%d=%s", q ? " " : "", q, a);
+      if (strncmp(a, "127.0.0.1:", 10) != 0) okv = 0;
+    }
+    rep(okv, "addresses", "%s", d);
+  }
+  /* barrier, then a clean shutdown */
+  {
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    int rc;
+    w.data = &c;
+    rc = uvccl_barrier(&pg, &w, on_work);
+    rc = finish_work(&c, rc, 15000);
+    rep(rc == 0, "barrier", "%s %s", ename(rc), w.msg);
+    bad_rc |= rc != 0;
+  }
+  /* Failed checks are in the reports; the exit status only says whether
+   * the rank got through (no crash, hang or leak), so that uvccl-run does
+   * not stop the other ranks before they report. */
+  (void)bad_rc;
+  return rank_destroy();
+}
+
+/* ---- b) a peer killed mid-allreduce -------------------------------------- */
+static uv_timer_t kill_timer;
+
+static void on_kill_timer(uv_timer_t *t) {
+  (void)t;
+  val("kill_t", now_s());
+  kill(getpid(), SIGKILL);
+}
+
+static int role_kill(void) {
+  size_t n = (16u << 20) / sizeof(float), i;
+  float *b = malloc(n * sizeof(float));
+  uvccl_work_t w = {0};
+  cbres_t c;
+  int it, rc = 0, fail_it = -1;
+  double t_start = 0, t_fail = 0;
+
+  rank_init(30000);
+  for (i = 0; i < n; i++) b[i] = 1.0f;
+  for (it = 0; it < 200; it++) {
+    memset(&c, 0, sizeof(c));
+    w.data = &c;
+    t_start = now_s();
+    rc = uvccl_allreduce(&pg, &w, b, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    if (rc == 0 && R == 2 && it == 1) {
+      /* Die a few milliseconds into the second iteration: data in flight
+       * both ways. */
+      uv_timer_init(&loop, &kill_timer);
+      uv_timer_start(&kill_timer, on_kill_timer, 3, 0);
+    }
+    rc = finish_work(&c, rc, 40000);
+    if (rc != 0) {
+      t_fail = c.done ? c.t : now_s();
+      fail_it = it;
+      break;
+    }
+    for (i = 0; i < n; i++) b[i] = 1.0f;
+  }
+  if (R == 2) {
+    rep(0, "killed", "rank 2 is still alive after %d iterations (%s %s)", it,
+        ename(rc), w.msg);
+    return 1;
+  }
+  val("fail_t", t_fail);
+  rep(fail_it >= 0 && rc == UVCCL_EPEER && w.state == UVCCL_WORK_FAILED,
+      "epeer", "iteration %d failed with %s (state %s) after %.3f s: %s",
+      fail_it, ename(rc), uvccl_work_state_name(w.state), t_fail - t_start,
+      w.msg);
+  rep(strstr(w.msg, "rank 2") != NULL, "names2", "message: %s", w.msg);
+  /* Later collectives fail too: at the call, or promptly in the callback. */
+  {
+    float small[16] = {0};
+    uvccl_work_t w2 = {0}, w3 = {0};
+    cbres_t c2 = {0}, c3 = {0};
+    int rc2, rc3, at2, at3;
+    double t0 = now_s();
+    w2.data = &c2;
+    w3.data = &c3;
+    rc2 = uvccl_allreduce(&pg, &w2, small, small, 16, UVCCL_FLOAT32,
+                          UVCCL_SUM, on_work);
+    at2 = rc2 != 0;
+    rc2 = finish_work(&c2, rc2, 5000);
+    rc3 = uvccl_broadcast(&pg, &w3, small, 16, UVCCL_FLOAT32, 0, on_work);
+    at3 = rc3 != 0;
+    rc3 = finish_work(&c3, rc3, 5000);
+    rep(rc2 < 0 && rc3 < 0 && now_s() - t0 < 3.0, "later",
+        "allreduce: %s %s (%s); broadcast: %s %s (%s); %.3f s", ename(rc2),
+        w2.msg, at2 ? "at the call" : "in the callback", ename(rc3), w3.msg,
+        at3 ? "at the call" : "in the callback", now_s() - t0);
+  }
+  free(b);
+  /* Both survivors keep their groups until both have seen the failure:
+   * one destroying its group early would (legitimately) be the failure the
+   * other one sees first. */
+  {
+    int got = wait_stdin_eof(20000);
+    rep(got, "waited", "waited for the parent: %s", got ? "ok" : "timed out");
+  }
+  return rank_destroy();
+}
+
+/* ---- c) a rank that never joins ------------------------------------------ */
+static int role_timeout(void) {
+  rank_init(10000);
+  if (R == 1) {
+    int got = wait_stdin_eof(20000);
+    rep(got, "waited", "rank 1 waited for the parent: %s", got ? "ok" : "timed out");
+    return rank_destroy();
+  }
+  {
+    size_t n = 1024, i;
+    float *b = malloc(n * sizeof(float));
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    int rc;
+    double t0, el;
+    for (i = 0; i < n; i++) b[i] = 1.0f;
+    w.data = &c;
+    w.timeout_ms = 300;
+    t0 = now_s();
+    rc = uvccl_allreduce(&pg, &w, b, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    rc = finish_work(&c, rc, 10000);
+    el = (c.done ? c.t : now_s()) - t0;
+    rep(rc == UV_ETIMEDOUT && w.state == UVCCL_WORK_TIMED_OUT, "etimedout",
+        "%s (state %s): %s", ename(rc), uvccl_work_state_name(w.state), w.msg);
+    rep(el >= 0.25 && el <= 2.0, "elapsed", "failed after %.3f s", el);
+    rep(strstr(w.msg, "rank 1") != NULL, "names1", "message: %s", w.msg);
+    free(b);
+  }
+  return rank_destroy();
+}
+
+/* ---- d) abort with a receive pending -------------------------------------- */
+static uv_timer_t abort_timer;
+static double t_abort;
+static int cb_before_abort_returned;
+static cbres_t abort_c;
+
+static void on_abort_timer(uv_timer_t *t) {
+  (void)t;
+  t_abort = now_s();
+  uvccl_pg_abort(&pg, "test abort");
+  cb_before_abort_returned = abort_c.done;
+}
+
+static int role_abort(void) {
+  char buf[64];
+  uvccl_work_t w = {0};
+  int rc;
+  rank_init(10000);
+  if (R == 1) {
+    /* Rank 0 never sends either: its abort closes the connections, so this
+     * fails as a peer failure instead of waiting for the timeout. */
+    cbres_t c = {0};
+    double t0 = now_s();
+    w.data = &c;
+    w.timeout_ms = 8000;
+    rc = uvccl_recv(&pg, &w, buf, sizeof(buf), 0, 9, on_work);
+    rc = finish_work(&c, rc, 10000);
+    rep(rc == UVCCL_EPEER && strstr(w.msg, "rank 0") != NULL, "peer_epeer",
+        "recv from the aborting rank 0: %s after %.3f s: %s", ename(rc),
+        (c.done ? c.t : now_s()) - t0, w.msg);
+    return rank_destroy();
+  }
+  w.data = &abort_c;
+  rc = uvccl_recv(&pg, &w, buf, sizeof(buf), 1, 7, on_work);
+  uv_timer_init(&loop, &abort_timer);
+  uv_timer_start(&abort_timer, on_abort_timer, 200, 0);
+  rc = finish_work(&abort_c, rc, 10000);
+  rep(rc == UVCCL_EABORTED && w.state == UVCCL_WORK_FAILED, "eaborted",
+      "recv: %s (state %s): %s", ename(rc), uvccl_work_state_name(w.state),
+      w.msg);
+  rep(abort_c.done && t_abort > 0 && abort_c.t - t_abort < 0.5 &&
+          !cb_before_abort_returned,
+      "prompt", "callback %.3f s after uvccl_pg_abort%s",
+      abort_c.done && t_abort > 0 ? abort_c.t - t_abort : -1.0,
+      cb_before_abort_returned ? " (ran inside the abort call)" : "");
+  {
+    float x[4] = {0};
+    uvccl_work_t w2 = {0};
+    cbres_t c2 = {0};
+    w2.data = &c2;
+    rc = uvccl_allreduce(&pg, &w2, x, x, 4, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    if (rc == 0) finish_work(&c2, 0, 5000);
+    rep(rc == UVCCL_EABORTED, "later", "allreduce after abort: %s at the call",
+        ename(rc));
+  }
+  uv_close((uv_handle_t *)&abort_timer, NULL);
+  return rank_destroy();
+}
+
+/* ---- e) monitored_barrier -------------------------------------------------- */
+static int role_mbarrier(void) {
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int rc;
+  double t0, el;
+  rank_init(10000);
+  /* everyone arrives */
+  w.data = &c;
+  rc = uvccl_monitored_barrier(&pg, &w, 1, on_work);
+  rc = finish_work(&c, rc, 10000);
+  rep(rc == 0, "all", "monitored_barrier with every rank: %s %s", ename(rc),
+      w.msg);
+  if (R == 2) {
+    int got = wait_stdin_eof(20000);
+    rep(got, "waited", "rank 2 waited for the parent: %s", got ? "ok" : "timed out");
+    return rank_destroy();
+  }
+  memset(&c, 0, sizeof(c));
+  w.data = &c;
+  w.timeout_ms = R == 0 ? 500 : 5000;
+  t0 = now_s();
+  rc = uvccl_monitored_barrier(&pg, &w, 1, on_work);
+  rc = finish_work(&c, rc, 10000);
+  el = (c.done ? c.t : now_s()) - t0;
+  if (R == 0) {
+    rep(rc == UV_ETIMEDOUT && el >= 0.45 && el < 2.5, "fails",
+        "%s after %.3f s", ename(rc), el);
+    rep(strstr(w.msg, "rank 2") != NULL && strstr(w.msg, "rank 1") == NULL &&
+            strstr(w.msg, "ranks") == NULL,
+        "names2", "message: %s", w.msg);
+  } else {
+    /* Rank 1 arrived; rank 0 gives up and goes away, so rank 1's barrier
+     * must fail too (peer gone, or its own timeout), never hang. */
+    rep(rc < 0 && el < 5.5, "fails", "%s after %.3f s: %s", ename(rc), el,
+        w.msg);
+  }
+  return rank_destroy();
+}
+
+static int rank_main(const char *role) {
+  const char *r = getenv("RANK"), *s = getenv("WORLD_SIZE");
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, SIG_DFL);
+  alarm(40); /* a hung rank dies; the parent reports it */
+  unsetenv("UVCCL_SOCKET_IFNAME");
+  R = r ? atoi(r) : -1;
+  P = s ? atoi(s) : 0;
+  if (strcmp(role, "ops") == 0) return role_ops();
+  if (strcmp(role, "kill") == 0) return role_kill();
+  if (strcmp(role, "timeout") == 0) return role_timeout();
+  if (strcmp(role, "abort") == 0) return role_abort();
+  if (strcmp(role, "mbarrier") == 0) return role_mbarrier();
+  fprintf(stderr, "unknown role %s\n", role);
+  return 2;
+}
+
+/* ======================================================================== */
+/* Parent side                                                              */
+/* ======================================================================== */
+
+static char self[4096];
+
+typedef struct {
+  pid_t pid;
+  int out, err, in;  /* -1 when closed */
+  char *obuf, *ebuf;
+  size_t olen, elen;
+  int exited;
+  int status;        /* exit code, or 128 + signal */
+  double t_exit;
+  char name[32];
+} proc_t;
+
+#define MAXP 8
+static pid_t live[32];
+
+static void live_set(pid_t p, int add) {
+  int i;
+  for (i = 0; i < 32; i++)
+    if (add ? live[i] == 0 : live[i] == p) {
+      live[i] = add ? p : 0;
+      return;
+    }
+}
+
+static void kill_live(void) {
+  int i;
+  for (i = 0; i < 32; i++)
+    if (live[i] > 0) {
+      kill(live[i], SIGKILL);
+      waitpid(live[i], NULL, 0);
+      live[i] = 0;
+    }
+}
+
+static void append(char **b, size_t *len, const char *p, size_t n) {
+  *b = realloc(*b, *len + n + 1);
+  memcpy(*b + *len, p, n);
+  *len += n;
+  (*b)[*len] = '\0';
+}
+
+/* argv[0] is executed; env: "K=V" entries added to our environment. */
+static int spawn(proc_t *p, const char *name, char *const *argv,
+                 const char *const *env, int with_stdin) {
+  int o[2], e[2], in[2] = {-1, -1};
+  pid_t parent = getpid(), pid;
+  memset(p, 0, sizeof(*p));
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  p->out = p->err = p->in = -1;
+  p->obuf = calloc(1, 1);
+  p->ebuf = calloc(1, 1);
+  if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC)) return -errno;
+  if (with_stdin && pipe2(in, O_CLOEXEC)) return -errno;
+  fflush(stdout);
+  pid = fork();
+  if (pid < 0) return -errno;
+  if (pid == 0) {
+    int fd0 = with_stdin ? in[0] : open("/dev/null", O_RDONLY);
+    dup2(fd0, 0);
+    dup2(o[1], 1);
+    dup2(e[1], 2);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    for (; env && *env; env++) putenv((char *)*env);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(o[1]);
+  close(e[1]);
+  if (with_stdin) {
+    close(in[0]);
+    p->in = in[1];
+  }
+  p->pid = pid;
+  p->out = o[0];
+  p->err = e[0];
+  live_set(pid, 1);
+  return 0;
+}
+
+/* Reads what is there (waiting up to ms) and reaps exited processes.
+ * Returns the number of processes not yet finished (exited, EOF on both). */
+static int pump(proc_t *ps, int n, int ms) {
+  struct pollfd pf[2 * MAXP];
+  int map[2 * MAXP], np = 0, i, left = 0;
+  char buf[65536];
+  for (i = 0; i < n; i++) {
+    if (ps[i].out >= 0) {
+      pf[np].fd = ps[i].out;
+      pf[np].events = POLLIN;
+      map[np++] = 2 * i;
+    }
+    if (ps[i].err >= 0) {
+      pf[np].fd = ps[i].err;
+      pf[np].events = POLLIN;
+      map[np++] = 2 * i + 1;
+    }
+  }
+  if (np > 0 && poll(pf, (nfds_t)np, ms) > 0) {
+    for (i = 0; i < np; i++) {
+      proc_t *p = &ps[map[i] / 2];
+      int isout = map[i] % 2 == 0;
+      ssize_t r;
+      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      r = read(pf[i].fd, buf, sizeof(buf));
+      if (r > 0) {
+        if (isout) append(&p->obuf, &p->olen, buf, (size_t)r);
+        else append(&p->ebuf, &p->elen, buf, (size_t)r);
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(pf[i].fd);
+        if (isout) p->out = -1;
+        else p->err = -1;
+      }
+    }
+  } else if (np == 0 && ms > 0) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  for (i = 0; i < n; i++) {
+    proc_t *p = &ps[i];
+    int st;
+    if (!p->exited && p->pid > 0 && waitpid(p->pid, &st, WNOHANG) == p->pid) {
+      p->exited = 1;
+      p->t_exit = now_s();
+      p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      live_set(p->pid, 0);
+    }
+    if (!p->exited || p->out >= 0 || p->err >= 0) left++;
+  }
+  return left;
+}
+
+/* Waits for everything to finish; after secs, kills what is left. */
+static void finish_all(proc_t *ps, int n, double secs) {
+  double t0 = now_s();
+  int i, killed = 0;
+  while (pump(ps, n, 50) > 0) {
+    if (!killed && now_s() - t0 > secs) {
+      for (i = 0; i < n; i++)
+        if (!ps[i].exited) {
+          note("%s still running after %.0f s: killing it", ps[i].name, secs);
+          kill(ps[i].pid, SIGKILL);
+        }
+      killed = 1;
+    }
+  }
+  for (i = 0; i < n; i++)
+    if (ps[i].in >= 0) {
+      close(ps[i].in);
+      ps[i].in = -1;
+    }
+}
+
+static void dump_procs(proc_t *ps, int n) {
+  int i;
+  for (i = 0; i < n; i++) {
+    int k;
+    for (k = 0; k < 2; k++) {
+      const char *b = k ? ps[i].ebuf : ps[i].obuf, *e = b + (k ? ps[i].elen : ps[i].olen);
+      note("%s (exit %d) %s:", ps[i].name, ps[i].status, k ? "stderr" : "stdout");
+      while (b < e) {
+        const char *nl = memchr(b, '\n', (size_t)(e - b));
+        size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
+        note("  %.*s", (int)(l > 400 ? 400 : l), b);
+        b += l + 1;
+      }
+    }
+  }
+}
+
+static void procs_free(proc_t *ps, int n) {
+  int i;
+  for (i = 0; i < n; i++) {
+    free(ps[i].obuf);
+    free(ps[i].ebuf);
+  }
+}
+
+/* Finds "@check RANK OK NAME | detail" in any output. *okv = -1 if none. */
+static void find_check(proc_t *ps, int n, int rank, const char *name, int *okv,
+                       char *detail, size_t dlen) {
+  int i;
+  *okv = -1;
+  detail[0] = '\0';
+  for (i = 0; i < n; i++) {
+    const char *b = ps[i].obuf, *e = b + ps[i].olen;
+    while (b < e) {
+      const char *nl = memchr(b, '\n', (size_t)(e - b));
+      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
+      const char *c = memmem(b, l, "@check ", 7);
+      if (c != NULL) {
+        int rr, ok1, off = 0;
+        char nm[64];
+        if (sscanf(c, "@check %d %d %63s |%n", &rr, &ok1, nm, &off) == 3 &&
+            off > 0 && rr == rank && strcmp(nm, name) == 0) {
+          size_t dl = l - (size_t)(c + off - b);
+          if (*okv != 0) *okv = ok1; /* any failure wins */
+          if (*okv == ok1)
+            snprintf(detail, dlen, "%.*s", (int)dl, c + off);
+        }
+      }
+      b += l + 1;
+    }
+  }
+}
+
+static int find_val(proc_t *ps, int n, int rank, const char *name, double *v) {
+  int i;
+  for (i = 0; i < n; i++) {
+    const char *b = ps[i].obuf, *e = b + ps[i].olen;
+    while (b < e) {
+      const char *nl = memchr(b, '\n', (size_t)(e - b));
+      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
+      const char *c = memmem(b, l, "@val ", 5);
+      int rr;
+      char nm[64];
+      double x;
+      if (c && sscanf(c, "@val %d %63s %lf", &rr, nm, &x) == 3 &&
+          rr == rank && strcmp(nm, name) == 0) {
+        *v = x;
+        return 1;
+      }
+      b += l + 1;
+    }
+  }
+  return 0;
+}
+
+static int scenario_failed;
+
+/* One TAP line: every rank in mask reported NAME as passed. */
+static int agg(proc_t *ps, int n, const char *name, unsigned mask,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int agg(proc_t *ps, int n, const char *name, unsigned mask,
+               const char *fmt, ...) {
+  char desc[256], det[512];
+  int r, okv, all = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(desc, sizeof(desc), fmt, ap);
+  va_end(ap);
+  for (r = 0; r < 16; r++) {
+    if (!(mask & (1u << r))) continue;
+    find_check(ps, n, r, name, &okv, det, sizeof(det));
+    if (okv != 1) all = 0;
+  }
+  ok(all, "%s", desc);
+  for (r = 0; r < 16; r++) {
+    if (!(mask & (1u << r))) continue;
+    find_check(ps, n, r, name, &okv, det, sizeof(det));
+    if (okv == 1 && all) continue;
+    note("  rank %d: %s%s", r, okv < 0 ? "no report" : okv ? "ok:" : "FAILED:",
+         det);
+  }
+  if (!all) scenario_failed = 1;
+  return all;
+}
+
+static int count_lines(const proc_t *p, const char *what) {
+  int k = 0;
+  const char *s = p->obuf;
+  while ((s = strstr(s, what)) != NULL) {
+    k++;
+    s += strlen(what);
+  }
+  return k;
+}
+
+static int free_port(void) {
+  struct sockaddr_in a;
+  socklen_t l = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* Starts n ranks of role directly (no launcher). stdin_mask: ranks whose
+ * stdin is a pipe we hold. */
+static void spawn_world(proc_t *ps, int n, const char *role,
+                        unsigned stdin_mask) {
+  static char e_role[64], e_size[32], e_port[32], e_rank[MAXP][32];
+  int r, port = free_port();
+  char *argv[] = {self, NULL};
+  snprintf(e_role, sizeof(e_role), "UVCCL_T_ROLE=%s", role);
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
+  for (r = 0; r < n; r++) {
+    const char *env[] = {e_role, e_rank[r], e_size, "MASTER_ADDR=127.0.0.1",
+                         e_port, NULL};
+    char name[32];
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    snprintf(name, sizeof(name), "rank %d", r);
+    if (spawn(&ps[r], name, argv, env, (stdin_mask >> r) & 1) != 0)
+      note("spawning rank %d failed", r);
+  }
+}
+
+/* ---- TCP reset counting (in a private network namespace) ---------------- */
+static int isolated;
+
+static int isolate_net(char *why, size_t wl) {
+  int orig, fd, up = 0;
+  struct ifreq ifr;
+  if (geteuid() != 0) {
+    snprintf(why, wl, "not root");
+    return 0;
+  }
+  orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    snprintf(why, wl, "/proc/self/ns/net: %s", strerror(errno));
+    return 0;
+  }
+  if (unshare(CLONE_NEWNET) != 0) {
+    snprintf(why, wl, "unshare(CLONE_NEWNET): %s", strerror(errno));
+    close(orig);
+    return 0;
+  }
+  fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  memset(&ifr, 0, sizeof(ifr));
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+  if (fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) == 0) up = 1;
+  }
+  if (fd >= 0) close(fd);
+  if (!up) {
+    snprintf(why, wl, "bringing lo up in a new namespace: %s", strerror(errno));
+    if (setns(orig, CLONE_NEWNET) != 0) {
+      printf("Bail out! cannot return to the original network namespace\n");
+      exit(1);
+    }
+  }
+  close(orig);
+  return up;
+}
+
+/* Tcp OutRsts of this network namespace, or -1. */
+static long long out_rsts(void) {
+  FILE *f = fopen("/proc/net/snmp", "r");
+  char hdr[1024], vals[1024];
+  long long v = -1;
+  if (f == NULL) return -1;
+  while (fgets(hdr, sizeof(hdr), f) != NULL) {
+    char *a, *b, *sa = NULL, *sb = NULL;
+    if (strncmp(hdr, "Tcp:", 4) != 0) continue;
+    if (fgets(vals, sizeof(vals), f) == NULL) break;
+    a = strtok_r(hdr, " \n", &sa);
+    b = strtok_r(vals, " \n", &sb);
+    while (a && b) {
+      if (strcmp(a, "OutRsts") == 0) v = atoll(b);
+      a = strtok_r(NULL, " \n", &sa);
+      b = strtok_r(NULL, " \n", &sb);
+    }
+    break;
+  }
+  fclose(f);
+  return v;
+}
+
+/* ---- the scenarios ---------------------------------------------------------- */
+
+static void scenario_ops(void) {
+  proc_t p;
+  char tool[4096];
+  char *argv[] = {tool, "-n", "4", "--", self, NULL};
+  const char *env[] = {"UVCCL_T_ROLE=ops", "UVCCL_T_GATE=1", NULL};
+  long long rst0 = -1, rst1 = -1;
+  double t0 = now_s();
+  unsigned all = 0xf;
+  int gated = 0;
+
+  snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
+  scenario_failed = 0;
+  if (spawn(&p, "uvccl-run -n 4", argv, env, 1) != 0) {
+    ok(0, "a: uvccl-run starts");
+    return;
+  }
+  /* Every rank has made its group: from here on nothing may reset. */
+  while (now_s() - t0 < 20 && count_lines(&p, "@inited ") < 4 &&
+         pump(&p, 1, 50) > 0) {
+  }
+  if (count_lines(&p, "@inited ") == 4) {
+    gated = 1;
+    rst0 = out_rsts();
+  }
+  if (write(p.in, "go\n", 3) != 3) { /* rank 0 goes on at EOF anyway */ }
+  close(p.in);
+  p.in = -1;
+  finish_all(&p, 1, 30);
+  rst1 = out_rsts();
+  note("a: 4 ranks under uvccl-run in %.2f s", now_s() - t0);
+
+  agg(&p, 1, "init", all, "a: 4 processes under uvccl-run create the group "
+                          "with uvccl_pg_init_url(\"env://\")");
+  agg(&p, 1, "allreduce_small", all,
+      "a: allreduce float32 SUM (1000 elements) exact in every rank");
+  agg(&p, 1, "allreduce_8m", all,
+      "a: allreduce float32 SUM (8 MiB, out of place) exact in every rank");
+  agg(&p, 1, "broadcast", all, "a: broadcast from rank 3 exact in every rank");
+  agg(&p, 1, "allgather", all, "a: allgather int64 exact in every rank");
+  agg(&p, 1, "alltoall", all, "a: alltoall int32 exact in every rank");
+  agg(&p, 1, "addresses", all,
+      "a: every rank reaches its peers on 127.0.0.1 (the store host's route)");
+  agg(&p, 1, "barrier", all, "f: barrier after the operations");
+  agg(&p, 1, "destroy", all,
+      "f: uvccl_pg_destroy completes and uv_loop_close returns 0 in every rank");
+  if (!is_int(p.status, 0, "f: uvccl-run exits 0 (every rank got through: "
+                            "no crash, hang or leak)"))
+    scenario_failed = 1;
+  /* uvccl's log lines are "uvccl[rank R] warn coll: ..." */
+  if (!ok(strcasestr(p.ebuf, "error") == NULL &&
+              strcasestr(p.ebuf, "reset") == NULL,
+          "f: no error and no connection reset on any rank's stderr"))
+    scenario_failed = 1;
+  if (!ok(strcasestr(p.ebuf, "warn") == NULL,
+          "f: no rank logs a warning (a peer leaving after the last "
+          "collective is not a failure)"))
+    scenario_failed = 1;
+  if (isolated && gated && rst0 >= 0 && rst1 >= 0) {
+    if (!is_int(rst1 - rst0, 0, "f: no TCP reset sent from the first "
+                                "collective to the last exit (Tcp OutRsts of "
+                                "a private network namespace)"))
+      scenario_failed = 1;
+  } else {
+    printf("ok %d - f: no TCP reset # SKIP %s\n", ++tap__n,
+           !isolated ? "no private network namespace (needs root)"
+                     : "could not gate on the ranks");
+  }
+  if (scenario_failed) dump_procs(&p, 1);
+  procs_free(&p, 1);
+}
+
+static void scenario_kill(void) {
+  proc_t ps[3];
+  double kt = 0, ft[2] = {0, 0};
+  int r, have_k, have_f[2];
+  double t0 = now_s();
+  scenario_failed = 0;
+  spawn_world(ps, 3, "kill", 0x3);
+  /* ranks 0 and 1 destroy once both have reported their failure */
+  while (now_s() - t0 < 30 && !(ps[0].exited && ps[1].exited)) {
+    int k = 0;
+    pump(ps, 3, 50);
+    for (r = 0; r < 2; r++)
+      if (strstr(ps[r].obuf, " later |") != NULL || ps[r].exited) k++;
+    if (k == 2) break;
+  }
+  for (r = 0; r < 2; r++) {
+    close(ps[r].in);
+    ps[r].in = -1;
+  }
+  finish_all(ps, 3, 30);
+  note("b: killed-peer world in %.2f s", now_s() - t0);
+  if (!is_int(ps[2].status, 128 + SIGKILL,
+              "b: rank 2 SIGKILLed itself in the middle of a 16 MiB allreduce"))
+    scenario_failed = 1;
+  agg(ps, 3, "epeer", 0x3,
+      "b: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER");
+  agg(ps, 3, "names2", 0x3, "b: ranks 0 and 1: the message names \"rank 2\"");
+  have_k = find_val(ps, 3, 2, "kill_t", &kt);
+  for (r = 0; r < 2; r++) have_f[r] = find_val(ps, 3, r, "fail_t", &ft[r]);
+  {
+    int okv = have_k && have_f[0] && have_f[1] && ft[0] - kt < 3.0 &&
+              ft[1] - kt < 3.0 && ft[0] >= kt && ft[1] >= kt;
+    if (!ok(okv, "b: both fail promptly: %.3f s and %.3f s after the kill "
+                 "(operation timeout 30 s)",
+            have_k && have_f[0] ? ft[0] - kt : -1.0,
+            have_k && have_f[1] ? ft[1] - kt : -1.0))
+      scenario_failed = 1;
+  }
+  agg(ps, 3, "later", 0x3,
+      "b: later collectives fail (at the call or in the callback), no hang");
+  agg(ps, 3, "destroy", 0x3,
+      "b: ranks 0 and 1: destroy completes, uv_loop_close returns 0");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0,
+          "b: ranks 0 and 1 exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(ps, 3);
+  procs_free(ps, 3);
+}
+
+static void scenario_timeout(void) {
+  proc_t ps[2];
+  double t0 = now_s();
+  scenario_failed = 0;
+  spawn_world(ps, 2, "timeout", 0x2);
+  /* rank 1 stays in (serving its connections) until rank 0 is done */
+  while (!ps[0].exited && now_s() - t0 < 25) pump(ps, 2, 50);
+  close(ps[1].in);
+  ps[1].in = -1;
+  finish_all(ps, 2, 20);
+  note("c: timeout world in %.2f s", now_s() - t0);
+  agg(ps, 2, "etimedout", 0x1,
+      "c: rank 0's allreduce (work.timeout_ms = 300) fails with UV_ETIMEDOUT "
+      "while rank 1 never calls it");
+  agg(ps, 2, "elapsed", 0x1, "c: ... after 0.3 to 2 s");
+  agg(ps, 2, "names1", 0x1, "c: ... and its message names \"rank 1\"");
+  agg(ps, 2, "destroy", 0x3, "c: both ranks destroy cleanly");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0,
+          "c: both ranks exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(ps, 2);
+  procs_free(ps, 2);
+}
+
+static void scenario_abort(void) {
+  proc_t ps[2];
+  double t0 = now_s();
+  scenario_failed = 0;
+  spawn_world(ps, 2, "abort", 0);
+  finish_all(ps, 2, 30);
+  note("d: abort world in %.2f s", now_s() - t0);
+  agg(ps, 2, "eaborted", 0x1,
+      "d: uvccl_pg_abort fails the pending recv with UVCCL_EABORTED");
+  agg(ps, 2, "prompt", 0x1,
+      "d: ... from the loop, within 0.5 s of the abort");
+  agg(ps, 2, "later", 0x1,
+      "d: a collective after the abort is refused at the call (EABORTED)");
+  agg(ps, 2, "peer_epeer", 0x2,
+      "d: the peer's pending recv fails with UVCCL_EPEER naming rank 0 (no "
+      "wait for its timeout)");
+  agg(ps, 2, "destroy", 0x3, "d: both ranks destroy cleanly");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0,
+          "d: both ranks exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(ps, 2);
+  procs_free(ps, 2);
+}
+
+static void scenario_mbarrier(void) {
+  proc_t ps[3];
+  double t0 = now_s();
+  scenario_failed = 0;
+  spawn_world(ps, 3, "mbarrier", 0x4);
+  while ((!ps[0].exited || !ps[1].exited) && now_s() - t0 < 25)
+    pump(ps, 3, 50);
+  close(ps[2].in);
+  ps[2].in = -1;
+  finish_all(ps, 3, 20);
+  note("e: monitored_barrier world in %.2f s", now_s() - t0);
+  agg(ps, 3, "all", 0x7, "e: monitored_barrier succeeds when every rank "
+                         "arrives");
+  agg(ps, 3, "fails", 0x1,
+      "e: rank 0's monitored_barrier (500 ms, wait_all) times out when rank "
+      "2 does not arrive");
+  agg(ps, 3, "names2", 0x1,
+      "e: ... its message names rank 2 and only rank 2");
+  agg(ps, 3, "fails", 0x2, "e: rank 1's monitored_barrier fails too, no hang");
+  agg(ps, 3, "destroy", 0x7, "e: every rank destroys cleanly");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0 && ps[2].status == 0,
+          "e: every rank exits 0 (exit %d, %d, %d)", ps[0].status,
+          ps[1].status, ps[2].status))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(ps, 3);
+  procs_free(ps, 3);
+}
+
+int main(int argc, char **argv) {
+  const char *role = getenv("UVCCL_T_ROLE"), *only;
+  char why[256] = "";
+  ssize_t l;
+  double t0 = now_s();
+  (void)argc;
+  (void)argv;
+  if (role != NULL && *role) return rank_main(role);
+
+  tap_alarm(120);
+  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
+  self[l] = '\0';
+  atexit(kill_live);
+  signal(SIGPIPE, SIG_IGN);
+  isolated = isolate_net(why, sizeof(why));
+  /* UVCCL_T_ONLY=bc runs only those scenarios (for debugging). */
+  only = getenv("UVCCL_T_ONLY");
+  if (only == NULL || *only == '\0') {
+    only = NULL;
+    plan(37);
+  }
+  if (isolated) note("running in a private network namespace");
+  else note("no private network namespace (%s): using the host's loopback", why);
+
+  if (!only || strchr(only, 'a')) scenario_ops();
+  if (!only || strchr(only, 'b')) scenario_kill();
+  if (!only || strchr(only, 'c')) scenario_timeout();
+  if (!only || strchr(only, 'd')) scenario_abort();
+  if (!only || strchr(only, 'e')) scenario_mbarrier();
+  note("total %.2f s", now_s() - t0);
+  return done_testing();
+}

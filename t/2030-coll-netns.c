@@ -1,0 +1,670 @@
+/* A world whose ranks sit in separate Linux network namespaces, so that
+ * nothing can assume loopback: namespaces uvtA<pid>, uvtB<pid>, uvtC<pid>
+ * (one rank each) plus uvtS<pid> holding a bridge, every rank namespace
+ * joined to the bridge by a veth pair, addresses 10.213.0.1-3/24 (a private
+ * range that exists only inside these namespaces; nothing is sent outside
+ * them). Rank 0 (10.213.0.1) hosts the store through env://; every rank
+ * must pick its veth address on its own (the library picks the interface
+ * that routes to the store host), and the collectives must give exact
+ * results. Needs root and iproute2; skips otherwise, or when namespaces
+ * cannot be made (a container without CAP_SYS_ADMIN). The namespaces are
+ * removed at exit, on failure, on the test's alarm and on SIGTERM/SIGINT.
+ *
+ * The binary is also the rank program (UVCCL_T_ROLE=netns), started with
+ * `ip netns exec NS`; it prints "@check RANK OK NAME | detail" lines that
+ * the parent turns into TAP. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define NRANKS 3
+#define NET "10.213.0."
+#define MASTER_PORT "29500" /* the namespaces are ours: no conflict */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ======================================================================== */
+/* Rank side                                                                */
+/* ======================================================================== */
+
+static int R = -1, P = 0;
+static uv_loop_t loop;
+static uvccl_pg_t pg;
+static uv_timer_t guard;
+static int guard_fired;
+
+static void rep(int okv, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rep(int okv, const char *name, const char *fmt, ...) {
+  va_list ap;
+  char d[512];
+  size_t i;
+  va_start(ap, fmt);
+  vsnprintf(d, sizeof(d), fmt, ap);
+  va_end(ap);
+  for (i = 0; d[i]; i++)
+    if (d[i] == '\n') d[i] = ' ';
+  printf("@check %d %d %s | %s\n", R, okv ? 1 : 0, name, d);
+  fflush(stdout);
+}
+
+typedef struct {
+  int done;
+  int status;
+} cbres_t;
+
+static void on_work(uvccl_work_t *w, int status) {
+  cbres_t *c = w->data;
+  c->done = 1;
+  c->status = status;
+}
+
+static void on_guard(uv_timer_t *t) {
+  (void)t;
+  guard_fired = 1;
+}
+
+static int run_until(int *flag, uint64_t ms) {
+  guard_fired = 0;
+  uv_timer_start(&guard, on_guard, ms, 0);
+  while (!*flag && !guard_fired) uv_run(&loop, UV_RUN_ONCE);
+  uv_timer_stop(&guard);
+  return *flag;
+}
+
+#define HANG 1
+static int finish_work(cbres_t *c, int rc, uint64_t ms) {
+  if (rc != 0) return rc;
+  if (!run_until(&c->done, ms)) return HANG;
+  return c->status;
+}
+
+static const char *ename(int rc) {
+  return rc == HANG ? "HANG" : rc == 0 ? "0" : uvccl_err_name(rc);
+}
+
+static uv_pipe_t in_pipe;
+static int in_event;
+static char in_buf[256];
+
+static void in_alloc(uv_handle_t *h, size_t s, uv_buf_t *b) {
+  (void)h;
+  (void)s;
+  b->base = in_buf;
+  b->len = sizeof(in_buf);
+}
+
+static void in_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  (void)b;
+  if (n != 0) {
+    in_event = 1;
+    uv_read_stop(s);
+  }
+}
+
+/* Serves the loop until the parent closes our stdin. */
+static int wait_parent(uint64_t ms) {
+  int got;
+  uv_pipe_init(&loop, &in_pipe, 0);
+  if (uv_pipe_open(&in_pipe, 0) != 0) return 0;
+  uv_read_start((uv_stream_t *)&in_pipe, in_alloc, in_read);
+  got = run_until(&in_event, ms);
+  uv_close((uv_handle_t *)&in_pipe, NULL);
+  return got;
+}
+
+static int pg_closed;
+static void on_pg_closed(uvccl_pg_t *p) {
+  (void)p;
+  pg_closed = 1;
+}
+
+static void walk_cb(uv_handle_t *h, void *arg) {
+  char *b = arg;
+  size_t l = strlen(b);
+  if (l < 200)
+    snprintf(b + l, 256 - l, " %s%s", uv_handle_type_name(h->type),
+             uv_is_closing(h) ? "(closing)" : "");
+}
+
+static int rank_main(void) {
+  const char *r = getenv("RANK"), *s = getenv("WORLD_SIZE");
+  uvccl_pg_options_t o;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int rc, bad_rc = 0;
+
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, SIG_DFL);
+  alarm(40);
+  unsetenv("UVCCL_SOCKET_IFNAME"); /* the route to the store must decide */
+  R = r ? atoi(r) : -1;
+  P = s ? atoi(s) : 0;
+  uv_loop_init(&loop);
+  uv_timer_init(&loop, &guard);
+
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = 10000;
+  w.data = &c;
+  rc = uvccl_pg_init_url(&loop, &pg, "env://", &o, &w, on_work);
+  rc = finish_work(&c, rc, 15000);
+  rep(rc == 0 && pg.rank == R && pg.size == P, "init",
+      "uvccl_pg_init_url(env://) with MASTER_ADDR=%s: %s %s",
+      getenv("MASTER_ADDR"), ename(rc), w.msg);
+  if (rc != 0) return 1;
+
+  /* who is where: every address in 10.213.0.0/24, rank q at .q+1 */
+  {
+    char d[400] = "", want[32];
+    int q, okv = 1, selfok;
+    for (q = 0; q < P; q++) {
+      const char *a = uvccl_pg_peer_address(&pg, q);
+      size_t l = strlen(d);
+      snprintf(d + l, sizeof(d) - l, "%s%d=%s", q ? " " : "", q, a);
+      snprintf(want, sizeof(want), NET "%d:", q + 1);
+      if (q != R && strncmp(a, want, strlen(want)) != 0) okv = 0;
+    }
+    snprintf(want, sizeof(want), NET "%d:", R + 1);
+    selfok = strncmp(uvccl_pg_peer_address(&pg, R), want, strlen(want)) == 0;
+    rep(okv, "peers", "%s", d);
+    rep(selfok, "self", "this rank listens on %s (want %s*)",
+        uvccl_pg_peer_address(&pg, R), want);
+  }
+  /* allreduce, small and 4 MiB */
+  {
+    size_t sizes[2] = {1000, (4u << 20) / sizeof(float)}, k;
+    for (k = 0; k < 2; k++) {
+      size_t n = sizes[k], i, bad = 0;
+      float *b = malloc(n * sizeof(float));
+      uvccl_work_t w2 = {0};
+      cbres_t c2 = {0};
+      for (i = 0; i < n; i++) b[i] = (float)((int)(i % 1000) + R * 3);
+      w2.data = &c2;
+      rc = uvccl_allreduce(&pg, &w2, b, b, n, UVCCL_FLOAT32, UVCCL_SUM,
+                           on_work);
+      rc = finish_work(&c2, rc, 15000);
+      for (i = 0; i < n; i++)
+        if (b[i] != (float)(P * (int)(i % 1000) + 3 * P * (P - 1) / 2)) bad++;
+      rep(rc == 0 && bad == 0, k ? "allreduce_big" : "allreduce_small",
+          "%zu floats: %s %s; %zu wrong", n, ename(rc), w2.msg, bad);
+      bad_rc |= rc != 0;
+      free(b);
+    }
+  }
+  /* allgather */
+  {
+    size_t n = 20001, i, bad = 0;
+    int64_t *sb = malloc(n * 8), *rb = malloc(n * 8 * (size_t)P);
+    uvccl_work_t w2 = {0};
+    cbres_t c2 = {0};
+    int q;
+    for (i = 0; i < n; i++) sb[i] = (int64_t)R * 1000000 + (int64_t)i;
+    for (i = 0; i < n * (size_t)P; i++) rb[i] = -1;
+    w2.data = &c2;
+    rc = uvccl_allgather(&pg, &w2, sb, rb, n, UVCCL_INT64, on_work);
+    rc = finish_work(&c2, rc, 15000);
+    for (q = 0; q < P; q++)
+      for (i = 0; i < n; i++)
+        if (rb[(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
+    rep(rc == 0 && bad == 0, "allgather", "%zu int64 each: %s %s; %zu wrong",
+        n, ename(rc), w2.msg, bad);
+    bad_rc |= rc != 0;
+    free(sb);
+    free(rb);
+  }
+  printf("@done %d\n", R);
+  fflush(stdout);
+  /* Every rank destroys once the parent has seen all of them finish: a rank
+   * that leaves first is reported as a failed peer to ranks still inside
+   * their last collective (t/2020-coll-procs.t, f), which this test is not
+   * about. */
+  rep(wait_parent(20000), "gate", "waited for the parent");
+  {
+    double t0 = now_s(), t1;
+    int done;
+    char left[256] = "";
+    uvccl_pg_destroy(&pg, on_pg_closed);
+    done = run_until(&pg_closed, 8000);
+    t1 = now_s();
+    uv_close((uv_handle_t *)&guard, NULL);
+    while (uv_loop_alive(&loop) && now_s() - t1 < 3.0) {
+      uv_run(&loop, UV_RUN_NOWAIT);
+      if (uv_loop_alive(&loop)) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+      }
+    }
+    rc = uv_loop_close(&loop);
+    if (rc != 0) uv_walk(&loop, walk_cb, left);
+    rep(done && rc == 0, "destroy",
+        "destroy %s after %.3f s; uv_loop_close: %s%s", done ? "done" : "HUNG",
+        t1 - t0, rc ? uvccl_err_name(rc) : "0", left);
+    bad_rc |= !(done && rc == 0);
+  }
+  return bad_rc;
+}
+
+/* ======================================================================== */
+/* Parent side                                                              */
+/* ======================================================================== */
+
+static char self[4096];
+static const char *ipbin;
+static char ns[4][32];     /* A, B, C, S */
+static int ns_made[4];
+static pid_t kids[NRANKS];
+
+/* Runs ip with args; output into out (may be NULL). Only fork/exec/wait
+ * (so the cleanup may use it from a signal handler). Returns the exit
+ * status, or -1. */
+static int run_ip(const char *const *args, char *out, size_t outlen) {
+  const char *argv[24];
+  int n = 0, pfd[2] = {-1, -1}, st = 0;
+  size_t len = 0;
+  pid_t p;
+  argv[n++] = ipbin;
+  while (*args && n < 23) argv[n++] = *args++;
+  argv[n] = NULL;
+  if (out && pipe2(pfd, O_CLOEXEC) != 0) return -1;
+  p = fork();
+  if (p < 0) return -1;
+  if (p == 0) {
+    int dn = open("/dev/null", O_RDWR);
+    dup2(dn, 0);
+    dup2(out ? pfd[1] : dn, 1);
+    dup2(out ? pfd[1] : dn, 2);
+    execv(ipbin, (char *const *)argv);
+    _exit(127);
+  }
+  if (out) {
+    ssize_t r;
+    close(pfd[1]);
+    while (len + 1 < outlen &&
+           ((r = read(pfd[0], out + len, outlen - len - 1)) > 0 ||
+            (r < 0 && errno == EINTR)))
+      if (r > 0) len += (size_t)r;
+    out[len] = '\0';
+    close(pfd[0]);
+  }
+  while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void cleanup(void) {
+  int i;
+  for (i = 0; i < NRANKS; i++)
+    if (kids[i] > 0) {
+      kill(kids[i], SIGKILL);
+      waitpid(kids[i], NULL, 0);
+      kids[i] = 0;
+    }
+  for (i = 3; i >= 0; i--)
+    if (ns_made[i]) {
+      const char *a[] = {"netns", "del", ns[i], NULL};
+      run_ip(a, NULL, 0);
+      ns_made[i] = 0;
+    }
+}
+
+static void on_fatal_signal(int sig) {
+  static const char m[] = "not ok - test timed out or was stopped; namespaces "
+                          "removed\n";
+  cleanup();
+  if (sig == SIGALRM && write(1, m, sizeof(m) - 1) < 0) { /* nothing */ }
+  _exit(sig == SIGALRM ? 3 : 128 + sig);
+}
+
+/* Runs one setup step; on failure, says so and returns the error text. */
+static int step(char *err, size_t errlen, ...) {
+  const char *args[24];
+  char out[1024];
+  int n = 0, rc;
+  va_list ap;
+  va_start(ap, errlen);
+  while (n < 23 && (args[n] = va_arg(ap, const char *)) != NULL) n++;
+  va_end(ap);
+  args[n] = NULL;
+  rc = run_ip(args, out, sizeof(out));
+  if (rc != 0) {
+    size_t l;
+    int k;
+    snprintf(err, errlen, "ip");
+    for (k = 0; k < n; k++) {
+      l = strlen(err);
+      snprintf(err + l, errlen - l, " %s", args[k]);
+    }
+    l = strlen(err);
+    snprintf(err + l, errlen - l, ": %s", out[0] ? out : "failed");
+    for (l = 0; err[l]; l++)
+      if (err[l] == '\n') err[l] = ' ';
+  }
+  return rc;
+}
+
+static int setup(char *err, size_t errlen) {
+  static const char L[3] = {'A', 'B', 'C'};
+  char addr[32], port[16];
+  int i;
+  for (i = 0; i < 4; i++) {
+    const char *a[] = {"netns", "del", ns[i], NULL};
+    run_ip(a, NULL, 0); /* a leftover of a run with our pid, if any */
+    if (step(err, errlen, "netns", "add", ns[i], NULL) != 0) return -1;
+    ns_made[i] = 1;
+  }
+  if (step(err, errlen, "-n", ns[3], "link", "add", "br0", "type", "bridge",
+           NULL) ||
+      step(err, errlen, "-n", ns[3], "link", "set", "br0", "up", NULL))
+    return -1;
+  for (i = 0; i < 3; i++) {
+    snprintf(port, sizeof(port), "p%c", L[i]);
+    snprintf(addr, sizeof(addr), NET "%d/24", i + 1);
+    if (step(err, errlen, "-n", ns[i], "link", "add", "eth0", "type", "veth",
+             "peer", "name", port, "netns", ns[3], NULL) ||
+        step(err, errlen, "-n", ns[3], "link", "set", port, "master", "br0",
+             NULL) ||
+        step(err, errlen, "-n", ns[3], "link", "set", port, "up", NULL) ||
+        step(err, errlen, "-n", ns[i], "addr", "add", addr, "dev", "eth0",
+             NULL) ||
+        step(err, errlen, "-n", ns[i], "link", "set", "eth0", "up", NULL) ||
+        step(err, errlen, "-n", ns[i], "link", "set", "lo", "up", NULL))
+      return -1;
+  }
+  return 0;
+}
+
+typedef struct {
+  pid_t pid;
+  int out, err, in;
+  char *obuf, *ebuf;
+  size_t olen, elen;
+  int exited, status;
+} proc_t;
+
+static void append(char **b, size_t *len, const char *p, size_t n) {
+  *b = realloc(*b, *len + n + 1);
+  memcpy(*b + *len, p, n);
+  *len += n;
+  (*b)[*len] = '\0';
+}
+
+static int spawn_rank(proc_t *p, int r) {
+  char e_rank[32], *argv[6];
+  int o[2], e[2], in[2];
+  pid_t parent = getpid(), pid;
+  memset(p, 0, sizeof(*p));
+  p->obuf = calloc(1, 1);
+  p->ebuf = calloc(1, 1);
+  p->out = p->err = p->in = -1;
+  if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC) || pipe2(in, O_CLOEXEC))
+    return -errno;
+  snprintf(e_rank, sizeof(e_rank), "RANK=%d", r);
+  argv[0] = (char *)ipbin;
+  argv[1] = "netns";
+  argv[2] = "exec";
+  argv[3] = ns[r];
+  argv[4] = self;
+  argv[5] = NULL;
+  fflush(stdout);
+  pid = fork();
+  if (pid < 0) return -errno;
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(o[1], 1);
+    dup2(e[1], 2);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    setenv("UVCCL_T_ROLE", "netns", 1);
+    setenv("RANK", e_rank + 5, 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("MASTER_ADDR", NET "1", 1);
+    setenv("MASTER_PORT", MASTER_PORT, 1);
+    execv(ipbin, argv); /* ip netns exec execs the program itself */
+    _exit(127);
+  }
+  close(o[1]);
+  close(e[1]);
+  close(in[0]);
+  p->pid = pid;
+  kids[r] = pid;
+  p->out = o[0];
+  p->err = e[0];
+  p->in = in[1];
+  return 0;
+}
+
+static int pump(proc_t *ps, int n, int ms) {
+  struct pollfd pf[2 * NRANKS];
+  int map[2 * NRANKS], np = 0, i, left = 0;
+  char buf[65536];
+  for (i = 0; i < n; i++) {
+    if (ps[i].out >= 0) {
+      pf[np].fd = ps[i].out;
+      pf[np].events = POLLIN;
+      map[np++] = 2 * i;
+    }
+    if (ps[i].err >= 0) {
+      pf[np].fd = ps[i].err;
+      pf[np].events = POLLIN;
+      map[np++] = 2 * i + 1;
+    }
+  }
+  if (np > 0 && poll(pf, (nfds_t)np, ms) > 0) {
+    for (i = 0; i < np; i++) {
+      proc_t *p = &ps[map[i] / 2];
+      int isout = map[i] % 2 == 0;
+      ssize_t r;
+      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      r = read(pf[i].fd, buf, sizeof(buf));
+      if (r > 0) {
+        if (isout) append(&p->obuf, &p->olen, buf, (size_t)r);
+        else append(&p->ebuf, &p->elen, buf, (size_t)r);
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(pf[i].fd);
+        if (isout) p->out = -1;
+        else p->err = -1;
+      }
+    }
+  } else if (np == 0) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  for (i = 0; i < n; i++) {
+    int st;
+    if (!ps[i].exited && waitpid(ps[i].pid, &st, WNOHANG) == ps[i].pid) {
+      ps[i].exited = 1;
+      ps[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      kids[i] = 0;
+    }
+    if (!ps[i].exited || ps[i].out >= 0 || ps[i].err >= 0) left++;
+  }
+  return left;
+}
+
+static void find_check(proc_t *ps, int n, int rank, const char *name, int *okv,
+                       char *detail, size_t dlen) {
+  int i;
+  *okv = -1;
+  detail[0] = '\0';
+  for (i = 0; i < n; i++) {
+    const char *b = ps[i].obuf, *e = b + ps[i].olen;
+    while (b < e) {
+      const char *nl = memchr(b, '\n', (size_t)(e - b));
+      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
+      int rr, ok1, off = 0;
+      char nm[64];
+      if (l > 7 && strncmp(b, "@check ", 7) == 0 &&
+          sscanf(b, "@check %d %d %63s |%n", &rr, &ok1, nm, &off) == 3 &&
+          off > 0 && rr == rank && strcmp(nm, name) == 0) {
+        if (*okv != 0) *okv = ok1;
+        if (*okv == ok1)
+          snprintf(detail, dlen, "%.*s", (int)(l - (size_t)off), b + off);
+      }
+      b += l + 1;
+    }
+  }
+}
+
+static int any_failed;
+
+static void agg(proc_t *ps, const char *name, const char *desc) {
+  char det[512];
+  int r, okv, all = 1;
+  for (r = 0; r < NRANKS; r++) {
+    find_check(ps, NRANKS, r, name, &okv, det, sizeof(det));
+    if (okv != 1) all = 0;
+  }
+  ok(all, "%s", desc);
+  for (r = 0; r < NRANKS; r++) {
+    find_check(ps, NRANKS, r, name, &okv, det, sizeof(det));
+    if (all && okv == 1 && strcmp(name, "peers") != 0) continue;
+    note("  rank %d (%s): %s%s", r, ns[r],
+         okv < 0 ? "no report" : okv ? "" : "FAILED: ", det);
+  }
+  if (!all) any_failed = 1;
+}
+
+static void dump(proc_t *ps) {
+  int i, k;
+  for (i = 0; i < NRANKS; i++)
+    for (k = 0; k < 2; k++) {
+      const char *b = k ? ps[i].ebuf : ps[i].obuf;
+      const char *e = b + (k ? ps[i].elen : ps[i].olen);
+      note("rank %d in %s (exit %d) %s:", i, ns[i], ps[i].status,
+           k ? "stderr" : "stdout");
+      while (b < e) {
+        const char *nl = memchr(b, '\n', (size_t)(e - b));
+        size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
+        note("  %.*s", (int)(l > 400 ? 400 : l), b);
+        b += l + 1;
+      }
+    }
+}
+
+int main(void) {
+  static const char *cands[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip",
+                                "/bin/ip", NULL};
+  proc_t ps[NRANKS];
+  char err[1024] = "";
+  const char *role = getenv("UVCCL_T_ROLE");
+  ssize_t l;
+  int i, k;
+  double t0;
+
+  if (role != NULL && strcmp(role, "netns") == 0) return rank_main();
+
+  if (geteuid() != 0) skip_all("network namespaces need root");
+  for (k = 0; cands[k]; k++)
+    if (access(cands[k], X_OK) == 0) {
+      ipbin = cands[k];
+      break;
+    }
+  if (ipbin == NULL)
+    skip_all("no ip command (iproute2; tools/deps.sh installs it)");
+  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
+  self[l] = '\0';
+  snprintf(ns[0], sizeof(ns[0]), "uvtA%d", (int)getpid());
+  snprintf(ns[1], sizeof(ns[1]), "uvtB%d", (int)getpid());
+  snprintf(ns[2], sizeof(ns[2]), "uvtC%d", (int)getpid());
+  snprintf(ns[3], sizeof(ns[3]), "uvtS%d", (int)getpid());
+
+  /* From the first namespace on, every way out removes them. */
+  atexit(cleanup);
+  signal(SIGALRM, on_fatal_signal);
+  signal(SIGTERM, on_fatal_signal);
+  signal(SIGINT, on_fatal_signal);
+  signal(SIGHUP, on_fatal_signal);
+  signal(SIGPIPE, SIG_IGN);
+  alarm(60);
+
+  if (setup(err, sizeof(err)) != 0) {
+    cleanup();
+    skip_all("cannot build the network namespaces: %s", err);
+  }
+  plan(10);
+  note("namespaces %s %s %s (ranks 0-2, " NET "1-3/24) on a bridge in %s",
+       ns[0], ns[1], ns[2], ns[3]);
+  ok(1, "3 network namespaces joined by veth pairs to a bridge");
+
+  t0 = now_s();
+  for (i = 0; i < NRANKS; i++)
+    if (spawn_rank(&ps[i], i) != 0) note("spawning rank %d failed", i);
+  /* all ranks done with their collectives, or one of them gone */
+  while (now_s() - t0 < 30) {
+    int done = 0, gone = 0;
+    pump(ps, NRANKS, 50);
+    for (i = 0; i < NRANKS; i++) {
+      if (strstr(ps[i].obuf, "@done ") != NULL) done++;
+      if (ps[i].exited) gone++;
+    }
+    if (done == NRANKS || gone > 0) break;
+  }
+  for (i = 0; i < NRANKS; i++) {
+    close(ps[i].in);
+    ps[i].in = -1;
+  }
+  while (pump(ps, NRANKS, 50) > 0)
+    if (now_s() - t0 > 45)
+      for (i = 0; i < NRANKS; i++)
+        if (!ps[i].exited) kill(ps[i].pid, SIGKILL);
+  note("world in %.2f s", now_s() - t0);
+
+  agg(ps, "init",
+      "every rank creates the group over env:// (store on " NET "1)");
+  agg(ps, "peers",
+      "every rank reaches peer q at " NET "q+1 (its veth address, not "
+      "loopback)");
+  agg(ps, "self", "every rank picked its own veth address to listen on");
+  agg(ps, "allreduce_small", "allreduce float32 SUM (1000) exact everywhere");
+  agg(ps, "allreduce_big", "allreduce float32 SUM (4 MiB) exact everywhere");
+  agg(ps, "allgather", "allgather int64 exact everywhere");
+  agg(ps, "destroy", "destroy completes and uv_loop_close returns 0");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0 && ps[2].status == 0,
+          "every rank exits 0 (exit %d, %d, %d)", ps[0].status, ps[1].status,
+          ps[2].status))
+    any_failed = 1;
+  if (any_failed) dump(ps);
+  for (i = 0; i < NRANKS; i++) {
+    free(ps[i].obuf);
+    free(ps[i].ebuf);
+  }
+
+  cleanup();
+  {
+    const char *a[] = {"netns", "list", NULL};
+    char out[8192];
+    int left = 0;
+    run_ip(a, out, sizeof(out));
+    for (i = 0; i < 4; i++) {
+      struct stat st;
+      char path[192];
+      snprintf(path, sizeof(path), "/run/netns/%s", ns[i]);
+      if (stat(path, &st) == 0) left++;
+      {
+        /* "uvtA123" must not prefix-match "uvtA1234": whole words only */
+        const char *p = out;
+        size_t nl = strlen(ns[i]);
+        while ((p = strstr(p, ns[i])) != NULL) {
+          if (p[nl] == ' ' || p[nl] == '\n' || p[nl] == '\0') left++;
+          p += nl;
+        }
+      }
+    }
+    ok(left == 0, "the namespaces are gone after the cleanup");
+  }
+  return done_testing();
+}

@@ -1,0 +1,1161 @@
+/* uvccl-bench: an nccl-tests-style benchmark of uvccl's CPU collectives.
+ *
+ * One process is one rank. The group comes from "env://" (RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or mpirun's / srun's variables),
+ * so it runs under `uvccl-run -n N uvccl-bench ...`, under mpirun, or by
+ * hand. Rank 0 prints one row per (op, size).
+ *
+ * Method (the same as bench/coll/gloo_bench.py and bench/coll/mpi_bench.c,
+ * and as the shared baselines):
+ *  - sizes follow nccl-tests: allreduce, broadcast and reduce: the buffer;
+ *    allgather and gather: the whole output; reduce_scatter, alltoall and
+ *    scatter: the whole input of a rank (the root's for scatter). Sizes are
+ *    rounded down to whole elements (per rank where the op splits the
+ *    buffer in blocks); a size that leaves no element is skipped.
+ *  - algbw = size / time (GB = 1e9 B); busbw = algbw * factor: allreduce
+ *    2(W-1)/W; reduce_scatter, allgather, alltoall, gather, scatter
+ *    (W-1)/W; broadcast, reduce 1.
+ *  - every iteration starts after a barrier (not timed) and is timed on
+ *    every rank (uv_hrtime from the call to the completion of its work);
+ *    per iteration the MAX over ranks is kept; rows show the median and
+ *    the min over the timed iterations.
+ *  - iterations: cap = clamp(256 MiB / size, 10, 1000) (1000 for barrier);
+ *    warmup = clamp(cap / 10, 2, 20); iters = clamp(budget / mean warmup
+ *    time (MAX over ranks), 10, cap). -n and -w override.
+ *  - check: inputs are small integers, exact in the dtype, that depend on
+ *    the rank and the index; before the last timed iteration the outputs
+ *    are poisoned, after it every rank compares its output with values
+ *    computed locally; the "ok" column is the AND over ranks.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "uvccl.h"
+
+#define PROG "uvccl-bench"
+
+static const char usage_text[] =
+"usage: " PROG " [options]\n"
+"\n"
+"One process per rank; the group comes from env:// (RANK, WORLD_SIZE,\n"
+"MASTER_ADDR, MASTER_PORT, or Open MPI's / Slurm's variables). Run it as\n"
+"  uvccl-run -n 4 " PROG " -b 4 -e 64M --op all\n"
+"\n"
+"options:\n"
+"  -b, --minbytes B      smallest size (default 4; suffixes K M G)\n"
+"  -e, --maxbytes B      largest size (default 64M)\n"
+"  -f, --stepfactor F    size multiplier (default 4)\n"
+"  -n, --iters N         timed iterations (default 0: from --budget)\n"
+"  -w, --warmup_iters N  warm-up iterations (default 0: automatic)\n"
+"  --op NAME[,NAME...]   allreduce broadcast reduce allgather\n"
+"                        reduce_scatter alltoall gather scatter barrier,\n"
+"                        or all (default allreduce)\n"
+"  -d, --dtype T         element type (default float32)\n"
+"  -o, --redop OP        reduction (default sum; premul_sum uses factor 2)\n"
+"  -r, --root R          root of broadcast, reduce, gather, scatter (0)\n"
+"  --inplace             allreduce in place (default: out of place)\n"
+"  --busy-poll[=US]      uvccl_pg_set_busy_poll (default 50 us)\n"
+"  --budget S            seconds of timed iterations per size (0.5)\n"
+"  --timeout S           per-operation and creation timeout (120)\n"
+"  --check / --no-check  verify the last iteration (default: check)\n"
+"  --json                one JSON object per row instead of the table\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"Rows (rank 0): op W size_B iters med_us min_us algbw_GBps busbw_GBps ok\n"
+"(time = median over iterations of the MAX over ranks). Exit status 1 if\n"
+"a check failed or an operation failed, 2 for a usage error.\n";
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+static int g_rank = -1;
+
+static void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage_error(const char *fmt, ...)
+{
+  const char *r = getenv("RANK");
+  va_list ap;
+
+  if (r == NULL)
+    r = getenv("OMPI_COMM_WORLD_RANK");
+  /* before the group exists: only the first rank complains */
+  if (g_rank == 0 || (g_rank < 0 && (r == NULL || atoi(r) == 0))) {
+    fprintf(stderr, PROG ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
+  }
+  exit(2);
+}
+
+static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One write per line: a launcher that stops the ranks mid-line (uvccl-run
+ * does once one rank fails) loses whole lines, never halves. */
+static void errorf(const char *fmt, ...)
+{
+  char line[1024];
+  va_list ap;
+  int n;
+
+  if (g_rank >= 0)
+    n = snprintf(line, sizeof(line), PROG ": rank %d: ", g_rank);
+  else
+    n = snprintf(line, sizeof(line), PROG ": ");
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof(line) - (size_t) n - 1, fmt, ap);
+  va_end(ap);
+  n = (int) strlen(line);
+  line[n++] = '\n';
+  fflush(stdout);
+  if (write(STDERR_FILENO, line, (size_t) n) < 0)
+    (void) 0;
+}
+
+static int64_t arg_int(const char *what, const char *s, int64_t min,
+                       int64_t max)
+{
+  char *end;
+  long long v;
+
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+    usage_error("invalid %s '%s' (an integer in [%" PRId64 ", %" PRId64
+                "])", what, s, min, max);
+  return v;
+}
+
+/* A byte count with an optional binary suffix: 4, 64K, 512M, 1G. */
+static uint64_t arg_size(const char *what, const char *s)
+{
+  char *end;
+  unsigned long long v;
+  unsigned shift = 0;
+
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || s[0] == '-')
+    usage_error("invalid %s '%s'", what, s);
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  default: break;
+  }
+  if (*end == 'i' && shift != 0)
+    end++;
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0' || v > ((uint64_t) 1 << 40 >> shift))
+    usage_error("invalid %s '%s' (at most 1T)", what, s);
+  return (uint64_t) v << shift;
+}
+
+static double arg_double(const char *what, const char *s, double min,
+                         double max)
+{
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
+    usage_error("invalid %s '%s' (a number in [%g, %g])", what, s, min, max);
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                               */
+
+enum {
+  OP_ALLREDUCE,
+  OP_BROADCAST,
+  OP_REDUCE,
+  OP_ALLGATHER,
+  OP_REDUCE_SCATTER,
+  OP_ALLTOALL,
+  OP_GATHER,
+  OP_SCATTER,
+  OP_BARRIER,
+  OP_COUNT
+};
+
+/* How an op's size splits: the whole buffer, or W blocks of `per`. */
+enum { SPLIT_NONE, SPLIT_BLOCKS, SPLIT_BARRIER };
+
+static const struct {
+  const char *name;
+  int split;
+  int reduces;       /* uses the reduction op */
+} ops[OP_COUNT] = {
+  [OP_ALLREDUCE] = {"allreduce", SPLIT_NONE, 1},
+  [OP_BROADCAST] = {"broadcast", SPLIT_NONE, 0},
+  [OP_REDUCE] = {"reduce", SPLIT_NONE, 1},
+  [OP_ALLGATHER] = {"allgather", SPLIT_BLOCKS, 0},
+  [OP_REDUCE_SCATTER] = {"reduce_scatter", SPLIT_BLOCKS, 1},
+  [OP_ALLTOALL] = {"alltoall", SPLIT_BLOCKS, 0},
+  [OP_GATHER] = {"gather", SPLIT_BLOCKS, 0},
+  [OP_SCATTER] = {"scatter", SPLIT_BLOCKS, 0},
+  [OP_BARRIER] = {"barrier", SPLIT_BARRIER, 0},
+};
+
+static double bus_factor(int op, int w)
+{
+  switch (op) {
+  case OP_ALLREDUCE:
+    return 2.0 * (w - 1) / w;
+  case OP_BROADCAST:
+  case OP_REDUCE:
+    return 1.0;
+  case OP_BARRIER:
+    return 0.0;
+  default:
+    return (double) (w - 1) / w;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                    */
+
+static struct {
+  /* options */
+  uint64_t min_bytes, max_bytes;
+  uint64_t factor;
+  int iters, warmup;
+  int selected[OP_COUNT];
+  int nselected;
+  int order[OP_COUNT];
+  uvccl_dtype_t dtype;
+  uvccl_redop_t redop;       /* as parsed */
+  uvccl_redop_t run_redop;   /* what the collectives get (premul: the id) */
+  int root;
+  int inplace;
+  int busy_poll;             /* 0: not set; else the microseconds */
+  double budget;
+  double timeout_s;
+  int check;
+  int json;
+  /* group */
+  uv_loop_t loop;
+  uvccl_pg_t pg;
+  int rank, world;
+  size_t esize;
+  /* buffers */
+  unsigned char *sbuf, *rbuf;
+  size_t buf_bytes;
+  double *times;
+  size_t times_cap;
+  int failed;                /* a check failed somewhere */
+} B;
+
+#define PREMUL_FACTOR 2.0
+
+/* ------------------------------------------------------------------------ */
+/* Elements: small integers, stored exactly in any dtype                    */
+
+static uint16_t f32_to_f16(float f)
+{
+  uint32_t x, sign, mant;
+  int32_t exp;
+  uint16_t h;
+
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000;
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t) (sign | 0x7e00);
+  exp = (int32_t) ((x >> 23) & 0xff) - 127 + 15;
+  mant = x & 0x7fffff;
+  if (exp >= 31)
+    return (uint16_t) (sign | 0x7c00);
+  if (exp <= 0) {
+    uint32_t shift, half, rem, mid;
+
+    if (exp < -10)
+      return (uint16_t) sign;
+    mant |= 0x800000;
+    shift = (uint32_t) (14 - exp);
+    half = mant >> shift;
+    rem = mant & ((1u << shift) - 1);
+    mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1)))
+      half++;
+    return (uint16_t) (sign | half);
+  }
+  h = (uint16_t) (sign | ((uint32_t) exp << 10) | (mant >> 13));
+  if ((mant & 0x1fff) > 0x1000 || ((mant & 0x1fff) == 0x1000 && (h & 1)))
+    h++;
+  return h;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+  uint32_t sign = (uint32_t) (h & 0x8000) << 16, exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff, x;
+  float f;
+
+  if (exp == 0) {
+    f = ldexpf((float) mant, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31)
+    x = sign | 0x7f800000 | (mant << 13);
+  else
+    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+  uint32_t x;
+
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t) ((x >> 16) | 0x40);
+  return (uint16_t) ((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t b)
+{
+  uint32_t x = (uint32_t) b << 16;
+  float f;
+
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static int is_float(uvccl_dtype_t t)
+{
+  return t == UVCCL_FLOAT16 || t == UVCCL_BFLOAT16 || t == UVCCL_FLOAT32 ||
+         t == UVCCL_FLOAT64 || t == UVCCL_COMPLEX64 || t == UVCCL_COMPLEX128;
+}
+
+/* Largest integer up to which the dtype holds every integer. */
+static double exact_limit(uvccl_dtype_t t)
+{
+  switch (t) {
+  case UVCCL_INT8: return 127;
+  case UVCCL_UINT8: return 255;
+  case UVCCL_BOOL: return 1;
+  case UVCCL_INT32: return 2147483647.0;
+  case UVCCL_FLOAT16: return 2048;
+  case UVCCL_BFLOAT16: return 256;
+  case UVCCL_FLOAT32: case UVCCL_COMPLEX64: return 16777216.0;
+  default: return 9007199254740992.0;
+  }
+}
+
+/* Stores v (complex: v - v*i). Integers wrap as two's complement. */
+static void put(void *buf, size_t i, double v)
+{
+  switch (B.dtype) {
+  case UVCCL_INT8: ((int8_t *) buf)[i] = (int8_t) (uint8_t) (int64_t) v; break;
+  case UVCCL_UINT8: ((uint8_t *) buf)[i] = (uint8_t) (int64_t) v; break;
+  case UVCCL_BOOL: ((uint8_t *) buf)[i] = v != 0; break;
+  case UVCCL_INT32:
+    ((int32_t *) buf)[i] = (int32_t) (uint32_t) (int64_t) v;
+    break;
+  case UVCCL_INT64: ((int64_t *) buf)[i] = (int64_t) v; break;
+  case UVCCL_FLOAT16: ((uint16_t *) buf)[i] = f32_to_f16((float) v); break;
+  case UVCCL_BFLOAT16: ((uint16_t *) buf)[i] = f32_to_bf16((float) v); break;
+  case UVCCL_FLOAT32: ((float *) buf)[i] = (float) v; break;
+  case UVCCL_FLOAT64: ((double *) buf)[i] = v; break;
+  case UVCCL_COMPLEX64:
+    ((float *) buf)[2 * i] = (float) v;
+    ((float *) buf)[2 * i + 1] = (float) -v;
+    break;
+  case UVCCL_COMPLEX128:
+    ((double *) buf)[2 * i] = v;
+    ((double *) buf)[2 * i + 1] = -v;
+    break;
+  default: break;
+  }
+}
+
+/* Reads element i; *im gets the imaginary part (minus the real part for
+ * real types, so that a check of both parts works for every type). Bools
+ * read as their raw byte. */
+static double get(const void *buf, size_t i, double *im)
+{
+  double v = 0;
+
+  switch (B.dtype) {
+  case UVCCL_INT8: v = ((const int8_t *) buf)[i]; break;
+  case UVCCL_UINT8: v = ((const uint8_t *) buf)[i]; break;
+  case UVCCL_BOOL: v = ((const uint8_t *) buf)[i]; break;
+  case UVCCL_INT32: v = ((const int32_t *) buf)[i]; break;
+  case UVCCL_INT64: v = (double) ((const int64_t *) buf)[i]; break;
+  case UVCCL_FLOAT16: v = f16_to_f32(((const uint16_t *) buf)[i]); break;
+  case UVCCL_BFLOAT16: v = bf16_to_f32(((const uint16_t *) buf)[i]); break;
+  case UVCCL_FLOAT32: v = ((const float *) buf)[i]; break;
+  case UVCCL_FLOAT64: v = ((const double *) buf)[i]; break;
+  case UVCCL_COMPLEX64:
+    *im = ((const float *) buf)[2 * i + 1];
+    return ((const float *) buf)[2 * i];
+  case UVCCL_COMPLEX128:
+    *im = ((const double *) buf)[2 * i + 1];
+    return ((const double *) buf)[2 * i];
+  default: break;
+  }
+  *im = -v;
+  return v;
+}
+
+/* What storing v and reading it back gives (rounding, wrapping). */
+static double stored(double v)
+{
+  unsigned char tmp[16];
+  double im;
+
+  put(tmp, 0, v);
+  return get(tmp, 0, &im);
+}
+
+/* Data-movement pattern: the value rank r puts at index i of its input. */
+static double mov_val(int r, size_t i)
+{
+  double lim = exact_limit(B.dtype);
+  uint64_t m;
+
+  if (B.dtype == UVCCL_BOOL)
+    return (double) (((uint64_t) r + i) & 1);
+  m = lim < (double) (1 << 20) ? (uint64_t) lim : (uint64_t) 1 << 20;
+  return (double) (((uint64_t) r * 7919u + i) % m);
+}
+
+/* Reduction pattern: small enough that the reduction over W ranks is
+ * exact (where the dtype can hold it at all). */
+static double red_val(int r, size_t i)
+{
+  uint64_t k;
+  double lim;
+
+  if (B.dtype == UVCCL_BOOL)
+    return ((uint64_t) r + i) % 3 == 0;
+  switch (B.redop) {
+  case UVCCL_PRODUCT:
+    return ((uint64_t) r + i) % (uint64_t) B.world == 0 ? 2 : 1;
+  case UVCCL_SUM:
+  case UVCCL_AVG:
+  case UVCCL_PREMUL_SUM:
+    lim = exact_limit(B.dtype) / B.world /
+          (B.redop == UVCCL_PREMUL_SUM ? PREMUL_FACTOR : 1);
+    k = lim >= 7 ? 7 : lim >= 1 ? (uint64_t) lim : 1;
+    return (double) (((uint64_t) r * 5u + i) % k + 1);
+  default:
+    return (double) (((uint64_t) r * 5u + i) % 7 + 1);
+  }
+}
+
+/* The reduction over every rank of red_val(., i), as the dtype holds it. */
+static double red_expected(size_t i)
+{
+  double acc = red_val(0, i), v;
+  int64_t a = (int64_t) acc, b;
+  int r;
+
+  for (r = 1; r < B.world; r++) {
+    v = red_val(r, i);
+    b = (int64_t) v;
+    switch (B.redop) {
+    case UVCCL_SUM:
+    case UVCCL_AVG:
+    case UVCCL_PREMUL_SUM:
+      acc += v;
+      break;
+    case UVCCL_PRODUCT: acc *= v; break;
+    case UVCCL_MIN: acc = v < acc ? v : acc; break;
+    case UVCCL_MAX: acc = v > acc ? v : acc; break;
+    case UVCCL_BAND: a &= b; acc = (double) a; break;
+    case UVCCL_BOR: a |= b; acc = (double) a; break;
+    case UVCCL_BXOR: a ^= b; acc = (double) a; break;
+    default: break;
+    }
+  }
+  if (B.dtype == UVCCL_BOOL) {
+    /* SUM and MAX are OR, PRODUCT and MIN are AND */
+    int any = 0, all = 1, par = 0;
+
+    for (r = 0; r < B.world; r++) {
+      int x = red_val(r, i) != 0;
+
+      any |= x;
+      all &= x;
+      par ^= x;
+    }
+    switch (B.redop) {
+    case UVCCL_PRODUCT: case UVCCL_MIN: case UVCCL_BAND: return all;
+    case UVCCL_BXOR: return par;
+    default: return any;
+    }
+  }
+  if (B.redop == UVCCL_PREMUL_SUM)
+    acc *= PREMUL_FACTOR;
+  if (B.redop == UVCCL_AVG) {
+    if (is_float(B.dtype))
+      acc /= B.world;
+    else
+      acc = (double) ((int64_t) stored(acc) / B.world);
+  }
+  return stored(acc);
+}
+
+static double tolerance(void)
+{
+  switch (B.dtype) {
+  case UVCCL_FLOAT16: return 1e-3;
+  case UVCCL_BFLOAT16: return 8e-3;
+  case UVCCL_FLOAT32: case UVCCL_COMPLEX64: return 1e-6;
+  case UVCCL_FLOAT64: case UVCCL_COMPLEX128: return 1e-12;
+  default: return 0;
+  }
+}
+
+/* Compares element i of buf with want; reports the first few mismatches. */
+static int check_elem(const char *opname, const void *buf, size_t i,
+                      double want, int *reported)
+{
+  double im, re = get(buf, i, &im), tol = tolerance();
+  double lim = tol * (fabs(want) > 1 ? fabs(want) : 1);
+
+  if (fabs(re - want) <= lim && fabs(im + want) <= lim)
+    return 1;
+  if ((*reported)++ >= 3)
+    return 0;
+  if (B.dtype == UVCCL_COMPLEX64 || B.dtype == UVCCL_COMPLEX128)
+    errorf("%s check failed at element %zu: got %g%+gi, want %g%+gi", opname,
+           i, re, im, want, -want);
+  else
+    errorf("%s check failed at element %zu: got %g, want %g", opname, i, re,
+           want);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running operations                                                       */
+
+static void close_cb(uvccl_pg_t *pg)
+{
+  (void) pg;
+}
+
+static void shutdown_group(void)
+{
+  uvccl_pg_destroy(&B.pg, close_cb);
+  uv_run(&B.loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&B.loop) != 0) {
+    uv_run(&B.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&B.loop);
+  }
+}
+
+/* An operation failed: say why, abort the group so the others stop too. */
+static void die_op(const char *what, int err, const uvccl_work_t *w)
+    __attribute__((noreturn));
+
+static void die_op(const char *what, int err, const uvccl_work_t *w)
+{
+  errorf("%s failed: %s (%s)%s%s", what, uvccl_strerror(err),
+         uvccl_err_name(err), w && w->msg[0] ? ": " : "",
+         w && w->msg[0] ? w->msg : "");
+  fflush(stdout);
+  uvccl_pg_abort(&B.pg, PROG ": an operation failed");
+  shutdown_group();
+  exit(1);
+}
+
+/* Runs one started operation to completion. */
+static void finish(const char *what, int rc, uvccl_work_t *w)
+{
+  if (rc == 0)
+    rc = uvccl_work_wait(w);
+  else
+    w = NULL;
+  if (rc != 0)
+    die_op(what, rc, w);
+}
+
+static void barrier(void)
+{
+  uvccl_work_t w = {0};
+
+  finish("barrier", uvccl_barrier(&B.pg, &w, NULL), &w);
+}
+
+/* In-place MAX over ranks of n doubles. */
+static void allreduce_max(double *v, size_t n)
+{
+  uvccl_work_t w = {0};
+
+  finish("allreduce (results)",
+         uvccl_allreduce(&B.pg, &w, v, v, n, UVCCL_FLOAT64, UVCCL_MAX, NULL),
+         &w);
+}
+
+static int start_op(int op, uvccl_work_t *w, size_t n)
+{
+  int root = B.root, me = B.rank == B.root;
+  void *s = B.sbuf, *r = B.rbuf;
+
+  switch (op) {
+  case OP_ALLREDUCE:
+    return uvccl_allreduce(&B.pg, w, B.inplace ? r : s, r, n, B.dtype,
+                           B.run_redop, NULL);
+  case OP_BROADCAST:
+    return uvccl_broadcast(&B.pg, w, r, n, B.dtype, root, NULL);
+  case OP_REDUCE:
+    return uvccl_reduce(&B.pg, w, s, me ? r : NULL, n, B.dtype, B.run_redop,
+                        root, NULL);
+  case OP_ALLGATHER:
+    return uvccl_allgather(&B.pg, w, s, r, n, B.dtype, NULL);
+  case OP_REDUCE_SCATTER:
+    return uvccl_reduce_scatter(&B.pg, w, s, r, n, B.dtype, B.run_redop,
+                                NULL);
+  case OP_ALLTOALL:
+    return uvccl_alltoall(&B.pg, w, s, r, n, B.dtype, NULL);
+  case OP_GATHER:
+    return uvccl_gather(&B.pg, w, s, me ? r : NULL, n, B.dtype, root, NULL);
+  case OP_SCATTER:
+    return uvccl_scatter(&B.pg, w, me ? s : NULL, r, n, B.dtype, root, NULL);
+  case OP_BARRIER:
+    return uvccl_barrier(&B.pg, w, NULL);
+  default:
+    return UV_EINVAL;
+  }
+}
+
+/* Inputs for op with n elements (per block for the split ops). */
+static void fill_inputs(int op, size_t n)
+{
+  size_t i, w = (size_t) B.world;
+
+  switch (op) {
+  case OP_ALLREDUCE:
+    if (B.inplace)
+      memset(B.rbuf, 0, n * B.esize);
+    else
+      for (i = 0; i < n; i++)
+        put(B.sbuf, i, red_val(B.rank, i));
+    break;
+  case OP_BROADCAST:
+    if (B.rank == B.root)
+      for (i = 0; i < n; i++)
+        put(B.rbuf, i, mov_val(B.root, i));
+    break;
+  case OP_REDUCE:
+    for (i = 0; i < n; i++)
+      put(B.sbuf, i, red_val(B.rank, i));
+    break;
+  case OP_REDUCE_SCATTER:
+    for (i = 0; i < n * w; i++)
+      put(B.sbuf, i, red_val(B.rank, i));
+    break;
+  case OP_ALLGATHER:
+  case OP_GATHER:
+    for (i = 0; i < n; i++)
+      put(B.sbuf, i, mov_val(B.rank, i));
+    break;
+  case OP_ALLTOALL:
+    for (i = 0; i < n * w; i++)
+      put(B.sbuf, i, mov_val(B.rank, i));
+    break;
+  case OP_SCATTER:
+    if (B.rank == B.root)
+      for (i = 0; i < n * w; i++)
+        put(B.sbuf, i, mov_val(B.root, i));
+    break;
+  default:
+    break;
+  }
+}
+
+#define POISON 0xA5
+
+/* Before the checked iteration: outputs hold garbage, so a stale result
+ * from an earlier iteration cannot pass. */
+static void poison_outputs(int op, size_t n)
+{
+  size_t w = (size_t) B.world, i;
+  int me = B.rank == B.root;
+
+  switch (op) {
+  case OP_ALLREDUCE:
+    if (B.inplace)
+      for (i = 0; i < n; i++)
+        put(B.rbuf, i, red_val(B.rank, i));
+    else
+      memset(B.rbuf, POISON, n * B.esize);
+    break;
+  case OP_BROADCAST:
+    if (!me)
+      memset(B.rbuf, POISON, n * B.esize);
+    break;
+  case OP_REDUCE:
+    if (me)
+      memset(B.rbuf, POISON, n * B.esize);
+    break;
+  case OP_ALLGATHER:
+  case OP_ALLTOALL:
+    memset(B.rbuf, POISON, n * w * B.esize);
+    break;
+  case OP_GATHER:
+    if (me)
+      memset(B.rbuf, POISON, n * w * B.esize);
+    break;
+  case OP_REDUCE_SCATTER:
+  case OP_SCATTER:
+    memset(B.rbuf, POISON, n * B.esize);
+    break;
+  default:
+    break;
+  }
+}
+
+/* 1 if this rank's outputs are right. */
+static int verify(int op, size_t n)
+{
+  const char *name = ops[op].name;
+  size_t w = (size_t) B.world, me = (size_t) B.rank, i, j, k;
+  int ok = 1, rep = 0;
+
+  switch (op) {
+  case OP_ALLREDUCE:
+    for (i = 0; i < n; i++)
+      ok &= check_elem(name, B.rbuf, i, red_expected(i), &rep);
+    break;
+  case OP_REDUCE:
+    if (B.rank == B.root)
+      for (i = 0; i < n; i++)
+        ok &= check_elem(name, B.rbuf, i, red_expected(i), &rep);
+    break;
+  case OP_BROADCAST:
+    for (i = 0; i < n; i++)
+      ok &= check_elem(name, B.rbuf, i, stored(mov_val(B.root, i)), &rep);
+    break;
+  case OP_REDUCE_SCATTER:
+    for (k = 0; k < n; k++)
+      ok &= check_elem(name, B.rbuf, k, red_expected(me * n + k), &rep);
+    break;
+  case OP_GATHER:
+    if (B.rank != B.root)
+      break;
+    /* fall through */
+  case OP_ALLGATHER:
+    for (j = 0; j < w; j++)
+      for (k = 0; k < n; k++)
+        ok &= check_elem(name, B.rbuf, j * n + k, stored(mov_val((int) j, k)),
+                         &rep);
+    break;
+  case OP_ALLTOALL:
+    for (j = 0; j < w; j++)
+      for (k = 0; k < n; k++)
+        ok &= check_elem(name, B.rbuf, j * n + k,
+                         stored(mov_val((int) j, me * n + k)), &rep);
+    break;
+  case OP_SCATTER:
+    for (k = 0; k < n; k++)
+      ok &= check_elem(name, B.rbuf, k, stored(mov_val(B.root, me * n + k)),
+                       &rep);
+    break;
+  default:
+    break;
+  }
+  if (rep > 3)
+    errorf("%s: %d mismatches in all", name, rep);
+  return ok;
+}
+
+static int clampi(long v, long lo, long hi)
+{
+  return (int) (v < lo ? lo : v > hi ? hi : v);
+}
+
+static void print_header(void)
+{
+  if (B.json || B.rank != 0)
+    return;
+  printf("# %s: uvccl %s (libuv %s), W=%d, dtype %s, redop %s, root %d, "
+         "%s, busy-poll %s, budget %.2f s, check %s\n",
+         PROG, uvccl_version_string(), uv_version_string(), B.world,
+         uvccl_dtype_name(B.dtype), uvccl_redop_name(B.redop), B.root,
+         B.inplace ? "in place" : "out of place",
+         B.busy_poll ? "on" : "off", B.budget, B.check ? "on" : "off");
+  if (B.busy_poll)
+    printf("# busy-poll %d us\n", B.busy_poll);
+  printf("# time = median (min) over iterations of the MAX over ranks; "
+         "GB = 1e9 B\n");
+  printf("%-15s %3s %10s %6s %12s %12s %11s %11s %3s\n", "op", "W", "size_B",
+         "iters", "med_us", "min_us", "algbw_GBps", "busbw_GBps", "ok");
+  fflush(stdout);
+}
+
+static void print_row(int op, size_t bytes, int iters, double med_us,
+                      double min_us, int ok)
+{
+  double alg = 0, bus = 0;
+  int is_barrier = op == OP_BARRIER;
+
+  if (B.rank != 0)
+    return;
+  if (!is_barrier && med_us > 0) {
+    alg = (double) bytes / (med_us * 1e-6) / 1e9;
+    bus = alg * bus_factor(op, B.world);
+  }
+  if (B.json) {
+    printf("{\"impl\":\"uvccl\",\"op\":\"%s\",\"dtype\":\"%s\",\"redop\":\"%s\","
+           "\"world\":%d,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.3f,"
+           "\"min_us\":%.3f,",
+           ops[op].name, uvccl_dtype_name(B.dtype), uvccl_redop_name(B.redop),
+           B.world, bytes, iters, med_us, min_us);
+    if (is_barrier)
+      printf("\"algbw_gbps\":null,\"busbw_gbps\":null,");
+    else
+      printf("\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,", alg, bus);
+    printf("\"ok\":%s,\"busy_poll_us\":%d,\"inplace\":%s}\n",
+           ok ? "true" : "false", B.busy_poll, B.inplace ? "true" : "false");
+  } else if (is_barrier) {
+    printf("%-15s %3d %10s %6d %12.2f %12.2f %11s %11s %3s\n", ops[op].name,
+           B.world, "-", iters, med_us, min_us, "-", "-", ok ? "yes" : "NO");
+  } else {
+    printf("%-15s %3d %10zu %6d %12.2f %12.2f %11.3f %11.3f %3s\n",
+           ops[op].name, B.world, bytes, iters, med_us, min_us, alg, bus,
+           ok ? "yes" : "NO");
+  }
+  fflush(stdout);
+}
+
+/* One row: op at `bytes` (already rounded), n elements (per block). */
+static void run_size(int op, size_t bytes, size_t n)
+{
+  uvccl_work_t w = {0};
+  char what[96];
+  int cap, warm, iters, i, ok = 1;
+  double sum = 0, tw;
+  uint64_t t0;
+
+  snprintf(what, sizeof(what), "%s %zu B", ops[op].name, bytes);
+  if (op == OP_BARRIER)
+    cap = 1000;
+  else
+    cap = clampi((long) ((256u << 20) / (bytes ? bytes : 1)), 10, 1000);
+  warm = B.warmup > 0 ? B.warmup : clampi(cap / 10, 2, 20);
+  fill_inputs(op, n);
+
+  for (i = 0; i < warm; i++) {
+    barrier();
+    t0 = uv_hrtime();
+    finish(what, start_op(op, &w, n), &w);
+    sum += (double) (uv_hrtime() - t0) * 1e-9;
+  }
+  tw = sum / warm;
+  allreduce_max(&tw, 1);
+  if (B.iters > 0)
+    iters = B.iters;
+  else
+    iters = clampi((long) (B.budget / (tw > 1e-9 ? tw : 1e-9)), 10, cap);
+
+  if ((size_t) iters + 1 > B.times_cap) {
+    B.times_cap = (size_t) iters + 1;
+    B.times = realloc(B.times, B.times_cap * sizeof(double));
+    if (B.times == NULL) {
+      errorf("out of memory");
+      exit(1);
+    }
+  }
+  for (i = 0; i < iters; i++) {
+    if (B.check && i == iters - 1)
+      poison_outputs(op, n);
+    barrier();
+    t0 = uv_hrtime();
+    finish(what, start_op(op, &w, n), &w);
+    B.times[i] = (double) (uv_hrtime() - t0) * 1e-3;
+  }
+  /* the check's verdict rides along as one more element (MAX of "bad") */
+  B.times[iters] = B.check && !verify(op, n) ? 1.0 : 0.0;
+  allreduce_max(B.times, (size_t) iters + 1);
+  ok = B.times[iters] == 0.0;
+  if (!ok)
+    B.failed = 1;
+  if (B.rank == 0) {
+    qsort(B.times, (size_t) iters, sizeof(double), cmp_double);
+    print_row(op, bytes, iters, B.times[iters / 2], B.times[0], ok);
+  }
+}
+
+static void run_op(int op)
+{
+  uint64_t size;
+  size_t w = (size_t) B.world, n, bytes;
+
+  if (op == OP_BARRIER) {
+    run_size(op, 0, 0);
+    return;
+  }
+  for (size = B.min_bytes; size <= B.max_bytes; size *= B.factor) {
+    if (ops[op].split == SPLIT_BLOCKS) {
+      n = (size_t) size / (B.esize * w);
+      bytes = n * w * B.esize;
+    } else {
+      n = (size_t) size / B.esize;
+      bytes = n * B.esize;
+    }
+    if (n > 0)
+      run_size(op, bytes, n);
+    if (size > B.max_bytes / B.factor)
+      break;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                  */
+
+static void parse_ops(const char *s)
+{
+  char *copy = strdup(s), *tok, *save = NULL;
+  int i, any = 0;
+
+  if (copy == NULL)
+    usage_error("out of memory");
+  memset(B.selected, 0, sizeof(B.selected));
+  B.nselected = 0;
+  for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    any = 1;
+    if (strcmp(tok, "all") == 0) {
+      for (i = 0; i < OP_COUNT; i++)
+        if (!B.selected[i]) {
+          B.selected[i] = 1;
+          B.order[B.nselected++] = i;
+        }
+      continue;
+    }
+    for (i = 0; i < OP_COUNT; i++)
+      if (strcmp(tok, ops[i].name) == 0)
+        break;
+    if (i == OP_COUNT && strcmp(tok, "bcast") == 0)
+      i = OP_BROADCAST;
+    if (i == OP_COUNT)
+      usage_error("unknown op '%s'", tok);
+    if (!B.selected[i]) {
+      B.selected[i] = 1;
+      B.order[B.nselected++] = i;
+    }
+  }
+  free(copy);
+  if (!any)
+    usage_error("--op needs at least one op");
+}
+
+enum {
+  O_OP = 256, O_INPLACE, O_BUSY, O_BUDGET, O_TIMEOUT, O_CHECK, O_NOCHECK,
+  O_JSON
+};
+
+static void parse_args(int argc, char **argv)
+{
+  static const struct option lopts[] = {
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"warmup", required_argument, NULL, 'w'},
+    {"dtype", required_argument, NULL, 'd'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"redop", required_argument, NULL, 'o'},
+    {"op", required_argument, NULL, O_OP},
+    {"root", required_argument, NULL, 'r'},
+    {"inplace", no_argument, NULL, O_INPLACE},
+    {"busy-poll", optional_argument, NULL, O_BUSY},
+    {"budget", required_argument, NULL, O_BUDGET},
+    {"timeout", required_argument, NULL, O_TIMEOUT},
+    {"check", no_argument, NULL, O_CHECK},
+    {"no-check", no_argument, NULL, O_NOCHECK},
+    {"json", no_argument, NULL, O_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+  };
+  int c;
+
+  B.min_bytes = 4;
+  B.max_bytes = 64u << 20;
+  B.factor = 4;
+  B.dtype = UVCCL_FLOAT32;
+  B.redop = UVCCL_SUM;
+  B.budget = 0.5;
+  B.timeout_s = 120;
+  B.check = 1;
+  B.selected[OP_ALLREDUCE] = 1;
+  B.order[0] = OP_ALLREDUCE;
+  B.nselected = 1;
+
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:d:o:r:hV", lopts, NULL)) !=
+         -1) {
+    switch (c) {
+    case 'b': B.min_bytes = arg_size("--minbytes", optarg); break;
+    case 'e': B.max_bytes = arg_size("--maxbytes", optarg); break;
+    case 'f':
+      B.factor = (uint64_t) arg_int("--stepfactor", optarg, 2, 1 << 20);
+      break;
+    case 'n': B.iters = (int) arg_int("--iters", optarg, 0, 100000000); break;
+    case 'w':
+      B.warmup = (int) arg_int("--warmup_iters", optarg, 0, 100000000);
+      break;
+    case 'd':
+      if (uvccl_dtype_from_name(optarg, &B.dtype) != 0)
+        usage_error("unknown dtype '%s'", optarg);
+      break;
+    case 'o':
+      if (uvccl_redop_from_name(optarg, &B.redop) != 0)
+        usage_error("unknown reduction '%s'", optarg);
+      break;
+    case O_OP: parse_ops(optarg); break;
+    case 'r': B.root = (int) arg_int("--root", optarg, 0, 1 << 30); break;
+    case O_INPLACE: B.inplace = 1; break;
+    case O_BUSY:
+      B.busy_poll = optarg ? (int) arg_int("--busy-poll", optarg, 1,
+                                           10000000)
+                           : 50;
+      break;
+    case O_BUDGET:
+      B.budget = arg_double("--budget", optarg, 0, 3600);
+      break;
+    case O_TIMEOUT:
+      B.timeout_s = arg_double("--timeout", optarg, 0.001, 86400);
+      break;
+    case O_CHECK: B.check = 1; break;
+    case O_NOCHECK: B.check = 0; break;
+    case O_JSON: B.json = 1; break;
+    case 'h':
+      fputs(usage_text, stdout);
+      exit(0);
+    case 'V':
+      printf(PROG " %s (libuv %s)\n", uvccl_version_string(),
+             uv_version_string());
+      exit(0);
+    default:
+      usage_error("bad option");
+    }
+  }
+  if (optind < argc)
+    usage_error("unexpected argument '%s'", argv[optind]);
+  if (B.min_bytes == 0)
+    B.min_bytes = 1;
+  if (B.min_bytes > B.max_bytes)
+    usage_error("--minbytes is larger than --maxbytes");
+}
+
+int main(int argc, char **argv)
+{
+  uvccl_pg_options_t opts;
+  uvccl_work_t w = {0};
+  uint64_t t0;
+  double init_ms;
+  size_t bytes;
+  int rc, i, any_reduction = 0;
+
+  parse_args(argc, argv);
+  B.esize = uvccl_dtype_size(B.dtype);
+  if (B.esize == 0)
+    usage_error("invalid dtype");
+  for (i = 0; i < OP_COUNT; i++)
+    if (B.selected[i] && ops[i].reduces)
+      any_reduction = 1;
+  if (any_reduction && uvccl_redop_check(B.redop, B.dtype) != 0)
+    usage_error("reduction %s does not apply to %s", uvccl_redop_name(B.redop),
+                uvccl_dtype_name(B.dtype));
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  rc = uv_loop_init(&B.loop);
+  if (rc != 0) {
+    errorf("uv_loop_init: %s", uv_strerror(rc));
+    return 1;
+  }
+  memset(&opts, 0, sizeof(opts));
+  opts.timeout_ms = (uint64_t) (B.timeout_s * 1000);
+  t0 = uv_hrtime();
+  rc = uvccl_pg_init_url(&B.loop, &B.pg, "env://", &opts, &w, NULL);
+  if (rc != 0) {
+    errorf("uvccl_pg_init_url(\"env://\"): %s (%s)", uvccl_strerror(rc),
+           uvccl_err_name(rc));
+    uv_loop_close(&B.loop);
+    return 1;
+  }
+  rc = uvccl_work_wait(&w);
+  init_ms = (double) (uv_hrtime() - t0) * 1e-6;
+  if (rc != 0) {
+    errorf("creating the group: %s (%s)%s%s", uvccl_strerror(rc),
+           uvccl_err_name(rc), w.msg[0] ? ": " : "", w.msg);
+    shutdown_group();
+    return 1;
+  }
+  B.rank = B.pg.rank;
+  B.world = B.pg.size;
+  g_rank = B.rank;
+  uvccl_log_set_rank(B.rank);
+  if (B.root >= B.world) {
+    if (B.rank == 0)
+      errorf("--root %d is not a rank of a group of %d", B.root, B.world);
+    shutdown_group();
+    return 2;
+  }
+  if (B.busy_poll)
+    uvccl_pg_set_busy_poll(&B.pg, (uint32_t) B.busy_poll);
+  B.run_redop = B.redop;
+  if (B.redop == UVCCL_PREMUL_SUM) {
+    rc = uvccl_pg_premul_sum(&B.pg, PREMUL_FACTOR, &B.run_redop);
+    if (rc != 0)
+      die_op("uvccl_pg_premul_sum", rc, NULL);
+  }
+
+  /* Buffers for the largest size of any op, touched before timing. */
+  bytes = (size_t) B.max_bytes + 2 * B.esize;
+  bytes = (bytes + 4095) & ~(size_t) 4095;
+  B.buf_bytes = bytes;
+  B.sbuf = aligned_alloc(4096, bytes);
+  B.rbuf = aligned_alloc(4096, bytes);
+  if (B.sbuf == NULL || B.rbuf == NULL) {
+    errorf("cannot allocate 2 x %zu bytes", bytes);
+    uvccl_pg_abort(&B.pg, PROG ": out of memory");
+    shutdown_group();
+    return 1;
+  }
+  memset(B.sbuf, 0, bytes);
+  memset(B.rbuf, 0, bytes);
+
+  print_header();
+  if (!B.json && B.rank == 0)
+    printf("# group init (env://): %.1f ms on rank 0\n", init_ms);
+
+  for (i = 0; i < B.nselected; i++)
+    run_op(B.order[i]);
+
+  /* Nobody leaves while another rank still needs it. */
+  barrier();
+  free(B.sbuf);
+  free(B.rbuf);
+  free(B.times);
+  shutdown_group();
+  if (B.failed && B.rank == 0)
+    errorf("some checks FAILED");
+  return B.failed ? 1 : 0;
+}
