@@ -495,8 +495,8 @@ UVCCL_EXTERN int uvccl_redop_check(uvccl_redop_t op, uvccl_dtype_t dtype);
  * collective). Returns 0 or UV_EINVAL. */
 UVCCL_EXTERN int uvccl_reduce_local(void *dst, const void *src, size_t count,
                                     uvccl_dtype_t dtype, uvccl_redop_t op);
-/* buf[i] *= factor (floats, complex), or buf[i] /= divisor for AVG on
- * integers when factor is 1/divisor: see uvccl_scale_local. */
+/* buf[i] *= factor for floats and complex (both parts); UV_EINVAL for
+ * integers and bool (use uvccl_divide_local). */
 UVCCL_EXTERN int uvccl_scale_local(void *buf, size_t count,
                                    uvccl_dtype_t dtype, double factor);
 /* buf[i] /= divisor, truncating for integers. */

@@ -676,7 +676,8 @@ static int isa_detect(void) {
   unsigned a, b, c, d;
   /* __builtin_cpu_supports also checks that the OS saves the wide
    * registers; F16C is read directly (clang 14's builtin lacks it). */
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) return 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C))
+    return UVCCL__ISA_GENERIC;
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2")) return UVCCL__ISA_GENERIC;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
