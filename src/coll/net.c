@@ -469,13 +469,36 @@ static sop_t *match_frame(peer_t *p, const frame_hdr_t *h, group_t **gp) {
   return NULL;
 }
 
+/* A frame does not fit the receive it matched: fail that receive's
+ * operation with a message naming the sender (the caller drops the data). */
+static int frame_misfit(peer_t *p, sop_t *op, uint64_t len, uint32_t tag) {
+  group_t *g = op->s->g;
+  if (op->p2p && len > op->len) {
+    uvccl__sched_fail(op->s, UVCCL_ELIMIT,
+                      "recv: rank %d (%s) sent %llu bytes with tag %u, more "
+                      "than the %zu-byte buffer",
+                      g->inv[p->rank], p->addrstr, (unsigned long long)len,
+                      tag, op->len);
+    return 1;
+  }
+  if (!op->p2p && len != op->len) {
+    uvccl__sched_fail(op->s, UVCCL_EPROTO,
+                      "%s: rank %d (%s) sent %llu bytes where %zu were "
+                      "expected (mismatched collective or arguments across "
+                      "ranks?)",
+                      op->s->name, g->inv[p->rank], p->addrstr,
+                      (unsigned long long)len, op->len);
+    return 1;
+  }
+  return 0;
+}
+
 /* Returns 0 to go on with the buffer, or -1 if the peer went away. */
 static int frame_begin(peer_t *p, const frame_hdr_t *h) {
   net_t *net = p->net;
   group_t *g;
   sop_t *op;
   stage_t *st;
-  char msg[200];
 
   p->cur = *h;
   p->cur_got = 0;
@@ -483,32 +506,13 @@ static int frame_begin(peer_t *p, const frame_hdr_t *h) {
   p->cur_stage = NULL;
   op = match_frame(p, h, &g);
   if (op != NULL) {
-    if (op->p2p) {
-      group_p2p_unlink(g, op);
-      if (h->len > op->len) {
-        snprintf(msg, sizeof(msg),
-                 "recv: rank %d (%s) sent %llu bytes with tag %u, more than "
-                 "the %zu-byte buffer",
-                 g->inv[p->rank], p->addrstr, (unsigned long long)h->len,
-                 h->tag, op->len);
-        uvccl__sched_fail(op->s, UVCCL_ELIMIT, "%s", msg);
-        p->rstate = RS_DISCARD;
-        return 0;
-      }
-      op->len = (size_t)h->len;
-    } else {
-      posted_unlink(p, op);
-      if (h->len != op->len) {
-        uvccl__sched_fail(
-            op->s, UVCCL_EPROTO,
-            "%s: rank %d (%s) sent %llu bytes where %zu were expected "
-            "(mismatched collective or arguments across ranks?)",
-            op->s->name, op->s->g->inv[p->rank], p->addrstr,
-            (unsigned long long)h->len, op->len);
-        p->rstate = RS_DISCARD;
-        return 0;
-      }
+    if (op->p2p) group_p2p_unlink(g, op);
+    else posted_unlink(p, op);
+    if (frame_misfit(p, op, h->len, h->tag)) {
+      p->rstate = h->len ? RS_DISCARD : RS_HDR;
+      return 0;
     }
+    if (op->p2p) op->len = (size_t)h->len;
     op->source = p->rank;
     if (h->len == 0) {
       p->rstate = RS_HDR;
@@ -772,23 +776,7 @@ static stage_t *stage_find(peer_t *p, uint8_t kind, uint32_t gid,
 
 /* Hands a staged frame to op (now, or when the rest arrives). */
 static void stage_take(net_t *net, peer_t *p, stage_t *st, sop_t *op) {
-  if (op->p2p && st->len > op->len) {
-    uvccl__sched_fail(op->s, UVCCL_ELIMIT,
-                      "recv: rank %d (%s) sent %llu bytes with tag %u, more "
-                      "than the %zu-byte buffer",
-                      op->s->g->inv[p->rank], p->addrstr,
-                      (unsigned long long)st->len, st->tag, op->len);
-    return;
-  }
-  if (!op->p2p && st->len != op->len) {
-    uvccl__sched_fail(op->s, UVCCL_EPROTO,
-                      "%s: rank %d (%s) sent %llu bytes where %zu were "
-                      "expected (mismatched collective or arguments across "
-                      "ranks?)",
-                      op->s->name, op->s->g->inv[p->rank], p->addrstr,
-                      (unsigned long long)st->len, op->len);
-    return;
-  }
+  if (frame_misfit(p, op, st->len, st->tag)) return;
   if (st->got < st->len) {
     st->claim = op; /* frame_end delivers it */
     return;
