@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
+#include "ranks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,82 +39,6 @@
 #ifndef UVCCL_BUILD_DIR
 #define UVCCL_BUILD_DIR "build"
 #endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* ======================================================================== */
-/* Rank side                                                                */
-/* ======================================================================== */
-
-static int R = -1, P = 0;
-static uv_loop_t loop;
-static uvccl_pg_t pg;
-static uv_timer_t guard;
-static int guard_fired;
-
-static void rep(int okv, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void rep(int okv, const char *name, const char *fmt, ...) {
-  va_list ap;
-  char d[512];
-  size_t i;
-  va_start(ap, fmt);
-  vsnprintf(d, sizeof(d), fmt, ap);
-  va_end(ap);
-  for (i = 0; d[i]; i++)
-    if (d[i] == '\n') d[i] = ' ';
-  printf("@check %d %d %s | %s\n", R, okv ? 1 : 0, name, d);
-  fflush(stdout);
-}
-
-static void val(const char *name, double v) {
-  printf("@val %d %s %.6f\n", R, name, v);
-  fflush(stdout);
-}
-
-typedef struct {
-  int done;
-  int status;
-  double t;
-} cbres_t;
-
-static void on_work(uvccl_work_t *w, int status) {
-  cbres_t *c = w->data;
-  c->done = 1;
-  c->status = status;
-  c->t = now_s();
-}
-
-static void on_guard(uv_timer_t *t) {
-  (void)t;
-  guard_fired = 1;
-}
-
-/* Runs the loop until *flag is set or ms pass. 1 if the flag was set. */
-static int run_until(int *flag, uint64_t ms) {
-  guard_fired = 0;
-  uv_timer_start(&guard, on_guard, ms, 0);
-  while (!*flag && !guard_fired) uv_run(&loop, UV_RUN_ONCE);
-  uv_timer_stop(&guard);
-  return *flag;
-}
-
-#define HANG 1 /* a positive "status": the work did not complete in time */
-
-/* Starts (rc from the call), then waits up to ms. */
-static int finish_work(cbres_t *c, int rc, uint64_t ms) {
-  if (rc != 0) return rc;
-  if (!run_until(&c->done, ms)) return HANG;
-  return c->status;
-}
-
-static const char *ename(int rc) {
-  return rc == HANG ? "HANG" : rc == 0 ? "0" : uvccl_err_name(rc);
-}
 
 static void rank_init(uint64_t timeout_ms) {
   uvccl_pg_options_t o;
@@ -134,20 +59,6 @@ static void rank_init(uint64_t timeout_ms) {
     if (pg.impl_ != NULL) uvccl_pg_destroy(&pg, NULL);
     exit(1);
   }
-}
-
-static void walk_cb(uv_handle_t *h, void *arg) {
-  char *b = arg;
-  size_t l = strlen(b);
-  if (l < 200)
-    snprintf(b + l, 256 - l, " %s%s", uv_handle_type_name(h->type),
-             uv_is_closing(h) ? "(closing)" : "");
-}
-
-static int pg_closed;
-static void on_pg_closed(uvccl_pg_t *p) {
-  (void)p;
-  pg_closed = 1;
 }
 
 /* Destroys the group, drains the loop and closes it. */
@@ -175,38 +86,6 @@ static int rank_destroy(void) {
       t1 - t0, rc ? uvccl_err_name(rc) : "0", rc ? ", handles left:" : "",
       left);
   return done && rc == 0 ? 0 : 1;
-}
-
-/* ---- stdin as an event on the loop: "wait until the parent says so" ----- */
-static uv_pipe_t in_pipe;
-static int in_eof;
-static char in_buf[256];
-
-static void in_alloc(uv_handle_t *h, size_t s, uv_buf_t *b) {
-  (void)h;
-  (void)s;
-  b->base = in_buf;
-  b->len = sizeof(in_buf);
-}
-
-static void in_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
-  (void)b;
-  if (n != 0) {
-    in_eof = 1;
-    uv_read_stop(s);
-  }
-}
-
-/* Runs the loop (so the connections, and on rank 0 the store, are served)
- * until the parent writes a line or closes our stdin. */
-static int wait_stdin_eof(uint64_t ms) {
-  int got;
-  uv_pipe_init(&loop, &in_pipe, 0);
-  if (uv_pipe_open(&in_pipe, 0) != 0) return 0;
-  uv_read_start((uv_stream_t *)&in_pipe, in_alloc, in_read);
-  got = run_until(&in_eof, ms);
-  uv_close((uv_handle_t *)&in_pipe, NULL);
-  return got;
 }
 
 /* ---- a) + f): every collective of interest, exact values ---------------- */
@@ -598,46 +477,6 @@ static int rank_main(const char *role) {
 
 static char self[4096];
 
-typedef struct {
-  pid_t pid;
-  int out, err, in;  /* -1 when closed */
-  char *obuf, *ebuf;
-  size_t olen, elen;
-  int exited;
-  int status;        /* exit code, or 128 + signal */
-  double t_exit;
-  char name[32];
-} proc_t;
-
-#define MAXP 8
-static pid_t live[32];
-
-static void live_set(pid_t p, int add) {
-  int i;
-  for (i = 0; i < 32; i++)
-    if (add ? live[i] == 0 : live[i] == p) {
-      live[i] = add ? p : 0;
-      return;
-    }
-}
-
-static void kill_live(void) {
-  int i;
-  for (i = 0; i < 32; i++)
-    if (live[i] > 0) {
-      kill(live[i], SIGKILL);
-      waitpid(live[i], NULL, 0);
-      live[i] = 0;
-    }
-}
-
-static void append(char **b, size_t *len, const char *p, size_t n) {
-  *b = realloc(*b, *len + n + 1);
-  memcpy(*b + *len, p, n);
-  *len += n;
-  (*b)[*len] = '\0';
-}
-
 /* argv[0] is executed; env: "K=V" entries added to our environment. */
 static int spawn(proc_t *p, const char *name, char *const *argv,
                  const char *const *env, int with_stdin) {
@@ -677,58 +516,6 @@ static int spawn(proc_t *p, const char *name, char *const *argv,
   return 0;
 }
 
-/* Reads what is there (waiting up to ms) and reaps exited processes.
- * Returns the number of processes not yet finished (exited, EOF on both). */
-static int pump(proc_t *ps, int n, int ms) {
-  struct pollfd pf[2 * MAXP];
-  int map[2 * MAXP], np = 0, i, left = 0;
-  char buf[65536];
-  for (i = 0; i < n; i++) {
-    if (ps[i].out >= 0) {
-      pf[np].fd = ps[i].out;
-      pf[np].events = POLLIN;
-      map[np++] = 2 * i;
-    }
-    if (ps[i].err >= 0) {
-      pf[np].fd = ps[i].err;
-      pf[np].events = POLLIN;
-      map[np++] = 2 * i + 1;
-    }
-  }
-  if (np > 0 && poll(pf, (nfds_t)np, ms) > 0) {
-    for (i = 0; i < np; i++) {
-      proc_t *p = &ps[map[i] / 2];
-      int isout = map[i] % 2 == 0;
-      ssize_t r;
-      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      r = read(pf[i].fd, buf, sizeof(buf));
-      if (r > 0) {
-        if (isout) append(&p->obuf, &p->olen, buf, (size_t)r);
-        else append(&p->ebuf, &p->elen, buf, (size_t)r);
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        close(pf[i].fd);
-        if (isout) p->out = -1;
-        else p->err = -1;
-      }
-    }
-  } else if (np == 0 && ms > 0) {
-    struct timespec ts = {0, 5000000};
-    nanosleep(&ts, NULL);
-  }
-  for (i = 0; i < n; i++) {
-    proc_t *p = &ps[i];
-    int st;
-    if (!p->exited && p->pid > 0 && waitpid(p->pid, &st, WNOHANG) == p->pid) {
-      p->exited = 1;
-      p->t_exit = now_s();
-      p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      live_set(p->pid, 0);
-    }
-    if (!p->exited || p->out >= 0 || p->err >= 0) left++;
-  }
-  return left;
-}
-
 /* Waits for everything to finish; after secs, kills what is left. */
 static void finish_all(proc_t *ps, int n, double secs) {
   double t0 = now_s();
@@ -748,81 +535,6 @@ static void finish_all(proc_t *ps, int n, double secs) {
       close(ps[i].in);
       ps[i].in = -1;
     }
-}
-
-static void dump_procs(proc_t *ps, int n) {
-  int i;
-  for (i = 0; i < n; i++) {
-    int k;
-    for (k = 0; k < 2; k++) {
-      const char *b = k ? ps[i].ebuf : ps[i].obuf, *e = b + (k ? ps[i].elen : ps[i].olen);
-      note("%s (exit %d) %s:", ps[i].name, ps[i].status, k ? "stderr" : "stdout");
-      while (b < e) {
-        const char *nl = memchr(b, '\n', (size_t)(e - b));
-        size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-        note("  %.*s", (int)(l > 400 ? 400 : l), b);
-        b += l + 1;
-      }
-    }
-  }
-}
-
-static void procs_free(proc_t *ps, int n) {
-  int i;
-  for (i = 0; i < n; i++) {
-    free(ps[i].obuf);
-    free(ps[i].ebuf);
-  }
-}
-
-/* Finds "@check RANK OK NAME | detail" in any output. *okv = -1 if none. */
-static void find_check(proc_t *ps, int n, int rank, const char *name, int *okv,
-                       char *detail, size_t dlen) {
-  int i;
-  *okv = -1;
-  detail[0] = '\0';
-  for (i = 0; i < n; i++) {
-    const char *b = ps[i].obuf, *e = b + ps[i].olen;
-    while (b < e) {
-      const char *nl = memchr(b, '\n', (size_t)(e - b));
-      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-      const char *c = memmem(b, l, "@check ", 7);
-      if (c != NULL) {
-        int rr, ok1, off = 0;
-        char nm[64];
-        if (sscanf(c, "@check %d %d %63s |%n", &rr, &ok1, nm, &off) == 3 &&
-            off > 0 && rr == rank && strcmp(nm, name) == 0) {
-          size_t dl = l - (size_t)(c + off - b);
-          if (*okv != 0) *okv = ok1; /* any failure wins */
-          if (*okv == ok1)
-            snprintf(detail, dlen, "%.*s", (int)dl, c + off);
-        }
-      }
-      b += l + 1;
-    }
-  }
-}
-
-static int find_val(proc_t *ps, int n, int rank, const char *name, double *v) {
-  int i;
-  for (i = 0; i < n; i++) {
-    const char *b = ps[i].obuf, *e = b + ps[i].olen;
-    while (b < e) {
-      const char *nl = memchr(b, '\n', (size_t)(e - b));
-      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-      const char *c = memmem(b, l, "@val ", 5);
-      int rr;
-      char nm[64];
-      double x;
-      if (c && sscanf(c, "@val %d %63s %lf", &rr, nm, &x) == 3 &&
-          rr == rank && strcmp(nm, name) == 0) {
-        *v = x;
-        return 1;
-      }
-      b += l + 1;
-    }
-  }
-  return 0;
 }
 
 static int scenario_failed;

@@ -29,116 +29,12 @@
 #define NRANKS 3
 #define NET "10.213.0."
 #define MASTER_PORT "29500" /* the namespaces are ours: no conflict */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define MAXP NRANKS
+#include "ranks.h"
 
 /* ======================================================================== */
 /* Rank side                                                                */
 /* ======================================================================== */
-
-static int R = -1, P = 0;
-static uv_loop_t loop;
-static uvccl_pg_t pg;
-static uv_timer_t guard;
-static int guard_fired;
-
-static void rep(int okv, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void rep(int okv, const char *name, const char *fmt, ...) {
-  va_list ap;
-  char d[512];
-  size_t i;
-  va_start(ap, fmt);
-  vsnprintf(d, sizeof(d), fmt, ap);
-  va_end(ap);
-  for (i = 0; d[i]; i++)
-    if (d[i] == '\n') d[i] = ' ';
-  printf("@check %d %d %s | %s\n", R, okv ? 1 : 0, name, d);
-  fflush(stdout);
-}
-
-typedef struct {
-  int done;
-  int status;
-} cbres_t;
-
-static void on_work(uvccl_work_t *w, int status) {
-  cbres_t *c = w->data;
-  c->done = 1;
-  c->status = status;
-}
-
-static void on_guard(uv_timer_t *t) {
-  (void)t;
-  guard_fired = 1;
-}
-
-static int run_until(int *flag, uint64_t ms) {
-  guard_fired = 0;
-  uv_timer_start(&guard, on_guard, ms, 0);
-  while (!*flag && !guard_fired) uv_run(&loop, UV_RUN_ONCE);
-  uv_timer_stop(&guard);
-  return *flag;
-}
-
-#define HANG 1
-static int finish_work(cbres_t *c, int rc, uint64_t ms) {
-  if (rc != 0) return rc;
-  if (!run_until(&c->done, ms)) return HANG;
-  return c->status;
-}
-
-static const char *ename(int rc) {
-  return rc == HANG ? "HANG" : rc == 0 ? "0" : uvccl_err_name(rc);
-}
-
-static uv_pipe_t in_pipe;
-static int in_event;
-static char in_buf[256];
-
-static void in_alloc(uv_handle_t *h, size_t s, uv_buf_t *b) {
-  (void)h;
-  (void)s;
-  b->base = in_buf;
-  b->len = sizeof(in_buf);
-}
-
-static void in_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
-  (void)b;
-  if (n != 0) {
-    in_event = 1;
-    uv_read_stop(s);
-  }
-}
-
-/* Serves the loop until the parent closes our stdin. */
-static int wait_parent(uint64_t ms) {
-  int got;
-  uv_pipe_init(&loop, &in_pipe, 0);
-  if (uv_pipe_open(&in_pipe, 0) != 0) return 0;
-  uv_read_start((uv_stream_t *)&in_pipe, in_alloc, in_read);
-  got = run_until(&in_event, ms);
-  uv_close((uv_handle_t *)&in_pipe, NULL);
-  return got;
-}
-
-static int pg_closed;
-static void on_pg_closed(uvccl_pg_t *p) {
-  (void)p;
-  pg_closed = 1;
-}
-
-static void walk_cb(uv_handle_t *h, void *arg) {
-  char *b = arg;
-  size_t l = strlen(b);
-  if (l < 200)
-    snprintf(b + l, 256 - l, " %s%s", uv_handle_type_name(h->type),
-             uv_is_closing(h) ? "(closing)" : "");
-}
 
 static int rank_main(void) {
   const char *r = getenv("RANK"), *s = getenv("WORLD_SIZE");
@@ -231,7 +127,7 @@ static int rank_main(void) {
    * that leaves first is reported as a failed peer to ranks still inside
    * their last collective (t/2020-coll-procs.t, f), which this test is not
    * about. */
-  rep(wait_parent(20000), "gate", "waited for the parent");
+  rep(wait_stdin_eof(20000), "gate", "waited for the parent");
   {
     double t0 = now_s(), t1;
     int done;
@@ -265,7 +161,6 @@ static char self[4096];
 static const char *ipbin;
 static char ns[4][32];     /* A, B, C, S */
 static int ns_made[4];
-static pid_t kids[NRANKS];
 
 /* Runs ip with args; output into out (may be NULL). Only fork/exec/wait
  * (so the cleanup may use it from a signal handler). Returns the exit
@@ -306,12 +201,7 @@ static int run_ip(const char *const *args, char *out, size_t outlen) {
 
 static void cleanup(void) {
   int i;
-  for (i = 0; i < NRANKS; i++)
-    if (kids[i] > 0) {
-      kill(kids[i], SIGKILL);
-      waitpid(kids[i], NULL, 0);
-      kids[i] = 0;
-    }
+  kill_live();
   for (i = 3; i >= 0; i--)
     if (ns_made[i]) {
       const char *a[] = {"netns", "del", ns[i], NULL};
@@ -386,21 +276,6 @@ static int setup(char *err, size_t errlen) {
   return 0;
 }
 
-typedef struct {
-  pid_t pid;
-  int out, err, in;
-  char *obuf, *ebuf;
-  size_t olen, elen;
-  int exited, status;
-} proc_t;
-
-static void append(char **b, size_t *len, const char *p, size_t n) {
-  *b = realloc(*b, *len + n + 1);
-  memcpy(*b + *len, p, n);
-  *len += n;
-  (*b)[*len] = '\0';
-}
-
 static int spawn_rank(proc_t *p, int r) {
   char e_rank[32], *argv[6];
   int o[2], e[2], in[2];
@@ -439,83 +314,12 @@ static int spawn_rank(proc_t *p, int r) {
   close(e[1]);
   close(in[0]);
   p->pid = pid;
-  kids[r] = pid;
+  live_set(pid, 1);
+  snprintf(p->name, sizeof(p->name), "rank %d in %s", r, ns[r]);
   p->out = o[0];
   p->err = e[0];
   p->in = in[1];
   return 0;
-}
-
-static int pump(proc_t *ps, int n, int ms) {
-  struct pollfd pf[2 * NRANKS];
-  int map[2 * NRANKS], np = 0, i, left = 0;
-  char buf[65536];
-  for (i = 0; i < n; i++) {
-    if (ps[i].out >= 0) {
-      pf[np].fd = ps[i].out;
-      pf[np].events = POLLIN;
-      map[np++] = 2 * i;
-    }
-    if (ps[i].err >= 0) {
-      pf[np].fd = ps[i].err;
-      pf[np].events = POLLIN;
-      map[np++] = 2 * i + 1;
-    }
-  }
-  if (np > 0 && poll(pf, (nfds_t)np, ms) > 0) {
-    for (i = 0; i < np; i++) {
-      proc_t *p = &ps[map[i] / 2];
-      int isout = map[i] % 2 == 0;
-      ssize_t r;
-      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      r = read(pf[i].fd, buf, sizeof(buf));
-      if (r > 0) {
-        if (isout) append(&p->obuf, &p->olen, buf, (size_t)r);
-        else append(&p->ebuf, &p->elen, buf, (size_t)r);
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        close(pf[i].fd);
-        if (isout) p->out = -1;
-        else p->err = -1;
-      }
-    }
-  } else if (np == 0) {
-    struct timespec ts = {0, 5000000};
-    nanosleep(&ts, NULL);
-  }
-  for (i = 0; i < n; i++) {
-    int st;
-    if (!ps[i].exited && waitpid(ps[i].pid, &st, WNOHANG) == ps[i].pid) {
-      ps[i].exited = 1;
-      ps[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      kids[i] = 0;
-    }
-    if (!ps[i].exited || ps[i].out >= 0 || ps[i].err >= 0) left++;
-  }
-  return left;
-}
-
-static void find_check(proc_t *ps, int n, int rank, const char *name, int *okv,
-                       char *detail, size_t dlen) {
-  int i;
-  *okv = -1;
-  detail[0] = '\0';
-  for (i = 0; i < n; i++) {
-    const char *b = ps[i].obuf, *e = b + ps[i].olen;
-    while (b < e) {
-      const char *nl = memchr(b, '\n', (size_t)(e - b));
-      size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-      int rr, ok1, off = 0;
-      char nm[64];
-      if (l > 7 && strncmp(b, "@check ", 7) == 0 &&
-          sscanf(b, "@check %d %d %63s |%n", &rr, &ok1, nm, &off) == 3 &&
-          off > 0 && rr == rank && strcmp(nm, name) == 0) {
-        if (*okv != 0) *okv = ok1;
-        if (*okv == ok1)
-          snprintf(detail, dlen, "%.*s", (int)(l - (size_t)off), b + off);
-      }
-      b += l + 1;
-    }
-  }
 }
 
 static int any_failed;
@@ -535,23 +339,6 @@ static void agg(proc_t *ps, const char *name, const char *desc) {
          okv < 0 ? "no report" : okv ? "" : "FAILED: ", det);
   }
   if (!all) any_failed = 1;
-}
-
-static void dump(proc_t *ps) {
-  int i, k;
-  for (i = 0; i < NRANKS; i++)
-    for (k = 0; k < 2; k++) {
-      const char *b = k ? ps[i].ebuf : ps[i].obuf;
-      const char *e = b + (k ? ps[i].elen : ps[i].olen);
-      note("rank %d in %s (exit %d) %s:", i, ns[i], ps[i].status,
-           k ? "stderr" : "stdout");
-      while (b < e) {
-        const char *nl = memchr(b, '\n', (size_t)(e - b));
-        size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-        note("  %.*s", (int)(l > 400 ? 400 : l), b);
-        b += l + 1;
-      }
-    }
 }
 
 int main(void) {
@@ -637,11 +424,8 @@ int main(void) {
           "every rank exits 0 (exit %d, %d, %d)", ps[0].status, ps[1].status,
           ps[2].status))
     any_failed = 1;
-  if (any_failed) dump(ps);
-  for (i = 0; i < NRANKS; i++) {
-    free(ps[i].obuf);
-    free(ps[i].ebuf);
-  }
+  if (any_failed) dump_procs(ps, NRANKS);
+  procs_free(ps, NRANKS);
 
   cleanup();
   {
