@@ -63,6 +63,13 @@ typedef struct sched_s sched_t;
 typedef struct sop_s sop_t;
 typedef struct stage_s stage_t;
 
+/* An intrusive list of ops (through next/prev); an op is in at most one:
+ * a peer's posted receives, a group's p2p receives, or the net's slices. */
+typedef struct {
+  sop_t *head;
+  sop_t *tail;
+} sop_list_t;
+
 /* ---- Schedules ------------------------------------------------------------ */
 typedef enum {
   SOP_SEND = 1,   /* buf/len to peer */
@@ -93,8 +100,9 @@ struct sop_s {
   uint64_t got;         /* RECV: bytes received so far */
   sched_t *s;
   int (*fn)(sched_t *s, sop_t *op);
-  sop_t *next;          /* in a peer's (or group's) posted list */
+  sop_t *next;          /* in the list `list` */
   sop_t *prev;
+  sop_list_t *list;
   uint32_t ready_next;  /* executor's ready queue (index + 1) */
   int source;           /* RECV: the world rank it came from */
   uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
@@ -203,7 +211,7 @@ struct peer_s {
   int reading;
   int paused;            /* staging over its limit */
   /* collective receives posted for this peer, in posting order */
-  sop_t *posted_head, *posted_tail;
+  sop_list_t posted;
   stage_t *staged_head, *staged_tail;
   uint64_t staged_bytes;
   unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t)];
@@ -244,7 +252,7 @@ struct net_s {
    * 256 MiB copy or reduction never blocks the loop for long. */
   uv_idle_t slicer;
   int slicer_open;
-  sop_t *slice_head, *slice_tail;
+  sop_list_t slices;
   int closing;
   int nclosing;          /* handles still closing */
   void (*closed_cb)(net_t *net);
@@ -269,7 +277,7 @@ struct group_s {
   size_t segment;
   char *tag;              /* find-or-create tag */
   sched_t *pend_head, *pend_tail; /* pending schedules, start order */
-  sop_t *p2p_head, *p2p_tail;     /* posted p2p receives */
+  sop_list_t p2p;         /* posted p2p receives */
   double *premul;
   int npremul;
   int broken;             /* a collective failed mid-flight */
@@ -289,6 +297,27 @@ struct group_s {
 
 /* Group life cycle hooks for sched.c. */
 void uvccl__group_sched_gone(group_t *g);
+
+static inline void sop_list_push(sop_list_t *l, sop_t *op) {
+  op->next = NULL;
+  op->prev = l->tail;
+  if (l->tail) l->tail->next = op;
+  else l->head = op;
+  l->tail = op;
+  op->list = l;
+}
+
+/* Returns 1 if op was in l. */
+static inline int sop_list_remove(sop_list_t *l, sop_t *op) {
+  if (op->list != l) return 0;
+  if (op->prev) op->prev->next = op->next;
+  else l->head = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else l->tail = op->prev;
+  op->next = op->prev = NULL;
+  op->list = NULL;
+  return 1;
+}
 
 /* ---- net.c ---------------------------------------------------------------- */
 net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size);

@@ -164,7 +164,7 @@ void uvccl__net_kick_spin(net_t *net) {
 
 static void on_slice(uv_idle_t *h) {
   net_t *net = h->data;
-  sop_t *op = net->slice_head;
+  sop_t *op = net->slices.head;
   if (op == NULL) {
     uv_idle_stop(h);
     return;
@@ -179,25 +179,13 @@ static void on_slice(uv_idle_t *h) {
 }
 
 void uvccl__net_slice_add(net_t *net, sop_t *op) {
-  op->next = NULL;
-  op->prev = net->slice_tail;
-  if (net->slice_tail) net->slice_tail->next = op;
-  else net->slice_head = op;
-  net->slice_tail = op;
+  sop_list_push(&net->slices, op);
   if (net->slicer_open && !uv_is_active((uv_handle_t *)&net->slicer))
     uv_idle_start(&net->slicer, on_slice);
 }
 
 void uvccl__net_slice_remove(net_t *net, sop_t *op) {
-  sop_t *x;
-  for (x = net->slice_head; x != NULL && x != op; x = x->next) {
-  }
-  if (x == NULL) return;
-  if (op->prev) op->prev->next = op->next;
-  else net->slice_head = op->next;
-  if (op->next) op->next->prev = op->prev;
-  else net->slice_tail = op->prev;
-  op->next = op->prev = NULL;
+  sop_list_remove(&net->slices, op);
 }
 
 /* ---- listening and accepting ------------------------------------------------- */
@@ -435,35 +423,19 @@ static void stage_unlink(peer_t *p, stage_t *st) {
   }
 }
 
-static void posted_unlink(peer_t *p, sop_t *op) {
-  if (op->prev) op->prev->next = op->next;
-  else p->posted_head = op->next;
-  if (op->next) op->next->prev = op->prev;
-  else p->posted_tail = op->prev;
-  op->next = op->prev = NULL;
-}
-
-static void group_p2p_unlink(group_t *g, sop_t *op) {
-  if (op->prev) op->prev->next = op->next;
-  else g->p2p_head = op->next;
-  if (op->next) op->next->prev = op->prev;
-  else g->p2p_tail = op->prev;
-  op->next = op->prev = NULL;
-}
-
 /* The receive a frame is for, or NULL. */
 static sop_t *match_frame(peer_t *p, const frame_hdr_t *h, group_t **gp) {
   sop_t *op;
   *gp = NULL;
   if (h->kind == FRAME_COLL) {
-    for (op = p->posted_head; op != NULL; op = op->next)
+    for (op = p->posted.head; op != NULL; op = op->next)
       if (op->tag == h->tag && op->s->seq == h->seq && op->s->g->gid == h->gid)
         return op;
     return NULL;
   }
   *gp = uvccl__net_group(p->net, h->gid);
   if (*gp == NULL) return NULL;
-  for (op = (*gp)->p2p_head; op != NULL; op = op->next)
+  for (op = (*gp)->p2p.head; op != NULL; op = op->next)
     if (op->tag == h->tag && (op->peer == -1 || op->peer == p->rank))
       return op;
   return NULL;
@@ -506,8 +478,7 @@ static int frame_begin(peer_t *p, const frame_hdr_t *h) {
   p->cur_stage = NULL;
   op = match_frame(p, h, &g);
   if (op != NULL) {
-    if (op->p2p) group_p2p_unlink(g, op);
-    else posted_unlink(p, op);
+    sop_list_remove(op->list, op);
     if (frame_misfit(p, op, h->len, h->tag)) {
       p->rstate = h->len ? RS_DISCARD : RS_HDR;
       return 0;
@@ -818,11 +789,7 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
         return;
       }
     }
-    op->prev = g->p2p_tail;
-    op->next = NULL;
-    if (g->p2p_tail) g->p2p_tail->next = op;
-    else g->p2p_head = op;
-    g->p2p_tail = op;
+    sop_list_push(&g->p2p, op);
     return;
   }
   p = net->peers[op->peer];
@@ -831,11 +798,7 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     stage_take(net, p, st, op);
     return;
   }
-  op->prev = p->posted_tail;
-  op->next = NULL;
-  if (p->posted_tail) p->posted_tail->next = op;
-  else p->posted_head = op;
-  p->posted_tail = op;
+  sop_list_push(&p->posted, op);
 }
 
 size_t uvccl__net_queued(net_t *net, int r) {
@@ -850,11 +813,10 @@ void uvccl__net_break(net_t *net, int r, const char *why) {
 }
 
 int uvccl__net_unpost(net_t *net, sop_t *op) {
-  group_t *g = op->s->g;
-  peer_t *p;
   int r;
   for (r = 0; r < net->size; r++) {
-    p = net->peers[r];
+    peer_t *p = net->peers[r];
+    stage_t *st;
     if (p == NULL) continue;
     if (p->cur_op == op) {
       /* Mid-transfer: the rest of the frame is read and dropped, so the
@@ -863,30 +825,10 @@ int uvccl__net_unpost(net_t *net, sop_t *op) {
       p->rstate = RS_DISCARD;
       return 1;
     }
-    {
-      stage_t *st;
-      for (st = p->staged_head; st != NULL; st = st->next)
-        if (st->claim == op) st->claim = NULL;
-    }
+    for (st = p->staged_head; st != NULL; st = st->next)
+      if (st->claim == op) st->claim = NULL;
   }
-  if (op->p2p) {
-    sop_t *x;
-    for (x = g->p2p_head; x != NULL; x = x->next)
-      if (x == op) {
-        group_p2p_unlink(g, op);
-        break;
-      }
-    return 0;
-  }
-  p = op->peer >= 0 ? net->peers[op->peer] : NULL;
-  if (p != NULL) {
-    sop_t *x;
-    for (x = p->posted_head; x != NULL; x = x->next)
-      if (x == op) {
-        posted_unlink(p, op);
-        break;
-      }
-  }
+  if (op->list != NULL) sop_list_remove(op->list, op);
   return 0;
 }
 
