@@ -71,7 +71,9 @@ static uvccl_redop_t op_for(world_t *W, int r, uvccl_redop_t op) {
 
 static void test_allreduce(world_t *W) {
   int P = W->n, r, d, o, rc;
-  size_t sizes[] = {0, 1, 33, 40000}, si, i;
+  /* 70001 takes the ring for every dtype; the last size and 1 run out of
+   * place (the input must come back untouched). */
+  size_t sizes[] = {0, 1, 33, 40000, 70001, 70001}, si, i;
   int combos = 0, okc = 0;
   for (d = 0; d < UVCCL_DTYPE_COUNT; d++)
     for (o = 0; o < UVCCL_REDOP_COUNT; o++) {
@@ -90,16 +92,18 @@ static void test_allreduce(world_t *W) {
         }
         continue;
       }
-      for (si = 0; si < 4; si++) {
+      for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         size_t n = sizes[si];
-        char *buf[WORLD_MAX], *want = malloc(n * es + 1);
+        int oop = si == 1 || si == 5;
+        char *buf[WORLD_MAX], *in[WORLD_MAX], *want = malloc(n * es + 1);
         int good = 1;
         combos++;
         expected(dt, op, P, n, 2.0, want);
         for (r = 0; r < P; r++) {
           buf[r] = malloc(n * es + 1);
-          for (i = 0; i < n; i++) put(dt, buf[r], i, input(r, i, op));
-          rc = uvccl_allreduce(&W->pg[r], &W->w[r], buf[r], buf[r], n, dt,
+          in[r] = oop ? malloc(n * es + 1) : buf[r];
+          for (i = 0; i < n; i++) put(dt, in[r], i, input(r, i, op));
+          rc = uvccl_allreduce(&W->pg[r], &W->w[r], in[r], buf[r], n, dt,
                                op_for(W, r, op), NULL);
           if (rc != 0) { good = 0; printf("# start: %s\n", uvccl_strerror(rc)); }
         }
@@ -111,13 +115,25 @@ static void test_allreduce(world_t *W) {
             printf("# P=%d %s %s n=%zu rank %d differs\n", P,
                    uvccl_dtype_name(dt), uvccl_redop_name(op), n, r);
           }
+          if (oop) {
+            for (i = 0; i < n && good; i++) {
+              char one[16];
+              put(dt, one, 0, input(r, i, op));
+              if (memcmp(one, in[r] + i * es, es) != 0) {
+                good = 0;
+                printf("# P=%d %s %s n=%zu rank %d: input changed\n", P,
+                       uvccl_dtype_name(dt), uvccl_redop_name(op), n, r);
+              }
+            }
+            free(in[r]);
+          }
           free(buf[r]);
         }
         free(want);
         okc += good;
       }
     }
-  is_int(okc, combos, "P=%d: allreduce, every dtype x op at 0/1/33/40000 elements (%d cases)", P, combos);
+  is_int(okc, combos, "P=%d: allreduce, every dtype x op at 0/1/33/40000/70001 elements, in and out of place (%d cases)", P, combos);
 }
 
 /* Out of place, AVG on float32 at a size that takes the ring. */

@@ -116,8 +116,11 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   return fin;
 }
 
-static uint32_t allreduce_ring(sched_t *s, char *buf, size_t count,
-                               uint32_t dep0) {
+/* Out of place costs no copy: the first step sends straight from src, and
+ * every reducing receive computes buf = src op (what arrived), since each
+ * chunk is reduced exactly once per rank. src may equal buf. */
+static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
+                               size_t count, uint32_t dep0) {
   group_t *g = s->g;
   int P = g->size, r = g->rank, st;
   int left = mod(r - 1, P), right = mod(r + 1, P);
@@ -147,11 +150,13 @@ static uint32_t allreduce_ring(sched_t *s, char *buf, size_t count,
       seg_range(CHUNK_LEN(cs), nseg, k, &so, &sl);
       seg_range(CHUNK_LEN(cr), nseg, k, &ro, &rl);
       rs_send[i] = uvccl__sop_send(s, right, tag,
-                                   buf + (CHUNK_OFF(cs) + so) * es, sl * es);
+                                   (st == 0 ? src : buf) +
+                                       (CHUNK_OFF(cs) + so) * es,
+                                   sl * es);
       uvccl__sop_dep(s, st == 0 ? dep0 : rs_recv[i - nseg], rs_send[i]);
-      rs_recv[i] = uvccl__sop_recv_red(s, left, tag,
-                                       buf + (CHUNK_OFF(cr) + ro) * es,
-                                       rl * es);
+      rs_recv[i] = uvccl__sop_recv_red_from(
+          s, left, tag, buf + (CHUNK_OFF(cr) + ro) * es,
+          src + (CHUNK_OFF(cr) + ro) * es, rl * es);
       uvccl__sop_dep(s, dep0, rs_recv[i]);
     }
   }
@@ -199,11 +204,17 @@ out:
   return fin;
 }
 
-/* In place on buf (count elements); returns the op that ends it. */
-static uint32_t allreduce_build(sched_t *s, char *buf, size_t count,
-                                uint32_t dep0) {
+/* From src into buf (count elements; src may be buf); returns the op that
+ * ends it. */
+static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
+                                size_t count, uint32_t dep0) {
   group_t *g = s->g;
   size_t n = count * s->esize;
+  if (src != buf && count > 0 && (g->size == 1 || n <= g->small_max)) {
+    uint32_t cp = uvccl__sop_copy(s, buf, src, n);
+    uvccl__sop_dep(s, dep0, cp);
+    dep0 = cp;
+  }
   if (g->size == 1 || count == 0) {
     uint32_t j = uvccl__sop_nop(s);
     uvccl__sop_dep(s, dep0, j);
@@ -215,7 +226,7 @@ static uint32_t allreduce_build(sched_t *s, char *buf, size_t count,
     return j;
   }
   if (n <= g->small_max) return allreduce_rd(s, buf, n, dep0);
-  return allreduce_ring(s, buf, count, dep0);
+  return allreduce_ring(s, src, buf, count, dep0);
 }
 
 int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
@@ -223,7 +234,6 @@ int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     uvccl_redop_t op, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
-  uint32_t dep0 = NONE;
   int rc = uvccl__pg_check(pg, work, &g);
   if (rc != 0) return rc;
   if ((rc = check_count(count, uvccl_dtype_size(dtype), recvbuf)) != 0 ||
@@ -236,9 +246,7 @@ int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
     uvccl__sched_free(s);
     return rc;
   }
-  if (sendbuf != recvbuf && count > 0)
-    dep0 = uvccl__sop_copy(s, recvbuf, sendbuf, count * s->esize);
-  allreduce_build(s, recvbuf, count, dep0);
+  allreduce_build(s, sendbuf, recvbuf, count, NONE);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -282,7 +290,7 @@ int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                                       bufs[i].len), in);
     off += bufs[i].len;
   }
-  done = allreduce_build(s, flat, total / es, in);
+  done = allreduce_build(s, flat, flat, total / es, in);
   off = 0;
   for (i = 0; i < nbufs; i++) {
     uint32_t c = uvccl__sop_copy(s, bufs[i].base, flat + off, bufs[i].len);
@@ -331,7 +339,7 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
     int cs = mod(r - st - 1, P), cr = mod(r - st - 2, P);
     for (k = 0; k < nseg; k++) {
       size_t so, sl, ro, rl;
-      uint32_t tag = (uint32_t)st * nseg + k, snd, cp, rcv;
+      uint32_t tag = (uint32_t)st * nseg + k, snd, rcv;
       const char *src;
       char *dst;
       seg_range(counts[cs], nseg, k, &so, &sl);
@@ -341,9 +349,9 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
       snd = uvccl__sop_send(s, right, tag, src, sl * es);
       if (st > 0) uvccl__sop_dep(s, prev[k], snd);
       dst = cr == r ? recvbuf + ro * es : work + (off[cr] + ro) * es;
-      cp = uvccl__sop_copy(s, dst, sendbuf + (off[cr] + ro) * es, rl * es);
-      rcv = uvccl__sop_recv_red(s, left, tag, dst, rl * es);
-      uvccl__sop_dep(s, cp, rcv);
+      /* each block is reduced once per rank: dst = own input op arrival */
+      rcv = uvccl__sop_recv_red_from(s, left, tag, dst,
+                                     sendbuf + (off[cr] + ro) * es, rl * es);
       if (cr == r && (s->divisor > 1 || s->scale != 1.0))
         uvccl__sop_dep(s, rcv, uvccl__sop_scale(s, dst, rl * es));
       prev[k] = rcv;

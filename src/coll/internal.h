@@ -74,7 +74,8 @@ typedef struct {
 typedef enum {
   SOP_SEND = 1,   /* buf/len to peer */
   SOP_RECV,       /* from peer into buf (len: expected; p2p: capacity) */
-  SOP_RECV_RED,   /* from peer, reduced into buf: buf = buf op in */
+  SOP_RECV_RED,   /* from peer, reduced into buf: buf = buf op in, or
+                     buf = src op in when src is set (no copy first) */
   SOP_COPY,       /* memcpy(buf, src, len) */
   SOP_REDUCE,     /* buf = buf op src (len bytes) */
   SOP_SCALE,      /* AVG / PREMUL_SUM on buf (len bytes) */
@@ -143,6 +144,7 @@ struct sched_s {
   uvccl_dtype_t dtype;
   uvccl_redop_t op;
   uvccl__reduce_fn red;
+  uvccl__reduce3_fn red3;
   size_t esize;
   double scale;          /* SOP_SCALE factor; 0 = divide by divisor */
   int64_t divisor;
@@ -367,6 +369,10 @@ uint32_t uvccl__sop_recv(sched_t *s, int grank, uint32_t tag, void *buf,
                          size_t len);
 uint32_t uvccl__sop_recv_red(sched_t *s, int grank, uint32_t tag, void *buf,
                              size_t len);
+/* buf = src op (what arrives): an out-of-place reduction straight from the
+ * caller's input, so no copy of src into buf has to come first. */
+uint32_t uvccl__sop_recv_red_from(sched_t *s, int grank, uint32_t tag,
+                                  void *buf, const void *src, size_t len);
 uint32_t uvccl__sop_copy(sched_t *s, void *dst, const void *src,
                          size_t len);
 uint32_t uvccl__sop_reduce(sched_t *s, void *dst, const void *src,
@@ -394,6 +400,8 @@ void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
                             const char *msg);
 /* Reduce n bytes of src into dst with the schedule's kernel. */
 void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
+/* A reducing receive's n bytes that arrived for offset off of op. */
+void uvccl__sched_reduce_in(sop_t *op, size_t off, const void *in, size_t n);
 
 /* ---- pg.c ------------------------------------------------------------------ */
 /* Common argument checks at the call: group usable, work free. */
@@ -404,6 +412,8 @@ int uvccl__pg_world(const group_t *g, int grank);
 #define UVCCL__SMALL_MAX (64u * 1024)
 #define UVCCL__SEGMENT (512u * 1024)
 #define UVCCL__RBUF (256u * 1024)
+/* Bytes read at a frame boundary (header plus the start of the payload). */
+#define UVCCL__HDR_READ (UVCCL__FRAME_HDR + 4096u)
 #define UVCCL__SLICE (1u << 20)
 #define UVCCL__STAGE_LIMIT ((uint64_t)1 << 30)
 #define UVCCL__PREMUL_BASE 0x100 /* custom PREMUL_SUM op ids */

@@ -370,8 +370,13 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     }
     return;
   default:
+    /* At a frame boundary: read the header and a little more, so a small
+     * frame costs one read, but never pull much of a large payload into
+     * rbuf, which would cost a second copy to its destination. When the
+     * read fills this, libuv reads again at once, straight into place. */
     buf->base = p->rbuf + p->rlen;
     buf->len = p->rcap - p->rlen;
+    if (buf->len > UVCCL__HDR_READ) buf->len = UVCCL__HDR_READ;
     return;
   }
 }
@@ -399,7 +404,7 @@ static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
   (void)net;
   op->source = st->from;
   if (op->type == SOP_RECV_RED)
-    uvccl__sched_reduce(op->s, op->buf, st->data, (size_t)st->len);
+    uvccl__sched_reduce_in(op, 0, st->data, (size_t)st->len);
   else if (st->len > 0)
     memcpy(op->buf, st->data, (size_t)st->len);
   op->got = st->len;
@@ -660,7 +665,7 @@ static void process_rbuf(peer_t *p) {
         p->rlen = avail;
         pos = 0;
       }
-      uvccl__sched_reduce(op->s, op->buf + p->cur_got, p->rbuf + pos, whole);
+      uvccl__sched_reduce_in(op, (size_t)p->cur_got, p->rbuf + pos, whole);
       pos += whole;
       p->cur_got += whole;
       if (p->cur_got == p->cur.len && frame_end(p) != 0) return;

@@ -140,6 +140,13 @@ uint32_t uvccl__sop_recv_red(sched_t *s, int grank, uint32_t tag, void *buf,
   return i;
 }
 
+uint32_t uvccl__sop_recv_red_from(sched_t *s, int grank, uint32_t tag,
+                                  void *buf, const void *src, size_t len) {
+  uint32_t i = uvccl__sop_recv_red(s, grank, tag, buf, len);
+  if (i != UINT32_MAX && src != buf) s->ops[i].src = src;
+  return i;
+}
+
 uint32_t uvccl__sop_copy(sched_t *s, void *dst, const void *src,
                          size_t len) {
   uint32_t i = sop_add(s, SOP_COPY);
@@ -221,7 +228,8 @@ int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op) {
   rc = uvccl_redop_check(base, dtype);
   if (rc != 0) return rc;
   s->red = uvccl__reduce_get(dtype, base);
-  if (s->red == NULL) return UV_EINVAL;
+  s->red3 = uvccl__reduce3_get(dtype, base);
+  if (s->red == NULL || s->red3 == NULL) return UV_EINVAL;
   s->dtype = dtype;
   s->op = base;
   s->esize = uvccl_dtype_size(dtype);
@@ -232,6 +240,15 @@ int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op) {
 void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n) {
   if (n == 0) return;
   s->red(dst, src, n / s->esize);
+}
+
+void uvccl__sched_reduce_in(sop_t *op, size_t off, const void *in, size_t n) {
+  sched_t *s = op->s;
+  if (n == 0) return;
+  if (op->src != NULL)
+    s->red3(op->buf + off, op->src + off, in, n / s->esize);
+  else
+    s->red(op->buf + off, in, n / s->esize);
 }
 
 /* ---- running ------------------------------------------------------------- */
