@@ -57,7 +57,9 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(EABORTED, -20011, "aborted")                                              \
   XX(ENOTMEMBER, -20012, "not a member of the group")                          \
   XX(ENOGPU, -20013, "no GPU available")                                       \
-  XX(ENOMEM_STORE, -20014, "store memory limit reached")
+  XX(ENOMEM_STORE, -20014, "store memory limit reached")                      \
+  XX(ENCCL, -20015, "NCCL error")                                              \
+  XX(ECUDA, -20016, "CUDA error")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -393,6 +395,7 @@ struct uvccl_store_server_s {
   int port;                /* the bound port */
   /* private */
   void *impl_;
+  int backend_;
 };
 
 /* Starts serving on loop. Fills server->port. Errors: UV_EADDRINUSE and
@@ -544,7 +547,16 @@ typedef struct {
   size_t small_max;         /* allreduce/reduce_scatter: latency algorithms
                                at or below this */
   size_t segment;           /* pipelining segment for large messages */
+  /* UVCCL_BACKEND_TCP (0): collectives over TCP on host buffers.
+   * UVCCL_BACKEND_NCCL: collectives on GPU buffers through NCCL, on the
+   * CUDA device `device` (-1 = $LOCAL_RANK, else rank modulo the number of
+   * devices). */
+  int backend;
+  int device;
 } uvccl_pg_options_t;
+
+#define UVCCL_BACKEND_TCP 0
+#define UVCCL_BACKEND_NCCL 1
 
 struct uvccl_pg_s {
   /* public */
@@ -555,6 +567,7 @@ struct uvccl_pg_s {
   int size;
   /* private */
   void *impl_;
+  int backend_;
 };
 
 /* Creates the world group over store (which must outlive creation only:

@@ -16,6 +16,7 @@
  * Tags only need to be unique per (peer, direction) within one operation;
  * each builder numbers its messages explicitly. */
 #include "internal.h"
+#include "../gpu/nccl.h"
 #include "../store/internal.h"
 
 #include <stdio.h>
@@ -232,6 +233,7 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
 int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_redop_t op, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -256,6 +258,7 @@ int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                               const uvccl_buf_t *bufs, size_t nbufs,
                               uvccl_dtype_t dtype, uvccl_redop_t op,
                               uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op, cb);
   group_t *g;
   sched_t *s;
   size_t i, total = 0, off = 0, es = uvccl_dtype_size(dtype);
@@ -402,6 +405,7 @@ int uvccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
                          const void *sendbuf, void *recvbuf, size_t count,
                          uvccl_dtype_t dtype, uvccl_redop_t op,
                          uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatter(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, NULL, count, dtype,
                                op, cb);
 }
@@ -410,6 +414,7 @@ int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
                           const void *sendbuf, void *recvbuf,
                           const size_t *recvcounts, uvccl_dtype_t dtype,
                           uvccl_redop_t op, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts, dtype, op, cb);
   if (recvcounts == NULL) return UV_EINVAL;
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, recvcounts, 0,
                                dtype, op, cb);
@@ -459,6 +464,7 @@ static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
 int uvccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
                     size_t count, uvccl_dtype_t dtype, int root,
                     uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast(pg, work, buf, count, dtype, root, cb);
   group_t *g;
   sched_t *s;
   size_t n;
@@ -540,6 +546,7 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
 int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype,
                  uvccl_redop_t op, int root, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce(pg, work, sendbuf, recvbuf, count, dtype, op, root, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -644,6 +651,7 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
 int uvccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather(pg, work, sendbuf, recvbuf, count, dtype, cb);
   if (count > 0 && recvbuf == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, count, recvbuf, NULL, NULL,
                           dtype, cb);
@@ -653,6 +661,7 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                      size_t sendcount, void *const *recvbufs,
                      const size_t *recvcounts, uvccl_dtype_t dtype,
                      uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs, recvcounts, dtype, cb);
   if (recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, sendcount, NULL, recvbufs,
                           recvcounts, dtype, cb);
@@ -663,6 +672,7 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                  uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
   group_t *g;
   sched_t *s;
   size_t n;
@@ -693,6 +703,7 @@ int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 int uvccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                   void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                   uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
   group_t *g;
   sched_t *s;
   size_t n;
@@ -788,6 +799,7 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
 int uvccl_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                    void *recvbuf, size_t count, uvccl_dtype_t dtype,
                    uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoall(pg, work, sendbuf, recvbuf, count, dtype, cb);
   return alltoall_common(pg, work, sendbuf, NULL, recvbuf, NULL, count, dtype,
                          cb);
 }
@@ -796,6 +808,7 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     const size_t *sendcounts, void *recvbuf,
                     const size_t *recvcounts, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, dtype, cb);
   if (sendcounts == NULL || recvcounts == NULL) return UV_EINVAL;
   return alltoall_common(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, 0,
                          dtype, cb);
@@ -804,6 +817,7 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 /* ---- barriers --------------------------------------------------------------------------- */
 
 int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_barrier(pg, work, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g), dist, k = 0;
@@ -830,6 +844,7 @@ int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
 
 int uvccl_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,
                             uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_monitored_barrier(pg, work, wait_all, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g), i;
@@ -882,6 +897,7 @@ static int p2p_peer_ok(group_t *g, int peer, int any_ok) {
 
 int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                size_t len, int dst, int tag, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_send(pg, work, buf, len, dst, tag, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -896,6 +912,7 @@ int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 
 int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
                int src, int tag, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_recv(pg, work, buf, len, src, tag, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -911,6 +928,7 @@ int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
 
 int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
                     size_t nops, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_p2p_batch(pg, work, ops, nops, cb);
   group_t *g;
   sched_t *s;
   size_t i;

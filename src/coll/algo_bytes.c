@@ -5,6 +5,7 @@
  * work) and points the second phase's receives at them, and the payloads
  * travel straight into place. */
 #include "internal.h"
+#include "../gpu/nccl.h"
 
 #include <stdio.h>
 
@@ -137,6 +138,7 @@ static int bcast_finish(sched_t *s) {
 
 int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, int root, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast_bytes(pg, work, buf, len, root, cb);
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -179,6 +181,7 @@ static int ag_alloc(sched_t *s, sop_t *op) {
 
 int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather_bytes(pg, work, buf, len, cb);
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -242,6 +245,7 @@ static int gather_alloc(sched_t *s, sop_t *op) {
 
 int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                        size_t len, int root, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather_bytes(pg, work, buf, len, root, cb);
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -303,6 +307,7 @@ static int scatter_alloc(sched_t *s, sop_t *op) {
 int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                         const uvccl_buf_t *bufs, size_t nbufs, int root,
                         uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter_bytes(pg, work, bufs, nbufs, root, cb);
   group_t *g;
   sched_t *s;
   bytes_t *b;

@@ -3,6 +3,7 @@
  * subgroups that share the parent's connections, rank translation and
  * destruction. */
 #include "internal.h"
+#include "../gpu/nccl.h"
 #include "bootenv.h"
 #include "../store/internal.h"
 
@@ -459,6 +460,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   pg->rank = o->rank;
   pg->size = o->size;
   pg->impl_ = g;
+  pg->backend_ = UVCCL_BACKEND_TCP;
   b->deadline = uvccl__now_ms() + g->timeout_ms;
   rc = uvccl__work_start(w, loop, "pg.init", &boot_ops, b, g->timeout_ms, cb);
   if (rc != 0) goto fail;
@@ -503,6 +505,8 @@ fail:
 int uvccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
                   const uvccl_pg_options_t *opts, uvccl_work_t *work,
                   uvccl_work_cb cb) {
+  if (opts != NULL && opts->backend == UVCCL_BACKEND_NCCL)
+    return uvccl__nccl_pg_init(loop, pg, store, opts, work, cb);
   return group_start(loop, pg, store, opts, work, cb, NULL);
 }
 
@@ -511,6 +515,8 @@ int uvccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
 int uvccl_pg_init_url(uv_loop_t *loop, uvccl_pg_t *pg, const char *url,
                       const uvccl_pg_options_t *opts, uvccl_work_t *work,
                       uvccl_work_cb cb) {
+  if (opts != NULL && opts->backend == UVCCL_BACKEND_NCCL)
+    return uvccl__nccl_pg_init_url(loop, pg, url, opts, work, cb);
   char scheme[UVCCL__URL_SCHEME_MAX], host[UVCCL__URL_HOST_MAX],
       path[UVCCL__URL_PATH_MAX], err[256];
   int port = 0, urank = -1, usize = -1, rc;
@@ -664,6 +670,10 @@ static void handle_close_done(void *arg) {
 }
 
 void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
+  if (UVCCL__IS_NCCL(pg)) {
+    uvccl__nccl_pg_destroy(pg, cb);
+    return;
+  }
   group_t *g;
   net_t *net;
   if (pg == NULL || pg->impl_ == NULL) return;
@@ -716,6 +726,10 @@ void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
 }
 
 void uvccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
+  if (UVCCL__IS_NCCL(pg)) {
+    uvccl__nccl_pg_abort(pg, reason);
+    return;
+  }
   group_t *g;
   char msg[160];
   if (pg == NULL || pg->impl_ == NULL) return;
@@ -773,11 +787,13 @@ static int make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   pg->rank = me;
   pg->size = n;
   pg->impl_ = g;
+  pg->backend_ = UVCCL_BACKEND_TCP;
   return 0;
 }
 
 int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
                        int nranks, const char *tag) {
+  if (UVCCL__IS_NCCL(parent)) return uvccl__nccl_pg_new_group(parent, pg, ranks, nranks, tag);
   group_t *p, *g;
   int i, j;
   uint32_t gid;
@@ -807,6 +823,8 @@ int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
         pg->rank = g->rank;
         pg->size = g->size;
         pg->impl_ = g;
+        pg->backend_ = UVCCL_BACKEND_TCP;
+  pg->backend_ = UVCCL_BACKEND_TCP;
         return 0;
       }
     }
@@ -815,17 +833,20 @@ int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
 }
 
 int uvccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_global_rank(pg, group_rank);
   const group_t *g = pg ? pg->impl_ : NULL;
   return g ? uvccl__pg_world(g, group_rank) : -1;
 }
 
 int uvccl_pg_group_rank(const uvccl_pg_t *pg, int global_rank) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_group_rank(pg, global_rank);
   const group_t *g = pg ? pg->impl_ : NULL;
   if (g == NULL || global_rank < 0 || global_rank >= g->net->size) return -1;
   return g->inv[global_rank];
 }
 
 const char *uvccl_pg_peer_address(const uvccl_pg_t *pg, int group_rank) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_peer_address(pg, group_rank);
   const group_t *g = pg ? pg->impl_ : NULL;
   int r;
   if (g == NULL) return "?";
@@ -834,16 +855,25 @@ const char *uvccl_pg_peer_address(const uvccl_pg_t *pg, int group_rank) {
 }
 
 void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
+  if (UVCCL__IS_NCCL(pg)) {
+    uvccl__nccl_pg_set_timeout(pg, timeout_ms);
+    return;
+  }
   group_t *g = pg ? pg->impl_ : NULL;
   if (g) g->timeout_ms = timeout_ms ? timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
 }
 
 void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us) {
+  if (UVCCL__IS_NCCL(pg)) {
+    uvccl__nccl_pg_set_busy_poll(pg, us);
+    return;
+  }
   group_t *g = pg ? pg->impl_ : NULL;
   if (g) g->busy_us = us == UINT32_MAX ? 0 : us;
 }
 
 int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op) {
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_premul_sum(pg, factor, op);
   group_t *g = pg ? pg->impl_ : NULL;
   double *p;
   if (g == NULL || op == NULL) return UV_EINVAL;
@@ -904,6 +934,7 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
 
 int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
                    uvccl_work_t *work, uvccl_work_cb cb) {
+  if (UVCCL__IS_NCCL(parent)) return uvccl__nccl_pg_split(parent, pg, color, key, work, cb);
   group_t *p;
   sched_t *s;
   split_t *sp;
