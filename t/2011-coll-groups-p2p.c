@@ -295,6 +295,67 @@ static void test_coalesced_premul(world_t *W) {
      "bad root refused");
 }
 
+/* A world whose ranks bind and advertise ::1: addresses in the store,
+ * hellos and messages are IPv6 ("[::1]:port"), and a ring-sized
+ * allreduce and an allgather come back exact. */
+static void test_ipv6(void) {
+  world_t W;
+  uvccl_pg_options_t o;
+  uv_tcp_t probe;
+  struct sockaddr_in6 a6;
+  int P = 3, r, rc, bad = 0;
+  size_t n = 50000, i;
+  float *buf[3], *all[3];
+  uv_ip6_addr("::1", 0, &a6);
+  uv_tcp_init(&loop, &probe);
+  rc = uv_tcp_bind(&probe, (const struct sockaddr *)&a6, 0);
+  uv_close((uv_handle_t *)&probe, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (rc != 0) {
+    skip(3, "no IPv6 loopback here (%s)", uvccl_strerror(rc));
+    return;
+  }
+  memset(&o, 0, sizeof(o));
+  o.host = "::1";
+  o.family = AF_INET6;
+  is_int(world_init(&W, &loop, P, &o), 0, "IPv6 world of %d on ::1", P);
+  for (r = 0; r < P; r++) {
+    const char *a = uvccl_pg_peer_address(&W.pg[r], (r + 1) % P);
+    if (a == NULL || strncmp(a, "[::1]:", 6) != 0) {
+      bad++;
+      printf("# rank %d sees peer at %s\n", r, a ? a : "(null)");
+    }
+    buf[r] = malloc(n * sizeof(float));
+    all[r] = malloc(P * sizeof(float));
+    for (i = 0; i < n; i++) buf[r][i] = (float)(r + 1) * (float)(i % 7);
+    uvccl_allreduce(&W.pg[r], &W.w[r], buf[r], buf[r], n, UVCCL_FLOAT32,
+                    UVCCL_SUM, NULL);
+  }
+  rc = world_wait(&W);
+  for (r = 0; r < P; r++)
+    for (i = 0; i < n; i++)
+      if (buf[r][i] != 6.0f * (float)(i % 7)) bad++;
+  {
+    float mine[3];
+    for (r = 0; r < P; r++) {
+      mine[r] = (float)(10 * r);
+      uvccl_allgather(&W.pg[r], &W.w[r], &mine[r], all[r], 1, UVCCL_FLOAT32,
+                      NULL);
+    }
+    if (world_wait(&W) != 0) bad++;
+    for (r = 0; r < P; r++)
+      for (i = 0; i < (size_t)P; i++)
+        if (all[r][i] != (float)(10 * i)) bad++;
+  }
+  is_int(rc, 0, "IPv6: allreduce of %zu floats completes", n);
+  is_int(bad, 0, "IPv6: peers at [::1]:port, results exact");
+  for (r = 0; r < P; r++) {
+    free(buf[r]);
+    free(all[r]);
+  }
+  world_destroy(&W);
+}
+
 int main(void) {
   world_t W;
   int P;
@@ -308,6 +369,7 @@ int main(void) {
     test_coalesced_premul(&W);
     world_destroy(&W);
   }
+  test_ipv6();
   is_int(uv_loop_close(&loop), 0, "loop closes cleanly");
   done_testing();
 }
