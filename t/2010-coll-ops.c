@@ -197,19 +197,27 @@ static void test_allgather(world_t *W) {
   int P = W->n, r, q, bad = 0, rc;
   size_t n = 3001, i;
   int64_t *in[WORLD_MAX], *out[WORLD_MAX];
+  /* 5 elements: Bruck's rounds (P > 2); 3001: the ring */
   for (r = 0; r < P; r++) {
     in[r] = malloc(8 * 4099 + 1); /* also the uneven case below */
     out[r] = malloc(n * 8 * (size_t)P);
-    for (i = 0; i < n; i++) in[r][i] = (int64_t)r * 1000000 + (int64_t)i;
-    uvccl_allgather(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT64, NULL);
   }
-  rc = world_wait(W);
-  for (r = 0; r < P; r++)
-    for (q = 0; q < P; q++)
-      for (i = 0; i < n; i++)
-        if (out[r][(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
-  is_int(rc, 0, "P=%d: allgather", P);
-  is_int(bad, 0, "P=%d: allgather blocks in rank order", P);
+  for (n = 5; n <= 3001; n += 2996) {
+    for (r = 0; r < P; r++) {
+      for (i = 0; i < n; i++) in[r][i] = (int64_t)r * 1000000 + (int64_t)i;
+      uvccl_allgather(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT64,
+                      NULL);
+    }
+    rc = world_wait(W);
+    for (r = 0; r < P; r++)
+      for (q = 0; q < P; q++)
+        for (i = 0; i < n; i++)
+          if (out[r][(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i)
+            bad++;
+    is_int(rc, 0, "P=%d: allgather of %zu", P, n);
+    is_int(bad, 0, "P=%d: allgather blocks in rank order (%zu)", P, n);
+  }
+  n = 3001;
   /* uneven, into separate buffers; rank 1 contributes nothing */
   {
     size_t counts[WORLD_MAX];

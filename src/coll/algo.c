@@ -10,7 +10,8 @@
  *  - reduce_scatter: a ring, natively (never P allreduces).
  *  - broadcast: binomial tree for small S, a pipelined chain for large.
  *  - reduce: binomial tree for small S, a pipelined chain for large.
- *  - allgather(v): a ring, segmented.
+ *  - allgather(v): Bruck (log2 P rounds) for small totals at P > 2, else a
+ *    ring, segmented.
  *  - alltoall(v), gather, scatter: every transfer posted at once.
  *  - barrier: dissemination, ceil(log2 P) rounds of empty messages.
  * Tags only need to be unique per (peer, direction) within one operation;
@@ -572,18 +573,58 @@ int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 /* Ring: at step t, block r - t goes right and block r - t - 1 comes from
  * the left, straight into its place. Used by split and the bytes
  * collectives too (lens in bytes). */
+/* Bruck's allgather for small totals: ceil(log2 P) rounds instead of the
+ * ring's P - 1. After round k rank r holds blocks r .. r + 2^(k+1) - 1;
+ * in round k it passes the (at most 2^k) blocks it holds to r - 2^k and
+ * gets the next ones from r + 2^k. Blocks land straight in place (each
+ * block its own message, tagged with its index: one peer per round), so
+ * no rotation or scratch copy is needed. */
+static int allgather_bruck(sched_t *s, const void *sendbuf, void *const *bufs,
+                           const size_t *lens) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, d, i;
+  uint32_t *have = uvccl__malloc((size_t)P * sizeof(uint32_t));
+  if (have == NULL) return UV_ENOMEM;
+  for (i = 0; i < P; i++) have[i] = NONE;
+  for (d = 1; d < P; d *= 2) {
+    int to = mod(r - d, P), from = mod(r + d, P);
+    int cnt = d < P - d ? d : P - d;
+    uint32_t *got = uvccl__malloc((size_t)cnt * sizeof(uint32_t));
+    if (got == NULL) {
+      uvccl__free(have);
+      return UV_ENOMEM;
+    }
+    for (i = 0; i < cnt; i++) {
+      int b = mod(r + i, P), nb = mod(from + i, P);
+      const char *src = b == r ? sendbuf : bufs[b];
+      uint32_t snd = uvccl__sop_send(s, to, (uint32_t)b, src, lens[b]);
+      uvccl__sop_dep(s, have[b], snd);
+      got[i] = uvccl__sop_recv(s, from, (uint32_t)nb, bufs[nb], lens[nb]);
+    }
+    /* blocks received in this round are forwarded only in later ones */
+    for (i = 0; i < cnt; i++) have[mod(from + i, P)] = got[i];
+    uvccl__free(got);
+  }
+  uvccl__free(have);
+  return 0;
+}
+
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
                            const size_t *lens) {
   group_t *g = s->g;
   int P = g->size, r = g->rank, st, c;
   int left = mod(r - 1, P), right = mod(r + 1, P);
-  size_t maxl = 0;
+  size_t maxl = 0, total = 0;
   uint32_t nseg, k, *prev;
   if (sendbuf != bufs[r] && lens[r] > 0)
     uvccl__sop_copy(s, bufs[r], sendbuf, lens[r]);
   if (P == 1) return 0;
-  for (c = 0; c < P; c++)
+  for (c = 0; c < P; c++) {
     if (lens[c] > maxl) maxl = lens[c];
+    total += lens[c];
+  }
+  if (P > 2 && total <= g->small_max)
+    return allgather_bruck(s, sendbuf, bufs, lens);
   nseg = nseg_for(maxl, g->segment);
   prev = uvccl__malloc(nseg * sizeof(uint32_t));
   if (prev == NULL) return UV_ENOMEM;
