@@ -69,7 +69,8 @@ struct server_s {
   size_t max_output;
   size_t max_request;
   conn_t *conns;
-  conn_t *flush_head;
+  conn_t *flush_head;        /* replies to flush in the check phase, in */
+  conn_t *flush_tail;        /* the order their requests were read */
   conn_t *barrier_waiters;
   uint8_t *rbuf;             /* the shared read buffer */
   int rbuf_busy;
@@ -87,11 +88,17 @@ static void server_maybe_done(server_t *s);
 
 /* ---- output ---------------------------------------------------------------- */
 
+/* FIFO, so that under load the client read first is answered first: with
+ * thousands of requests in one loop iteration, LIFO would make the
+ * earliest ones wait for the whole batch twice (the tail latency). */
 static void conn_want_flush(conn_t *c) {
+  server_t *s = c->srv;
   if (c->in_flush) return;
   c->in_flush = 1;
-  c->flush_next = c->srv->flush_head;
-  c->srv->flush_head = c;
+  c->flush_next = NULL;
+  if (s->flush_tail) s->flush_tail->flush_next = c;
+  else s->flush_head = c;
+  s->flush_tail = c;
 }
 
 static void reply_u8(conn_t *c, uint8_t v) {
@@ -178,6 +185,7 @@ static void server_flush_cb(uv_check_t *h) {
   conn_t *c;
   while ((c = s->flush_head) != NULL) {
     s->flush_head = c->flush_next;
+    if (s->flush_head == NULL) s->flush_tail = NULL;
     c->in_flush = 0;
     conn_flush(c);
   }
@@ -603,8 +611,10 @@ static void conn_close(conn_t *c, const char *why) {
   uvccl__kv_wait_cancel(s->kv, &c->waiter);
   barrier_forget(c);
   if (c->in_flush) {
-    for (pp = &s->flush_head; *pp != c; pp = &(*pp)->flush_next) {}
+    conn_t *prev = NULL;
+    for (pp = &s->flush_head; *pp != c; pp = &(*pp)->flush_next) prev = *pp;
     *pp = c->flush_next;
+    if (s->flush_tail == c) s->flush_tail = prev;
     c->in_flush = 0;
   }
   if (c->prev) c->prev->next = c->next;
@@ -837,7 +847,7 @@ void uvccl_store_server_close(uvccl_store_server_t *pub,
     uv_read_stop((uv_stream_t *)&c->tcp);
     conn_flush(c);
   }
-  s->flush_head = NULL;
+  s->flush_head = s->flush_tail = NULL;
   if (s->conns == NULL) {
     s->shutdown_timer_closed = 1;
     uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
