@@ -37,21 +37,29 @@ int uvccl__xqueue_init(uv_loop_t *loop, uvccl__xqueue_t *q) {
   return 0;
 }
 
+/* The wake-up is sent under the lock: otherwise the loop could run the
+ * item, and its owner close and free the queue, before this thread touches
+ * q->async (the close waits for the lock before freeing anything). */
 int uvccl__xqueue_post(uvccl__xqueue_t *q, uvccl__xitem_t *item) {
+  int r;
   item->next = NULL;
   uv_mutex_lock(&q->lock);
   if (q->tail) q->tail->next = item;
   else q->head = item;
   q->tail = item;
   q->posted++;
+  r = uv_async_send(&q->async);
   uv_mutex_unlock(&q->lock);
-  return uv_async_send(&q->async);
+  return r;
 }
 
 static void xqueue_closed(uv_handle_t *h) {
   uvccl__xqueue_t *q = h->data;
   /* Items posted between the last wake-up and the close still run. */
   xqueue_drain(q);
+  /* a poster may still be inside its uv_async_send() */
+  uv_mutex_lock(&q->lock);
+  uv_mutex_unlock(&q->lock);
   uv_mutex_destroy(&q->lock);
   if (q->close_cb) q->close_cb(q->close_arg);
 }
