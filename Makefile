@@ -35,19 +35,40 @@ else
 Q = @
 endif
 
+# CUDA=auto|yes|no. The GPU side loads libcudart and libnccl at run time
+# and declares the few CUDA types it needs itself, so it builds without
+# any CUDA header or library: auto is the same as yes (a machine without a
+# GPU builds it too and reports UVCCL_ENOGPU at run time). no compiles the
+# loader out (-DUVCCL_NO_CUDA): every GPU entry point then reports
+# UVCCL_ENOGPU "built without CUDA (CUDA=no)".
+CUDA       ?= auto
+ifeq ($(CUDA),no)
+CUDA_MODE  := no
+CFLAGS_ALL += -DUVCCL_NO_CUDA
+else
+CUDA_MODE  := yes
+endif
+# Records the mode, rewritten only when it changes, so that switching
+# CUDA= rebuilds the GPU objects that read it.
+CUDA_STAMP := $(BUILD)/cuda-mode
+$(shell mkdir -p $(BUILD) && (echo '$(CUDA_MODE)' | cmp -s - $(CUDA_STAMP) || echo '$(CUDA_MODE)' > $(CUDA_STAMP)))
+
 LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 TEST_SRCS := $(sort $(wildcard t/[0-9]*.c))
 TESTS     := $(TEST_SRCS:%.c=%.t)
-HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h)
+HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h)
 
 STATIC    := $(BUILD)/libuvccl.a
 SHARED    := $(BUILD)/libuvccl.so
 
 .PHONY: all deps check demo install clean fuzz tests bench-store
-all: deps $(STATIC) $(SHARED) $(TOOLS)
+# The GPU benchmarks (bench/gpu/) are built with everything, so they never
+# rot on machines without a GPU; they run on one (bench/gpu/README.md).
+GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES)
 
 # Installs what building and testing need, where it is missing (Debian).
 deps:
@@ -57,6 +78,34 @@ $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(filter $(BUILD)/src/gpu/%,$(LIB_OBJS)): $(CUDA_STAMP)
+
+# Test doubles of libcudart and libnccl (t/fake/), loaded by the GPU tests
+# through UVCCL_CUDART / UVCCL_NCCL. Built without sanitizers: they are
+# dlopen'ed by sanitized tests, and the ASan runtime of the test binary
+# covers their malloc calls.
+FAKE_DIR    := $(BUILD)/fake
+FAKE_CUDART := $(FAKE_DIR)/libcudart.so.13
+FAKE_NCCL   := $(if $(wildcard t/fake/nccl.c),$(FAKE_DIR)/libnccl.so.2)
+FAKES       := $(FAKE_CUDART) $(FAKE_NCCL)
+FAKE_CFLAGS  = -std=gnu11 -O2 -g -Wall -Wextra -Wno-unused-parameter -fPIC \
+	       -fvisibility=hidden -pthread -It/fake -Iinclude -Isrc $(UV_CFLAGS) $(CFLAGS)
+
+$(FAKE_CUDART): t/fake/cudart.c t/fake/fake.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FAKE    $@")
+	$(Q)$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libcudart.so.13 $(LDFLAGS) \
+	  -o $@ $< -pthread
+
+# The fake NCCL calls the fake cudart (fake_cuda_enqueue); it finds it next
+# to itself, and the dynamic loader reuses the copy uvccl already opened
+# (same soname).
+$(FAKE_DIR)/libnccl.so.2: t/fake/nccl.c t/fake/fake.h $(FAKE_CUDART)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FAKE    $@")
+	$(Q)$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libnccl.so.2 $(LDFLAGS) \
+	  -o $@ $< -L$(FAKE_DIR) -l:libcudart.so.13 -Wl,-rpath,'$$ORIGIN' -pthread
 
 $(STATIC): $(LIB_OBJS)
 	@$(if $(Q),echo "  AR      $@")
@@ -71,9 +120,14 @@ $(BUILD)/bin/%: tools/%.c $(STATIC) $(HEADERS)
 	@$(if $(Q),echo "  TOOL    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
+$(BUILD)/bench/%: bench/gpu/%.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
 # Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
 # they link the static library of the current build flavour.
-t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS)
+t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
 	  -DUVCCL_SRC_DIR='"$(CURDIR)"' $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)

@@ -518,7 +518,16 @@ UVCCL_EXTERN int uvccl_divide_local(void *buf, size_t count,
  *
  * Buffers are counted in elements of dtype (point-to-point and byte
  * collectives count bytes). Send and receive buffers must stay valid and
- * unmodified until the work completes; sendbuf == recvbuf means in place. */
+ * unmodified until the work completes; sendbuf == recvbuf means in place.
+ *
+ * GPU buffers in TCP groups: once the GPU side is loaded (any uvccl_gpu_*
+ * call or an NCCL group loads it), broadcast, allreduce, reduce, allgather,
+ * reduce_scatter, alltoall, gather, scatter, send and recv accept CUDA
+ * device memory too: the device thread copies it to pinned host memory, the
+ * collective runs there, and the results are copied back before the work
+ * completes (so several processes can share one GPU, and GPU data can be
+ * reduced without NCCL). The other operations refuse device memory with
+ * UV_ENOTSUP. */
 typedef struct uvccl_pg_s uvccl_pg_t;
 typedef void (*uvccl_pg_close_cb)(uvccl_pg_t *pg);
 
@@ -541,7 +550,9 @@ typedef struct {
   int family;               /* AF_UNSPEC (0), AF_INET or AF_INET6 */
   /* Spin this long (microseconds) polling for I/O before the loop sleeps
    * while collectives are in flight; 0 = $UVCCL_BUSY_POLL_US, else off.
-   * UINT32_MAX forces off. */
+   * UINT32_MAX forces off. Spinning turns itself off when this host runs
+   * more ranks than it has CPUs (it would starve the peers it waits for),
+   * unless $UVCCL_BUSY_POLL_FORCE=1. */
   uint32_t busy_poll_us;
   /* Algorithm thresholds (bytes); 0 = defaults. */
   size_t small_max;         /* allreduce/reduce_scatter: latency algorithms
@@ -760,6 +771,89 @@ UVCCL_EXTERN int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
 UVCCL_EXTERN int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                                      const uvccl_buf_t *bufs, size_t nbufs,
                                      int root, uvccl_work_cb cb);
+
+/* ------------------------------------------------------------------------ */
+/* GPU                                                                      */
+
+/* CUDA is loaded at run time (libcudart.so.13 or .12; $UVCCL_CUDART names
+ * another file), never linked: the same binary runs where there is no GPU
+ * or no driver, and then every GPU entry point returns UVCCL_ENOGPU. The
+ * first GPU call loads it, once per process (thread-safe).
+ *
+ * The helpers below are blocking and for setup code and tests, not for
+ * hot paths: they call CUDA on the calling thread and wait for it. They
+ * return 0 or a negative code: UVCCL_ENOGPU (no usable CUDA), UV_EINVAL,
+ * UV_ENOMEM (allocation failed) or UVCCL_ECUDA (any other CUDA error; the
+ * log, UVCCL_LOG=error, says which call and why). */
+
+/* The number of CUDA devices: 0 with *count set, or UVCCL_ENOGPU (then
+ * *count is 0). */
+UVCCL_EXTERN int uvccl_gpu_device_count(int *count);
+/* Why the GPU side is unavailable ("cannot load the CUDA runtime ...",
+ * "cudaGetDeviceCount: CUDA driver version is insufficient ...",
+ * "built without CUDA (CUDA=no)"), or NULL when it is available. */
+UVCCL_EXTERN const char *uvccl_gpu_unavailable_reason(void);
+/* The device's name (truncated to namelen) and the CUDA versions as CUDA
+ * encodes them (13000 = 13.0). Any output may be NULL. */
+UVCCL_EXTERN int uvccl_gpu_info(int device, char *name, size_t namelen,
+                                int *driver_version, int *runtime_version);
+/* n bytes of memory on device (makes device current on this thread). */
+UVCCL_EXTERN int uvccl_gpu_malloc(int device, void **p, size_t n);
+UVCCL_EXTERN int uvccl_gpu_free(void *p);
+/* n bytes of pinned (page-locked) host memory, usable by every device. */
+UVCCL_EXTERN int uvccl_gpu_host_alloc(void **p, size_t n);
+UVCCL_EXTERN int uvccl_gpu_host_free(void *p);
+/* A synchronous copy in any direction (host or device, either side). */
+UVCCL_EXTERN int uvccl_gpu_memcpy(void *dst, const void *src, size_t n);
+/* Sets n bytes of device memory at p to (unsigned char)value, and waits. */
+UVCCL_EXTERN int uvccl_gpu_memset(void *p, int value, size_t n);
+/* 1 with *device set if p is device (or managed) memory, 0 if not (then
+ * *device is -1), or UVCCL_ENOGPU. device may be NULL. */
+UVCCL_EXTERN int uvccl_gpu_ptr_device(const void *p, int *device);
+
+/* ---- NCCL process groups (uvccl_pg_init with backend UVCCL_BACKEND_NCCL)
+ *
+ * The same process-group API on CUDA device buffers, through NCCL (loaded
+ * at run time: $UVCCL_NCCL, else libnccl.so.2). Creation: rank 0 makes
+ * the NCCL id and publishes it in the store under PREFIX/nccl/id/<gen>;
+ * the communicator is nonblocking, so neither the loop nor the device
+ * thread ever waits for peers. Failures: UVCCL_ENOGPU (no GPU or no NCCL:
+ * the work's message says why) or UVCCL_ENCCL (NCCL's error string and
+ * ncclGetLastError). uvccl_pg_init_url works as for TCP groups (env://
+ * also takes the device from LOCAL_RANK, or mpirun's/srun's local rank).
+ * Every operation runs on the group's own CUDA stream, in call order; its
+ * callback runs on the loop once the GPU finished it. Timeouts
+ * (work->timeout_ms, else the group's) count from when the operation
+ * starts on the GPU. Cancel and timeout release the work, not the GPU:
+ * buffers must stay valid until the stream passed the operation. After
+ * a timeout or an NCCL error, abort the group (then destroy it).
+ * Asynchronous NCCL errors (a peer died) are polled every
+ * $UVCCL_NCCL_WATCHDOG_MS (default 100) while operations are pending;
+ * they fail the pending work with UVCCL_ENCCL and later calls too.
+ * Differences from the TCP groups:
+ *  - send/recv: tags are accepted but not compared (NCCL matches messages
+ *    per peer in call order); no UVCCL_ANY_SOURCE (UV_ENOTSUP); a receive
+ *    must post the exact length sent; send/recv to oneself only inside
+ *    uvccl_p2p_batch (with the matching receive).
+ *  - reductions: no BAND/BOR/BXOR (UV_EINVAL); bool SUM is OR (MAX),
+ *    PRODUCT is AND (MIN); AVG is ncclAvg; PREMUL_SUM is NCCL's PreMulSum.
+ *  - monitored_barrier and the *_bytes collectives: UV_ENOTSUP (use a TCP
+ *    group).
+ *  - split: NCCL groups by color and orders by key (ncclCommSplit);
+ *    rank translation of such groups is unknown (-1) except for oneself.
+ *  - uvccl_pg_peer_address names this rank's device ("cuda:N") only. */
+
+/* The CUDA stream cuda_stream (a cudaStream_t; NULL = the legacy default
+ * stream) waits for everything started on pg so far: work queued on it
+ * later runs after those collectives. cb runs on the loop once the
+ * dependency is in place (the host never waits for the GPU). */
+UVCCL_EXTERN int uvccl_nccl_stream_wait(uvccl_pg_t *pg, uvccl_work_t *work,
+                                        void *cuda_stream, uvccl_work_cb cb);
+/* The other direction: operations started on pg after this call wait for
+ * the work already queued on cuda_stream (e.g. the kernel that filled the
+ * send buffer). */
+UVCCL_EXTERN int uvccl_nccl_wait_stream(uvccl_pg_t *pg, uvccl_work_t *work,
+                                        void *cuda_stream, uvccl_work_cb cb);
 
 #ifdef __cplusplus
 }

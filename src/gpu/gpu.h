@@ -94,6 +94,10 @@ void uvccl__gpu_client_close(uvccl__gpu_client_t *c, void (*cb)(void *arg),
 /* (loop) Queues op; its done() runs exactly once, later, on c's loop,
  * never inside this call. 0 or an error (then done() never runs). */
 int uvccl__gpu_submit(uvccl__gpu_client_t *c, uvccl__gpu_op_t *op);
+/* (gpu) For issue(): names the call it is about to block in
+ * ("ncclCommInitRankConfig"), for the watchdog's "stuck in <call>"
+ * message; NULL goes back to "issue". */
+void uvccl__gpu_in_call(uvccl__gpu_op_t *op, const char *call);
 /* (loop) Every op of c not yet done completes with err and reason; ops
  * whose work is on the GPU are no longer polled (the caller aborts the
  * communicator, which is what stops the kernels). */

@@ -2,7 +2,12 @@
  * opts->backend == UVCCL_BACKEND_NCCL has pg->backend_ set, and every
  * public process-group function in src/coll/ hands it to its counterpart
  * here (same arguments, same contract as the public function in uvccl.h);
- * the TCP code never sees such a group. */
+ * the TCP code never sees such a group. The files: nccl_api.c (loading
+ * libnccl), nccl_pg.c (op life cycle, watchdog, destroy/abort, queries),
+ * nccl_boot.c (creation over a store), nccl_subgroup.c (new_group,
+ * split), nccl_ops.c (the operations), nccl_exec.c (their device-thread
+ * side), nccl_url.c (creation from an init URL); nccl_internal.h is what
+ * they share. */
 #ifndef UVCCL_GPU_NCCL_H
 #define UVCCL_GPU_NCCL_H
 
@@ -79,5 +84,13 @@ void uvccl__nccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
 void uvccl__nccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
 int uvccl__nccl_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t
     *op);
+/* For benchmarks: the uvccl__now_ns() times of the group's last completed
+ * op: submitted, issued, end event seen by the GPU thread, done() on the
+ * loop. */
+void uvccl__nccl_pg_times(const uvccl_pg_t *pg, uint64_t times[4]);
+/* Tests only: the next collective of any NCCL group, once started on the
+ * GPU, waits until the 32-bit word at dev_flag (device-visible, e.g.
+ * mapped pinned memory) is >= 1 (cuStreamWaitValue32). */
+void uvccl__nccl_debug_block_next(void *dev_flag);
 
 #endif

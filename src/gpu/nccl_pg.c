@@ -1,0 +1,578 @@
+/* NCCL process groups: the life of an op (submit to the device thread,
+ * hold until the communicator exists, complete the work on the loop), the
+ * async-error watchdog, the group object, destroy and abort, and the small
+ * queries. Creation is in nccl_boot.c, subgroups in nccl_subgroup.c.
+ *
+ * Threads: everything here runs on the group's loop; the NCCL and CUDA
+ * calls run on the device thread in the ops' issue() (nccl_exec.c). */
+#include "nccl_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void op_done(uvccl__gpu_op_t *gop);
+static void watchdog_update(nccl_group_t *g);
+
+/* ---- ops ------------------------------------------------------------------ */
+
+nccl_op_t *uvccl__nccl_op_new(nccl_group_t *g, nop_kind_t kind,
+                              const char *name) {
+  nccl_op_t *op = uvccl__calloc(1, sizeof(*op));
+  if (op == NULL) return NULL;
+  op->g = g;
+  op->kind = kind;
+  op->name = name;
+  op->calls = op->inline_calls;
+  op->gop.issue = uvccl__nccl_issue;
+  op->gop.done = op_done;
+  op->gop.data = op;
+  op->gop.no_event = kind != NOP_CALLS && kind != NOP_DRAIN;
+  return op;
+}
+
+void uvccl__nccl_op_free(nccl_op_t *op) {
+  if (op == NULL) return;
+  if (op->calls != op->inline_calls) uvccl__free(op->calls);
+  uvccl__free(op);
+}
+
+ncall_t *uvccl__nccl_op_calls(nccl_op_t *op, size_t n) {
+  if (n > UVCCL__ARRAY_SIZE(op->inline_calls)) {
+    op->calls = uvccl__calloc(n, sizeof(ncall_t));
+    if (op->calls == NULL) {
+      op->calls = op->inline_calls;
+      return NULL;
+    }
+  }
+  op->ncalls = n;
+  return op->calls;
+}
+
+static void list_push(nccl_op_t **head, nccl_op_t **tail, nccl_op_t *op) {
+  op->next = NULL;
+  op->prev = *tail;
+  if (*tail) (*tail)->next = op;
+  else *head = op;
+  *tail = op;
+}
+
+static void list_remove(nccl_op_t **head, nccl_op_t **tail, nccl_op_t *op) {
+  if (op->prev) op->prev->next = op->next;
+  else *head = op->next;
+  if (op->next) op->next->prev = op->prev;
+  else *tail = op->prev;
+  op->next = op->prev = NULL;
+}
+
+static int carries_work(const nccl_op_t *op) {
+  return op->kind == NOP_CALLS || op->kind == NOP_STREAM_WAIT ||
+         op->kind == NOP_WAIT_STREAM;
+}
+
+/* Hands op to the device thread now. */
+int uvccl__nccl_op_submit(nccl_group_t *g, nccl_op_t *op) {
+  int rc;
+  if (op->kind == NOP_CALLS || op->kind == NOP_DRAIN ||
+      op->kind == NOP_STREAM_WAIT || op->kind == NOP_WAIT_STREAM)
+    op->gop.stream = g->stream; /* ordered after the group's earlier ops */
+  list_push(&g->live_head, &g->live_tail, op);
+  g->nlive++;
+  if (carries_work(op)) g->nwork++;
+  rc = uvccl__gpu_submit(g->client, &op->gop);
+  if (rc != 0) {
+    list_remove(&g->live_head, &g->live_tail, op);
+    g->nlive--;
+    if (carries_work(op)) g->nwork--;
+    return rc;
+  }
+  watchdog_update(g);
+  return 0;
+}
+
+static void work_abandon(uvccl_work_t *w, int status) {
+  nccl_op_t *op = w->owner_;
+  (void)status;
+  /* The GPU work cannot be taken back, and every rank must issue the same
+   * collectives in the same order, so the op runs on (or stays queued):
+   * only the work lets go of it. Its buffers must stay valid until the
+   * group's stream passed it (uvccl_nccl_stream_wait, or a later op). */
+  if (op == NULL) return;
+  op->work = NULL;
+  w->owner_ = NULL;
+}
+
+const struct uvccl__work_ops uvccl__nccl_work_ops = {work_abandon};
+
+void uvccl__nccl_fail_work(nccl_op_t *op, int status, const char *msg) {
+  uvccl_work_t *w = op->work;
+  op->work = NULL;
+  if (w == NULL) return;
+  w->owner_ = NULL;
+  if (uvccl__work_is_live(w))
+    uvccl__work_fail(w, status, "%s", msg);
+}
+
+int uvccl__nccl_group_check(uvccl_pg_t *pg, uvccl_work_t *work,
+                            nccl_group_t **out) {
+  nccl_group_t *g;
+  if (pg == NULL || work == NULL || pg->impl_ == NULL) return UV_EINVAL;
+  g = pg->impl_;
+  if (g->destroying) return UVCCL_ECLOSING;
+  if (g->aborted) return UVCCL_EABORTED;
+  if (g->failed || g->broken) {
+    LOG_ERROR("nccl", "rank %d/%d: the group failed earlier (%s); destroy "
+              "it", g->rank, g->size, g->failed ? "creation" : "NCCL error");
+    return UVCCL_ENCCL;
+  }
+  if (work->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  *out = g;
+  return 0;
+}
+
+void uvccl__nccl_op_hold(nccl_group_t *g, nccl_op_t *op) {
+  list_push(&g->held_head, &g->held_tail, op);
+}
+
+int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,
+                         uvccl_work_cb cb) {
+  uint64_t t;
+  int rc = uvccl__work_start(work, g->loop, op->name, &uvccl__nccl_work_ops, op, 0,
+                             cb);
+  if (rc != 0) {
+    uvccl__nccl_op_free(op);
+    return rc;
+  }
+  op->work = work;
+  /* The timeout runs from when the op starts on the GPU (device layer),
+   * not from now: work queued behind other work does not time out. */
+  t = work->timeout_ms ? work->timeout_ms : g->timeout_ms;
+  op->gop.timeout_ms = t == UVCCL_NO_TIMEOUT ? 0 : t;
+  if (!g->ready) {
+    list_push(&g->held_head, &g->held_tail, op);
+    return 0;
+  }
+  rc = uvccl__nccl_op_submit(g, op);
+  if (rc != 0) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "%s: submitting to the GPU thread: %s",
+             op->name, uvccl_strerror(rc));
+    uvccl__nccl_fail_work(op, rc, msg);
+    uvccl__nccl_op_free(op);
+  }
+  return 0;
+}
+
+/* The communicator exists (or never will): release the held ops. */
+void uvccl__nccl_flush_held(nccl_group_t *g, int status, const char *msg) {
+  while (g->held_head != NULL) {
+    nccl_op_t *op = g->held_head;
+    int rc = status;
+    list_remove(&g->held_head, &g->held_tail, op);
+    if (rc == 0 && (rc = uvccl__nccl_op_submit(g, op)) == 0) continue;
+    if (op->kind == NOP_SPLIT && op->target != NULL) {
+      /* a child waiting for this parent */
+      nccl_group_t *c = op->target;
+      c->creating--;
+      c->failed = 1;
+      uvccl__nccl_flush_held(c, rc, "the parent group failed");
+      uvccl__nccl_destroy_progress(c);
+    }
+    if (op->work != NULL) {
+      char m[UVCCL_WORK_MSG_LEN];
+      snprintf(m, sizeof(m), "%s (group rank %d/%d): %s", op->name, g->rank,
+               g->size, msg ? msg : uvccl_strerror(rc));
+      uvccl__nccl_fail_work(op, rc, m);
+    }
+    uvccl__nccl_op_free(op);
+  }
+}
+
+/* Fails every work of the group now (live ops run on, detached). */
+static void fail_all_works(nccl_group_t *g, int status, const char *msg) {
+  nccl_op_t *op;
+  char m[UVCCL_WORK_MSG_LEN];
+  for (op = g->live_head; op != NULL; op = op->next) {
+    if (op->work == NULL) continue;
+    snprintf(m, sizeof(m), "%s (group rank %d/%d): %s", op->name, g->rank,
+             g->size, msg);
+    uvccl__nccl_fail_work(op, status, m);
+  }
+  uvccl__nccl_flush_held(g, status, msg);
+}
+
+/* An asynchronous NCCL error: the communicator is unusable (only abort
+ * helps), so every pending work fails and later ops are refused. */
+static void group_break(nccl_group_t *g, int status, const char *msg) {
+  if (g->broken) return;
+  g->broken = 1;
+  LOG_ERROR("nccl", "rank %d/%d (cuda:%d): %s; failing the pending work",
+            g->rank, g->size, g->device, msg);
+  fail_all_works(g, status, msg);
+  if (g->client != NULL) uvccl__gpu_client_fail_all(g->client, status, msg);
+}
+
+/* ---- the watchdog: async errors of communicators with work in flight ---- */
+
+static void watchdog_tick(uv_timer_t *t) {
+  nccl_group_t *g = t->data;
+  nccl_op_t *op;
+  if (g->nwork == 0 || g->broken || g->destroying) {
+    uv_timer_stop(t);
+    return;
+  }
+  if (g->checking || !g->ready) return;
+  op = uvccl__nccl_op_new(g, NOP_CHECK, "check");
+  if (op == NULL) return;
+  if (uvccl__nccl_op_submit(g, op) != 0) {
+    uvccl__nccl_op_free(op);
+    return;
+  }
+  g->checking = 1;
+}
+
+static uint64_t watchdog_period_ms(void) {
+  const char *e = getenv("UVCCL_NCCL_WATCHDOG_MS");
+  long v = e ? strtol(e, NULL, 10) : 0;
+  return v > 0 ? (uint64_t)v : 100;
+}
+
+static void watchdog_update(nccl_group_t *g) {
+  if (!g->watchdog_init || g->nwork == 0 || uv_is_active((uv_handle_t *)&g->watchdog))
+    return;
+  uint64_t p = watchdog_period_ms();
+  uv_timer_start(&g->watchdog, watchdog_tick, p, p);
+}
+
+/* ---- op completion ---------------------------------------------------------- */
+
+
+static void op_done(uvccl__gpu_op_t *gop) {
+  nccl_op_t *op = gop->data;
+  nccl_group_t *g = op->g;
+  int st = gop->status;
+  list_remove(&g->live_head, &g->live_tail, op);
+  g->nlive--;
+  if (carries_work(op)) g->nwork--;
+  g->last_times[0] = gop->t_submit_ns;
+  g->last_times[1] = gop->t_issued_ns;
+  g->last_times[2] = gop->t_gpu_done_ns;
+  g->last_times[3] = gop->t_done_ns;
+  switch (op->kind) {
+  case NOP_CALLS:
+  case NOP_STREAM_WAIT:
+  case NOP_WAIT_STREAM:
+    if (st == UV_ETIMEDOUT) {
+      g->had_timeout = 1;
+      LOG_ERROR("nccl", "rank %d/%d: %s timed out on cuda:%d (%s); the "
+                "communicator may be stuck: abort the group", g->rank,
+                g->size, op->name, g->device, gop->msg);
+    }
+    if (op->work != NULL) {
+      uvccl_work_t *w = op->work;
+      if (st == 0) {
+        if (op->p2p != NULL) {
+          size_t i;
+          for (i = 0; i < op->ncalls; i++) {
+            op->p2p[i].received = op->p2p[i].is_send ? 0 : op->p2p[i].len;
+            op->p2p[i].source = op->p2p[i].is_send ? -1 : op->p2p[i].peer;
+          }
+        }
+        if (strcmp(op->name, "recv") == 0) {
+          w->value_len = op->recv_len;
+          w->result = op->recv_src;
+        }
+        op->work = NULL;
+        w->owner_ = NULL;
+        uvccl__work_complete(w, 0);
+      } else {
+        char m[UVCCL_WORK_MSG_LEN];
+        snprintf(m, sizeof(m), "%s (group rank %d/%d, cuda:%d): %s",
+                 op->name, g->rank, g->size, g->device,
+                 gop->msg[0] ? gop->msg : uvccl_strerror(st));
+        uvccl__nccl_fail_work(op, st, m);
+      }
+    }
+    if (st == UVCCL_ENCCL && op->async_failed) group_break(g, st, gop->msg);
+    break;
+  case NOP_CHECK:
+    g->checking = 0;
+    if (st != 0 && !g->aborted && !g->destroying) group_break(g, UVCCL_ENCCL, gop->msg);
+    break;
+  case NOP_UNIQUE_ID:
+  case NOP_COMM_INIT:
+    uvccl__nccl_boot_step(g, op);
+    break;
+  case NOP_SPLIT:
+    uvccl__nccl_split_done(op);
+    break;
+  case NOP_DRAIN:
+  case NOP_FINALIZE:
+  case NOP_ABORT:
+    if (st != 0 && st != UV_ECANCELED && st != UVCCL_EABORTED)
+      LOG_WARN("nccl", "rank %d/%d: %s: %s", g->rank, g->size, op->name,
+               gop->msg[0] ? gop->msg : uvccl_strerror(st));
+    break;
+  }
+  uvccl__nccl_op_free(op);
+  uvccl__nccl_destroy_progress(g);
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+nccl_group_t *uvccl__nccl_group_new(uv_loop_t *loop, uvccl_pg_t *pg, int rank,
+                               int size, int device) {
+  nccl_group_t *g = uvccl__calloc(1, sizeof(*g));
+  if (g == NULL) return NULL;
+  g->pg = pg;
+  g->loop = loop;
+  g->rank = rank;
+  g->size = size;
+  g->device = device;
+  g->handles = 1;
+  g->timeout_ms = UVCCL_PG_DEFAULT_TIMEOUT_MS;
+  snprintf(g->addr, sizeof(g->addr), "cuda:%d", device);
+  uv_timer_init(loop, &g->watchdog);
+  g->watchdog.data = g;
+  g->watchdog_init = 1;
+  return g;
+}
+
+static void group_free(nccl_group_t *g) {
+  tagged_t *t = g->tagged;
+  if (g->tag_entry != NULL) { /* the parent forgets us */
+    g->tag_entry->g = NULL;
+    g->tag_entry->gone = 1;
+  }
+  while (t != NULL) {
+    tagged_t *n = t->next;
+    if (t->g != NULL) t->g->tag_entry = NULL; /* children outlive us */
+    uvccl__free(t->tag);
+    uvccl__free(t->ranks);
+    uvccl__free(t);
+    t = n;
+  }
+  uvccl__free(g->premul);
+  uvccl__free(g->ranks);
+  uvccl__free(g->boot);
+  uvccl__free(g);
+}
+
+static void group_closed(uv_handle_t *h);
+
+/* A group that never got a client: freed from its timer's close. */
+void uvccl__nccl_group_discard(nccl_group_t *g) {
+  g->pg = NULL;
+  g->close_cb = NULL;
+  uv_close((uv_handle_t *)&g->watchdog, group_closed);
+}
+
+/* The device thread and this loop's client of it. */
+int uvccl__nccl_group_attach(nccl_group_t *g, char *err, size_t errlen) {
+  int rc = uvccl__gpu_acquire(g->device, &g->gpu, err, errlen);
+  if (rc != 0) return rc;
+  rc = uvccl__gpu_client_init(g->loop, g->gpu, &g->client);
+  if (rc != 0) {
+    snprintf(err, errlen, "connecting to the GPU thread of cuda:%d: %s",
+             g->device, uvccl_strerror(rc));
+    uvccl__gpu_release(g->gpu);
+    g->gpu = NULL;
+    g->client = NULL;
+  }
+  return rc;
+}
+
+/* ---- destroy and abort ---------------------------------------------------------- */
+
+static void group_closed(uv_handle_t *h) {
+  nccl_group_t *g = h->data;
+  uvccl_pg_t *pg = g->pg;
+  uvccl_pg_close_cb cb = g->close_cb;
+  group_free(g);
+  if (pg != NULL) pg->impl_ = NULL;
+  if (cb != NULL) cb(pg);
+}
+
+static void part_closed(nccl_group_t *g) {
+  if (--g->closing_parts == 0)
+    uv_close((uv_handle_t *)&g->watchdog, group_closed);
+}
+
+static void own_store_closed(uvccl_store_t *s) {
+  nccl_group_t *g = s->data;
+  uvccl__free(s);
+  part_closed(g);
+}
+
+static void own_server_closed(uvccl_store_server_t *s) {
+  nccl_group_t *g = s->data;
+  uvccl__free(s);
+  part_closed(g);
+}
+
+static void client_closed(void *arg) {
+  nccl_group_t *g = arg;
+  if (g->gpu != NULL) uvccl__gpu_release(g->gpu);
+  g->gpu = NULL;
+  g->client = NULL;
+  /* the store and server a URL made live as long as the group */
+  g->closing_parts = 1;
+  if (g->own_store != NULL) {
+    g->closing_parts++;
+    g->own_store->data = g;
+    uvccl_store_close(g->own_store, own_store_closed);
+    g->own_store = NULL;
+  }
+  if (g->own_server != NULL) {
+    g->closing_parts++;
+    g->own_server->data = g;
+    uvccl_store_server_close(g->own_server, own_server_closed);
+    g->own_server = NULL;
+  }
+  part_closed(g);
+}
+
+void uvccl__nccl_destroy_progress(nccl_group_t *g) {
+  if (!g->destroying || g->creating > 0 || g->nlive > 0) return;
+  if (g->dstate == 0) {
+    g->dstate = 1;
+    if (g->client != NULL &&
+        (g->comm != NULL || g->stream != NULL || g->scratch != NULL)) {
+      /* Finalize flushes and syncs with peers; after a timeout or an
+       * error the stream may never drain, so abort instead. */
+      int abort = g->broken || g->had_timeout || g->aborted;
+      nccl_op_t *op = uvccl__nccl_op_new(
+          g, abort ? NOP_ABORT : NOP_FINALIZE,
+          abort ? "ncclCommAbort" : "ncclCommFinalize");
+      if (op != NULL && uvccl__nccl_op_submit(g, op) == 0) return;
+      uvccl__nccl_op_free(op);
+    }
+  }
+  if (g->dstate == 1) {
+    g->dstate = 2;
+    uv_timer_stop(&g->watchdog);
+    if (g->client != NULL)
+      uvccl__gpu_client_close(g->client, client_closed, g);
+    else
+      client_closed(g);
+  }
+}
+
+typedef struct {
+  uv_timer_t t;
+  uvccl_pg_t *pg;
+  uvccl_pg_close_cb cb;
+} handle_close_t;
+
+static void handle_closed(uv_handle_t *h) {
+  handle_close_t *hc = (handle_close_t *)h;
+  if (hc->cb != NULL) hc->cb(hc->pg);
+  uvccl__free(hc);
+}
+
+void uvccl__nccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
+  nccl_group_t *g;
+  if (pg == NULL || pg->impl_ == NULL) return;
+  g = pg->impl_;
+  if (g->destroying) return;
+  if (g->handles > 1) {
+    /* another handle of a find-or-create subgroup: only this one goes */
+    handle_close_t *hc = uvccl__calloc(1, sizeof(*hc));
+    g->handles--;
+    if (g->pg == pg) g->pg = NULL;
+    pg->impl_ = NULL;
+    if (hc == NULL) return;
+    hc->pg = pg;
+    hc->cb = cb;
+    uv_timer_init(g->loop, &hc->t);
+    uv_close((uv_handle_t *)&hc->t, handle_closed);
+    return;
+  }
+  g->destroying = 1;
+  g->pg = pg;
+  g->close_cb = cb;
+  if (g->boot != NULL && !g->boot->dead)
+    uvccl__nccl_boot_fail(g, UV_ECANCELED, "group destroyed during creation");
+  if (g->boot != NULL && g->boot->getw.state == UVCCL_WORK_PENDING)
+    uvccl_work_cancel(&g->boot->getw);
+  fail_all_works(g, UV_ECANCELED, "the group was destroyed");
+  uvccl__nccl_destroy_progress(g);
+}
+
+void uvccl__nccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
+  nccl_group_t *g;
+  nccl_op_t *op;
+  char msg[160];
+  if (pg == NULL || pg->impl_ == NULL) return;
+  g = pg->impl_;
+  if (g->aborted) return;
+  g->aborted = 1;
+  snprintf(msg, sizeof(msg), "aborted: %s", reason ? reason : "by the user");
+  LOG_WARN("nccl", "rank %d/%d: %s", g->rank, g->size, msg);
+  if (g->boot != NULL && !g->boot->dead) uvccl__nccl_boot_fail(g, UVCCL_EABORTED, "%s", msg);
+  fail_all_works(g, UVCCL_EABORTED, msg);
+  if (g->client == NULL) return;
+  /* The device thread stops polling our ops; the abort itself runs
+   * there, after anything it is issuing now, never on this loop. */
+  uvccl__gpu_client_fail_all(g->client, UVCCL_EABORTED, msg);
+  op = uvccl__nccl_op_new(g, NOP_ABORT, "ncclCommAbort");
+  if (op == NULL || uvccl__nccl_op_submit(g, op) != 0) {
+    LOG_ERROR("nccl", "rank %d/%d: could not queue ncclCommAbort", g->rank,
+              g->size);
+    uvccl__nccl_op_free(op);
+  }
+}
+
+/* ---- queries and settings ------------------------------------------------------------ */
+
+int uvccl__nccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
+  const nccl_group_t *g = pg ? pg->impl_ : NULL;
+  if (g == NULL || group_rank < 0 || group_rank >= g->size) return -1;
+  if (g->world) return group_rank;
+  return g->ranks ? g->ranks[group_rank] : -1;
+}
+
+int uvccl__nccl_pg_group_rank(const uvccl_pg_t *pg, int global_rank) {
+  const nccl_group_t *g = pg ? pg->impl_ : NULL;
+  int i;
+  if (g == NULL || global_rank < 0) return -1;
+  if (g->world) return global_rank < g->size ? global_rank : -1;
+  if (g->ranks == NULL) return -1;
+  for (i = 0; i < g->size; i++)
+    if (g->ranks[i] == global_rank) return i;
+  return -1;
+}
+
+const char *uvccl__nccl_pg_peer_address(const uvccl_pg_t *pg, int group_rank) {
+  const nccl_group_t *g = pg ? pg->impl_ : NULL;
+  if (g == NULL || group_rank != g->rank) return "?";
+  return g->addr; /* peers' devices are NCCL's business */
+}
+
+void uvccl__nccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
+  nccl_group_t *g = pg ? pg->impl_ : NULL;
+  if (g) g->timeout_ms = timeout_ms ? timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
+}
+
+void uvccl__nccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us) {
+  (void)pg;
+  (void)us; /* the device thread polls adaptively; nothing to set */
+}
+
+int uvccl__nccl_pg_premul_sum(uvccl_pg_t *pg, double factor,
+                              uvccl_redop_t *op) {
+  nccl_group_t *g = pg ? pg->impl_ : NULL;
+  double *p;
+  if (g == NULL || op == NULL) return UV_EINVAL;
+  p = uvccl__realloc(g->premul, (size_t)(g->npremul + 1) * sizeof(double));
+  if (p == NULL) return UV_ENOMEM;
+  g->premul = p;
+  p[g->npremul] = factor;
+  *op = (uvccl_redop_t)(UVCCL__NCCL_PREMUL_BASE + g->npremul++);
+  return 0;
+}
+
+void uvccl__nccl_pg_times(const uvccl_pg_t *pg, uint64_t times[4]) {
+  const nccl_group_t *g = pg ? pg->impl_ : NULL;
+  memcpy(times, g ? g->last_times : (const uint64_t[4]){0, 0, 0, 0},
+         4 * sizeof(uint64_t));
+}

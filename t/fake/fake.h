@@ -1,0 +1,62 @@
+/* Test-only hooks of the fake CUDA runtime (t/fake/cudart.c, built into
+ * $(BUILD)/fake/libcudart.so.13). The fake simulates FAKE_CUDA_DEVICES
+ * devices (default 1) on the host: "device memory" is malloc'd memory,
+ * and every stream is an in-order queue run by a fake-GPU worker thread.
+ * Tests and the fake NCCL (t/fake/nccl.c) call these to put host work on a
+ * stream, stall a stream, and provoke the failure paths. */
+#ifndef UVCCL_T_FAKE_FAKE_H
+#define UVCCL_T_FAKE_FAKE_H
+
+#include <stdint.h>
+
+/* fn(arg) runs on the fake GPU in stream order (stream NULL: the default
+ * stream of the current device). 0, or a cudaError_t value. */
+int fake_cuda_enqueue(void *stream, void (*fn)(void *arg), void *arg);
+/* The stream stalls at this point until *flag != 0 (as cuStreamWaitValue32
+ * with CU_STREAM_WAIT_VALUE_GEQ 1). 0, or a cudaError_t value. */
+int fake_cuda_stream_wait_flag(void *stream, volatile uint32_t *flag);
+/* The device of a fake device pointer (anywhere inside an allocation), or
+ * -1 when p is not fake device memory. */
+int fake_cuda_ptr_device(const void *p);
+/* Makes every cudaEventQuery sleep us microseconds first (0: no delay), to
+ * make the GPU thread look stuck to the heartbeat watchdog. */
+void fake_cuda_set_query_delay_us(unsigned us);
+
+/* Extras. */
+/* The device current on the calling thread (cudaSetDevice). */
+int fake_cuda_current_device(void);
+/* Number of live fake allocations (device + pinned), to check for leaks. */
+int fake_cuda_live_allocations(void);
+
+/* Tests do not link the fake (uvccl dlopens it); they reach these hooks
+ * through the copy uvccl loaded: fake_hooks_load(path, &h) after the first
+ * GPU call, then h.enqueue(...). 0, or -1 if the fake is not loaded. */
+#include <dlfcn.h>
+#include <string.h>
+
+typedef struct {
+  int (*enqueue)(void *stream, void (*fn)(void *arg), void *arg);
+  int (*stream_wait_flag)(void *stream, volatile uint32_t *flag);
+  int (*ptr_device)(const void *p);
+  void (*set_query_delay_us)(unsigned us);
+  int (*current_device)(void);
+  int (*live_allocations)(void);
+} fake_hooks_t;
+
+static inline int fake_hooks_load(const char *path, fake_hooks_t *h) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  void *syms[6];
+  static const char *const names[6] = {
+      "fake_cuda_enqueue",           "fake_cuda_stream_wait_flag",
+      "fake_cuda_ptr_device",        "fake_cuda_set_query_delay_us",
+      "fake_cuda_current_device",    "fake_cuda_live_allocations"};
+  int i;
+  if (lib == NULL) return -1;
+  for (i = 0; i < 6; i++)
+    if ((syms[i] = dlsym(lib, names[i])) == NULL) return -1;
+  dlclose(lib); /* drops only the reference taken here */
+  memcpy(h, syms, sizeof(*h));
+  return 0;
+}
+
+#endif
