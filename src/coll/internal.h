@@ -249,6 +249,7 @@ struct net_s {
   uv_idle_t spin;
   int spin_open;
   uint64_t spin_until_ns;
+  int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed */
   uint64_t inflight;     /* schedules pending on this net */
   /* Local ops larger than a slice run one slice per loop iteration, so a
    * 256 MiB copy or reduction never blocks the loop for long. */
@@ -295,6 +296,7 @@ struct group_s {
   int nsched;             /* schedule objects alive (not cached) */
   int closing_parts;      /* destroy: net, store, server still closing */
   void *boot;             /* creation in progress */
+  struct uvccl__stager_s *stager; /* GPU buffers: staging (stage.c) */
 };
 
 /* Group life cycle hooks for sched.c. */
