@@ -63,6 +63,10 @@ static const char usage_text[] =
 "  -r, --root R          root of broadcast, reduce, gather, scatter (0)\n"
 "  --inplace             allreduce in place (default: out of place)\n"
 "  --busy-poll[=US]      uvccl_pg_set_busy_poll (default 50 us)\n"
+"  --gpu                 buffers in GPU memory (device $LOCAL_RANK, else\n"
+"                        rank modulo the devices): the TCP group stages\n"
+"                        them through pinned host memory\n"
+"  --backend tcp|nccl    nccl: time an NCCL group instead (implies --gpu)\n"
 "  --budget S            seconds of timed iterations per size (0.5)\n"
 "  --timeout S           per-operation and creation timeout (120)\n"
 "  --check / --no-check  verify the last iteration (default: check)\n"
@@ -250,6 +254,8 @@ static struct {
   int root;
   int inplace;
   int busy_poll;             /* 0: not set; else the microseconds */
+  int gpu;                   /* buffers in GPU memory */
+  int nccl;                  /* the timed ops on an NCCL group */
   double budget;
   double timeout_s;
   int check;
@@ -259,8 +265,14 @@ static struct {
   uvccl_pg_t pg;
   int rank, world;
   size_t esize;
-  /* buffers */
+  uvccl_pg_t npg;            /* --backend nccl: the group timed */
+  uvccl_store_t nstore;      /* its bootstrap: rank 0's store */
+  uvccl_pg_t *opg;           /* the group the timed ops run on */
+  int device;
+  /* buffers: the host copies are filled and checked; with --gpu the ops
+   * run on the device copies */
   unsigned char *sbuf, *rbuf;
+  unsigned char *dsbuf, *drbuf;
   size_t buf_bytes;
   double *times;
   size_t times_cap;
@@ -614,30 +626,31 @@ static void allreduce_max(double *v, size_t n)
 static int start_op(int op, uvccl_work_t *w, size_t n)
 {
   int root = B.root, me = B.rank == B.root;
-  void *s = B.sbuf, *r = B.rbuf;
+  void *s = B.gpu ? B.dsbuf : B.sbuf, *r = B.gpu ? B.drbuf : B.rbuf;
+  uvccl_pg_t *pg = B.opg;
 
   switch (op) {
   case OP_ALLREDUCE:
-    return uvccl_allreduce(&B.pg, w, B.inplace ? r : s, r, n, B.dtype,
+    return uvccl_allreduce(pg, w, B.inplace ? r : s, r, n, B.dtype,
                            B.run_redop, NULL);
   case OP_BROADCAST:
-    return uvccl_broadcast(&B.pg, w, r, n, B.dtype, root, NULL);
+    return uvccl_broadcast(pg, w, r, n, B.dtype, root, NULL);
   case OP_REDUCE:
-    return uvccl_reduce(&B.pg, w, s, me ? r : NULL, n, B.dtype, B.run_redop,
+    return uvccl_reduce(pg, w, s, me ? r : NULL, n, B.dtype, B.run_redop,
                         root, NULL);
   case OP_ALLGATHER:
-    return uvccl_allgather(&B.pg, w, s, r, n, B.dtype, NULL);
+    return uvccl_allgather(pg, w, s, r, n, B.dtype, NULL);
   case OP_REDUCE_SCATTER:
-    return uvccl_reduce_scatter(&B.pg, w, s, r, n, B.dtype, B.run_redop,
+    return uvccl_reduce_scatter(pg, w, s, r, n, B.dtype, B.run_redop,
                                 NULL);
   case OP_ALLTOALL:
-    return uvccl_alltoall(&B.pg, w, s, r, n, B.dtype, NULL);
+    return uvccl_alltoall(pg, w, s, r, n, B.dtype, NULL);
   case OP_GATHER:
-    return uvccl_gather(&B.pg, w, s, me ? r : NULL, n, B.dtype, root, NULL);
+    return uvccl_gather(pg, w, s, me ? r : NULL, n, B.dtype, root, NULL);
   case OP_SCATTER:
-    return uvccl_scatter(&B.pg, w, me ? s : NULL, r, n, B.dtype, root, NULL);
+    return uvccl_scatter(pg, w, me ? s : NULL, r, n, B.dtype, root, NULL);
   case OP_BARRIER:
-    return uvccl_barrier(&B.pg, w, NULL);
+    return uvccl_barrier(pg, w, NULL);
   default:
     return UV_EINVAL;
   }
@@ -801,6 +814,9 @@ static void print_header(void)
          B.busy_poll ? "on" : "off", B.budget, B.check ? "on" : "off");
   if (B.busy_poll)
     printf("# busy-poll %d us\n", B.busy_poll);
+  if (B.gpu)
+    printf("# buffers in GPU memory; %s\n",
+           B.nccl ? "NCCL group" : "TCP group, staged through pinned memory");
   printf("# time = median (min) over iterations of the MAX over ranks; "
          "GB = 1e9 B\n");
   printf("%-15s %3s %10s %6s %12s %12s %11s %11s %3s\n", "op", "W", "size_B",
@@ -830,6 +846,8 @@ static void print_row(int op, size_t bytes, int iters, double med_us,
       printf("\"algbw_gbps\":null,\"busbw_gbps\":null,");
     else
       printf("\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,", alg, bus);
+    printf("\"backend\":\"%s\",\"gpu\":%s,", B.nccl ? "nccl" : "tcp",
+           B.gpu ? "true" : "false");
     printf("\"ok\":%s,\"busy_poll_us\":%d,\"inplace\":%s}\n",
            ok ? "true" : "false", B.busy_poll, B.inplace ? "true" : "false");
   } else if (is_barrier) {
@@ -841,6 +859,25 @@ static void print_row(int op, size_t bytes, int iters, double med_us,
            ok ? "yes" : "NO");
   }
   fflush(stdout);
+}
+
+/* --gpu: the device buffers take the host ones' contents, or give them
+ * back (outside the timed region). */
+static void gpu_sync(int to_device)
+{
+  int rc = 0;
+
+  if (!B.gpu)
+    return;
+  if (to_device) {
+    rc = uvccl_gpu_memcpy(B.dsbuf, B.sbuf, B.buf_bytes);
+    if (rc == 0)
+      rc = uvccl_gpu_memcpy(B.drbuf, B.rbuf, B.buf_bytes);
+  } else {
+    rc = uvccl_gpu_memcpy(B.rbuf, B.drbuf, B.buf_bytes);
+  }
+  if (rc != 0)
+    die_op("uvccl_gpu_memcpy", rc, NULL);
 }
 
 /* One row: op at `bytes` (already rounded), n elements (per block). */
@@ -859,6 +896,7 @@ static void run_size(int op, size_t bytes, size_t n)
     cap = clampi((long) ((256u << 20) / (bytes ? bytes : 1)), 10, 1000);
   warm = B.warmup > 0 ? B.warmup : clampi(cap / 10, 2, 20);
   fill_inputs(op, n);
+  gpu_sync(1);
 
   for (i = 0; i < warm; i++) {
     barrier();
@@ -882,13 +920,17 @@ static void run_size(int op, size_t bytes, size_t n)
     }
   }
   for (i = 0; i < iters; i++) {
-    if (B.check && i == iters - 1)
+    if (B.check && i == iters - 1) {
       poison_outputs(op, n);
+      gpu_sync(1);
+    }
     barrier();
     t0 = uv_hrtime();
     finish(what, start_op(op, &w, n), &w);
     B.times[i] = (double) (uv_hrtime() - t0) * 1e-3;
   }
+  if (B.check)
+    gpu_sync(0);
   /* the check's verdict rides along as one more element (MAX of "bad") */
   B.times[iters] = B.check && !verify(op, n) ? 1.0 : 0.0;
   allreduce_max(B.times, (size_t) iters + 1);
@@ -923,6 +965,96 @@ static void run_op(int op)
     if (size > B.max_bytes / B.factor)
       break;
   }
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPU buffers and the NCCL group                                           */
+
+static int setup_gpu(void)
+{
+  const char *lr = getenv("LOCAL_RANK");
+  char name[128] = "";
+  int count = 0, rc, drv = 0, rt = 0;
+
+  rc = uvccl_gpu_device_count(&count);
+  if (rc != 0 || count == 0) {
+    errorf("--gpu: %s", uvccl_gpu_unavailable_reason()
+                            ? uvccl_gpu_unavailable_reason()
+                            : "no CUDA device");
+    return -1;
+  }
+  B.device = lr && *lr ? atoi(lr) % count : B.rank % count;
+  uvccl_gpu_info(B.device, name, sizeof(name), &drv, &rt);
+  if ((rc = uvccl_gpu_malloc(B.device, (void **) &B.dsbuf, B.buf_bytes)) ||
+      (rc = uvccl_gpu_malloc(B.device, (void **) &B.drbuf, B.buf_bytes))) {
+    errorf("--gpu: cannot allocate 2 x %zu bytes on device %d: %s",
+           B.buf_bytes, B.device, uvccl_strerror(rc));
+    return -1;
+  }
+  if (!B.json && B.rank == 0)
+    printf("# gpu: device %d (%s), driver %d, runtime %d\n", B.device, name,
+           drv, rt);
+  if (B.nccl) {
+    uvccl_tcp_store_options_t so;
+    uvccl_pg_options_t o;
+    uvccl_work_t w = {0};
+    const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
+
+    memset(&so, 0, sizeof(so));
+    so.host = ma ? ma : "127.0.0.1";
+    so.port = mp ? atoi(mp) : 29500;
+    so.timeout_ms = (uint64_t) (B.timeout_s * 1000);
+    if ((rc = uvccl_tcp_store_init(&B.loop, &B.nstore, &so)) != 0) {
+      errorf("--backend nccl: store client: %s", uvccl_strerror(rc));
+      return -1;
+    }
+    memset(&o, 0, sizeof(o));
+    o.rank = B.rank;
+    o.size = B.world;
+    o.timeout_ms = so.timeout_ms;
+    o.prefix = "uvccl-bench/nccl";
+    o.backend = UVCCL_BACKEND_NCCL;
+    o.device = B.device;
+    rc = uvccl_pg_init(&B.loop, &B.npg, &B.nstore, &o, &w, NULL);
+    if (rc == 0)
+      rc = uvccl_work_wait(&w);
+    if (rc != 0) {
+      errorf("--backend nccl: creating the group: %s%s%s", uvccl_strerror(rc),
+             w.msg[0] ? ": " : "", w.msg);
+      return -1;
+    }
+    B.opg = &B.npg;
+  }
+  return 0;
+}
+
+static int nccl_parts_closed;
+
+static void on_npg_closed(uvccl_pg_t *pg)
+{
+  (void) pg;
+  nccl_parts_closed++;
+}
+
+static void on_nstore_closed(uvccl_store_t *s)
+{
+  (void) s;
+  nccl_parts_closed++;
+}
+
+static void teardown_gpu(void)
+{
+  if (B.nccl && B.opg == &B.npg) {
+    uvccl_pg_destroy(&B.npg, on_npg_closed);
+    uvccl_store_close(&B.nstore, on_nstore_closed);
+    while (nccl_parts_closed < 2)
+      uv_run(&B.loop, UV_RUN_ONCE);
+  }
+  if (B.dsbuf)
+    uvccl_gpu_free(B.dsbuf);
+  if (B.drbuf)
+    uvccl_gpu_free(B.drbuf);
+  B.dsbuf = B.drbuf = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -966,7 +1098,7 @@ static void parse_ops(const char *s)
 
 enum {
   O_OP = 256, O_INPLACE, O_BUSY, O_BUDGET, O_TIMEOUT, O_CHECK, O_NOCHECK,
-  O_JSON
+  O_JSON, O_GPU, O_BACKEND
 };
 
 static void parse_args(int argc, char **argv)
@@ -990,6 +1122,8 @@ static void parse_args(int argc, char **argv)
     {"check", no_argument, NULL, O_CHECK},
     {"no-check", no_argument, NULL, O_NOCHECK},
     {"json", no_argument, NULL, O_JSON},
+    {"gpu", no_argument, NULL, O_GPU},
+    {"backend", required_argument, NULL, O_BACKEND},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -1045,6 +1179,13 @@ static void parse_args(int argc, char **argv)
     case O_CHECK: B.check = 1; break;
     case O_NOCHECK: B.check = 0; break;
     case O_JSON: B.json = 1; break;
+    case O_GPU: B.gpu = 1; break;
+    case O_BACKEND:
+      if (strcmp(optarg, "nccl") == 0)
+        B.nccl = B.gpu = 1;
+      else if (strcmp(optarg, "tcp") != 0)
+        usage_error("unknown --backend '%s' (tcp or nccl)", optarg);
+      break;
     case 'h':
       fputs(usage_text, stdout);
       exit(0);
@@ -1141,6 +1282,12 @@ int main(int argc, char **argv)
   }
   memset(B.sbuf, 0, bytes);
   memset(B.rbuf, 0, bytes);
+  B.opg = &B.pg;
+  if (B.gpu && setup_gpu() != 0) {
+    uvccl_pg_abort(&B.pg, PROG ": no GPU");
+    shutdown_group();
+    return 1;
+  }
 
   print_header();
   if (!B.json && B.rank == 0)
@@ -1151,6 +1298,7 @@ int main(int argc, char **argv)
 
   /* Nobody leaves while another rank still needs it. */
   barrier();
+  teardown_gpu();
   free(B.sbuf);
   free(B.rbuf);
   free(B.times);

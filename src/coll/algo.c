@@ -18,6 +18,7 @@
  * each builder numbers its messages explicitly. */
 #include "internal.h"
 #include "../gpu/nccl.h"
+#include "stage.h"
 #include "../store/internal.h"
 
 #include <stdio.h>
@@ -235,6 +236,10 @@ int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_redop_t op, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, cb);
+  }
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -260,6 +265,11 @@ int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                               uvccl_dtype_t dtype, uvccl_redop_t op,
                               uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op, cb);
+  if (bufs != NULL && nbufs > 0) {
+    int dev;
+    if (uvccl__stage_check(bufs[0].base, NULL, &dev) != 0)
+      return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  }
   group_t *g;
   sched_t *s;
   size_t i, total = 0, off = 0, es = uvccl_dtype_size(dtype);
@@ -407,6 +417,10 @@ int uvccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
                          uvccl_dtype_t dtype, uvccl_redop_t op,
                          uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatter(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, 0, cb);
+  }
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, NULL, count, dtype,
                                op, cb);
 }
@@ -416,6 +430,10 @@ int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
                           const size_t *recvcounts, uvccl_dtype_t dtype,
                           uvccl_redop_t op, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts, dtype, op, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(sendbuf, recvbuf, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  }
   if (recvcounts == NULL) return UV_EINVAL;
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, recvcounts, 0,
                                dtype, op, cb);
@@ -466,6 +484,10 @@ int uvccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
                     size_t count, uvccl_dtype_t dtype, int root,
                     uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast(pg, work, buf, count, dtype, root, cb);
+  {
+    int dev, st = uvccl__stage_check(buf, NULL, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_BROADCAST, buf, buf, count, dtype, UVCCL_SUM, root, cb);
+  }
   group_t *g;
   sched_t *s;
   size_t n;
@@ -548,6 +570,10 @@ int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype,
                  uvccl_redop_t op, int root, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce(pg, work, sendbuf, recvbuf, count, dtype, op, root, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE, sendbuf, recvbuf, count, dtype, op, root, cb);
+  }
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -693,6 +719,10 @@ int uvccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather(pg, work, sendbuf, recvbuf, count, dtype, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLGATHER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, 0, cb);
+  }
   if (count > 0 && recvbuf == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, count, recvbuf, NULL, NULL,
                           dtype, cb);
@@ -703,6 +733,10 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                      const size_t *recvcounts, uvccl_dtype_t dtype,
                      uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs, recvcounts, dtype, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(sendbuf, recvbufs ? recvbufs[0] : NULL, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  }
   if (recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, sendcount, NULL, recvbufs,
                           recvcounts, dtype, cb);
@@ -714,6 +748,10 @@ int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                  uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_GATHER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, root, cb);
+  }
   group_t *g;
   sched_t *s;
   size_t n;
@@ -745,6 +783,10 @@ int uvccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                   void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                   uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_SCATTER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, root, cb);
+  }
   group_t *g;
   sched_t *s;
   size_t n;
@@ -841,6 +883,10 @@ int uvccl_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                    void *recvbuf, size_t count, uvccl_dtype_t dtype,
                    uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoall(pg, work, sendbuf, recvbuf, count, dtype, cb);
+  {
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLTOALL, sendbuf, recvbuf, count, dtype, UVCCL_SUM, 0, cb);
+  }
   return alltoall_common(pg, work, sendbuf, NULL, recvbuf, NULL, count, dtype,
                          cb);
 }
@@ -850,6 +896,10 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     const size_t *recvcounts, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, dtype, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(sendbuf, recvbuf, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  }
   if (sendcounts == NULL || recvcounts == NULL) return UV_EINVAL;
   return alltoall_common(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, 0,
                          dtype, cb);
@@ -939,6 +989,10 @@ static int p2p_peer_ok(group_t *g, int peer, int any_ok) {
 int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                size_t len, int dst, int tag, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_send(pg, work, buf, len, dst, tag, cb);
+  {
+    int dev, st = uvccl__stage_check(buf, NULL, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_p2p(pg, work, dev, 1, (void *)buf, len, dst, tag, cb);
+  }
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -954,6 +1008,10 @@ int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
                int src, int tag, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_recv(pg, work, buf, len, src, tag, cb);
+  {
+    int dev, st = uvccl__stage_check(buf, NULL, &dev);
+    if (st != 0) return st < 0 ? st : uvccl__stage_p2p(pg, work, dev, 0, buf, len, src, tag, cb);
+  }
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -970,6 +1028,13 @@ int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
 int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
                     size_t nops, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_p2p_batch(pg, work, ops, nops, cb);
+  if (ops != NULL) {
+    size_t k;
+    int dev;
+    for (k = 0; k < nops; k++)
+      if (uvccl__stage_check(ops[k].buf, NULL, &dev) != 0)
+        return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  }
   group_t *g;
   sched_t *s;
   size_t i;

@@ -6,6 +6,7 @@
  * travel straight into place. */
 #include "internal.h"
 #include "../gpu/nccl.h"
+#include "stage.h"
 
 #include <stdio.h>
 
@@ -139,6 +140,11 @@ static int bcast_finish(sched_t *s) {
 int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, int root, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast_bytes(pg, work, buf, len, root, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(buf, NULL, &dev) != 0)
+      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
+  }
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -182,6 +188,11 @@ static int ag_alloc(sched_t *s, sop_t *op) {
 int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather_bytes(pg, work, buf, len, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(buf, NULL, &dev) != 0)
+      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
+  }
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -246,6 +257,11 @@ static int gather_alloc(sched_t *s, sop_t *op) {
 int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                        size_t len, int root, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather_bytes(pg, work, buf, len, root, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(buf, NULL, &dev) != 0)
+      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
+  }
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -308,6 +324,11 @@ int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                         const uvccl_buf_t *bufs, size_t nbufs, int root,
                         uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter_bytes(pg, work, bufs, nbufs, root, cb);
+  {
+    int dev;
+    if (uvccl__stage_check(bufs && nbufs ? bufs[0].base : NULL, NULL, &dev) != 0)
+      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
+  }
   group_t *g;
   sched_t *s;
   bytes_t *b;

@@ -4,6 +4,7 @@
  * destruction. */
 #include "internal.h"
 #include "../gpu/nccl.h"
+#include "stage.h"
 #include "bootenv.h"
 #include "../store/internal.h"
 
@@ -703,6 +704,12 @@ void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
   group_unregister(g);
   uvccl__net_forget_group(net, g->gid);
   g->closing_parts = 1; /* the net reference */
+  if (g->stager != NULL) {
+    /* GPU staging: its pinned pool and stream go once its copies end */
+    g->closing_parts++;
+    uvccl__stager_close(g->stager, group_part_closed_cb, g);
+    g->stager = NULL;
+  }
   if (g->own_store != NULL) {
     g->closing_parts++;
     g->own_store->data = g;
