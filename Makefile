@@ -125,6 +125,11 @@ $(BUILD)/bench/%: bench/gpu/%.c $(STATIC) $(HEADERS)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
+# t/3004 holds uvccl's hand-declared CUDA/NCCL ABI against the toolkit's
+# headers where they are installed.
+CUDA_INC ?= /usr/local/cuda/include
+t/3004-gpu-abi.t: CFLAGS_ALL += $(if $(wildcard $(CUDA_INC)/nccl.h),-I$(CUDA_INC) -DUVCCL_HAVE_CUDA_HEADERS)
+
 # Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
 # they link the static library of the current build flavour.
 t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES)

@@ -38,12 +38,15 @@ typedef int uvccl__cuda_err_t; /* enum cudaError */
 #define UVCCL__CUDA_MEM_DEVICE 2
 #define UVCCL__CUDA_MEM_MANAGED 3
 
-/* struct cudaPointerAttributes (CUDA >= 11). */
+/* struct cudaPointerAttributes (CUDA >= 11). CUDA 13 appends reserved
+ * space that cudaPointerGetAttributes writes too: leaving it out would let
+ * the runtime write past the struct (t/3004 checks the size). */
 typedef struct {
   int type;
   int device;
   void *devicePointer;
   void *hostPointer;
+  long reserved[8];
 } uvccl__cuda_ptr_attr_t;
 
 /* cudaGetDeviceProperties writes a struct cudaDeviceProp whose size grows

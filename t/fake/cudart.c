@@ -521,6 +521,7 @@ typedef struct {
   int device;
   void *devicePointer;
   void *hostPointer;
+  long reserved[8]; /* as CUDA 13: the real call writes all 88 bytes */
 } ptr_attr_t;
 
 EXPORT int cudaPointerGetAttributes(ptr_attr_t *attr, const void *p) {
