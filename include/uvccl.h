@@ -460,6 +460,11 @@ typedef enum {
   UVCCL_FLOAT64,
   UVCCL_COMPLEX64,  /* pairs of float32 (SUM, AVG, PREMUL_SUM only) */
   UVCCL_COMPLEX128, /* pairs of float64 (SUM, AVG, PREMUL_SUM only) */
+  /* One byte each, for data movement only (broadcast, allgather, gather,
+   * scatter, alltoall, send/recv): every reduction refuses them, as NCCL
+   * does on most GPUs. PyTorch's float8_e4m3fn and float8_e5m2. */
+  UVCCL_FLOAT8_E4M3,
+  UVCCL_FLOAT8_E5M2,
   UVCCL_DTYPE_COUNT
 } uvccl_dtype_t;
 

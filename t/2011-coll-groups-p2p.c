@@ -356,6 +356,47 @@ static void test_ipv6(void) {
   world_destroy(&W);
 }
 
+/* float8 moves but never reduces: broadcast and allgather bring every byte
+ * (all 256 patterns) back exact; every reduction is refused at the call. */
+static void test_float8(world_t *W) {
+  int P = W->n, r, d, o, bad = 0, refused = 0;
+  unsigned char src[256], *out[WORLD_MAX];
+  for (r = 0; r < 256; r++) src[r] = (unsigned char)r;
+  for (d = UVCCL_FLOAT8_E4M3; d <= UVCCL_FLOAT8_E5M2; d++) {
+    for (r = 0; r < P; r++) {
+      out[r] = malloc(256 * (size_t)P);
+      memset(out[r], 0, 256 * (size_t)P);
+      if (r == 1 % P) memcpy(out[r], src, 256);
+      uvccl_broadcast(&W->pg[r], &W->w[r], out[r], 256, (uvccl_dtype_t)d,
+                      1 % P, NULL);
+    }
+    if (world_wait(W) != 0) bad++;
+    for (r = 0; r < P; r++)
+      if (memcmp(out[r], src, 256) != 0) bad++;
+    for (r = 0; r < P; r++)
+      uvccl_allgather(&W->pg[r], &W->w[r], src, out[r], 256,
+                      (uvccl_dtype_t)d, NULL);
+    if (world_wait(W) != 0) bad++;
+    for (r = 0; r < P; r++) {
+      int q;
+      for (q = 0; q < P; q++)
+        if (memcmp(out[r] + 256 * q, src, 256) != 0) bad++;
+      free(out[r]);
+    }
+    for (o = 0; o < UVCCL_REDOP_COUNT; o++) {
+      uvccl_work_t w = {0};
+      unsigned char b[4] = {0};
+      if (uvccl_allreduce(&W->pg[0], &w, b, b, 4, (uvccl_dtype_t)d,
+                          (uvccl_redop_t)o, NULL) == UV_EINVAL &&
+          uvccl_redop_check((uvccl_redop_t)o, (uvccl_dtype_t)d) == UV_EINVAL)
+        refused++;
+    }
+  }
+  is_int(bad, 0, "P=%d: float8 broadcast and allgather, every byte exact", P);
+  is_int(refused, 2 * UVCCL_REDOP_COUNT,
+         "P=%d: every reduction on float8 refused at the call", P);
+}
+
 int main(void) {
   world_t W;
   int P;
@@ -367,6 +408,7 @@ int main(void) {
     test_p2p(&W);
     test_bytes(&W);
     test_coalesced_premul(&W);
+    test_float8(&W);
     world_destroy(&W);
   }
   test_ipv6();

@@ -220,6 +220,31 @@ static void test_allreduce_matrix(void) {
   uvccl_gpu_free(dout);
 }
 
+/* float8 moves (as bytes) and never reduces. */
+static void test_float8(void) {
+  unsigned char h[256], out[256];
+  void *a = dev(sizeof(h)), *b = dev(sizeof(h));
+  uvccl_work_t w = {0};
+  int i, d, rc;
+  for (i = 0; i < 256; i++) h[i] = (unsigned char)(255 - i);
+  for (d = UVCCL_FLOAT8_E4M3; d <= UVCCL_FLOAT8_E5M2; d++) {
+    put(a, h, sizeof(h));
+    memset(out, 0, sizeof(out));
+    put(b, out, sizeof(out));
+    rc = uvccl_allgather(&pg, &w, a, b, 256, (uvccl_dtype_t)d, NULL);
+    if (rc == 0) rc = uvccl_work_wait(&w);
+    get(out, b, sizeof(out));
+    ok(rc == 0 && memcmp(out, h, sizeof(h)) == 0,
+       "%s allgather: every byte exact", uvccl_dtype_name((uvccl_dtype_t)d));
+    is_int(uvccl_allreduce(&pg, &w, a, b, 256, (uvccl_dtype_t)d, UVCCL_MAX,
+                           NULL),
+           UV_EINVAL, "%s allreduce refused",
+           uvccl_dtype_name((uvccl_dtype_t)d));
+  }
+  uvccl_gpu_free(a);
+  uvccl_gpu_free(b);
+}
+
 static void test_bool_inplace_and_simple_ops(void) {
   int32_t h[4 * N], out[4 * N];
   void *a = dev(sizeof(h)), *b = dev(sizeof(h));
@@ -884,6 +909,7 @@ int main(void) {
   is_int(uvccl_pg_global_rank(&pg, 0), 0, "global_rank");
   test_allreduce_matrix();
   test_bool_inplace_and_simple_ops();
+  test_float8();
   test_p2p();
   test_many_in_order();
   test_stream_order_and_barrier();

@@ -366,7 +366,7 @@ static double exact_limit(uvccl_dtype_t t)
 {
   switch (t) {
   case UVCCL_INT8: return 127;
-  case UVCCL_UINT8: return 255;
+  case UVCCL_UINT8: case UVCCL_FLOAT8_E4M3: case UVCCL_FLOAT8_E5M2: return 255;
   case UVCCL_BOOL: return 1;
   case UVCCL_INT32: return 2147483647.0;
   case UVCCL_FLOAT16: return 2048;
@@ -381,7 +381,9 @@ static void put(void *buf, size_t i, double v)
 {
   switch (B.dtype) {
   case UVCCL_INT8: ((int8_t *) buf)[i] = (int8_t) (uint8_t) (int64_t) v; break;
-  case UVCCL_UINT8: ((uint8_t *) buf)[i] = (uint8_t) (int64_t) v; break;
+  case UVCCL_UINT8:
+  case UVCCL_FLOAT8_E4M3:   /* float8 only moves: checked as raw bytes */
+  case UVCCL_FLOAT8_E5M2: ((uint8_t *) buf)[i] = (uint8_t) (int64_t) v; break;
   case UVCCL_BOOL: ((uint8_t *) buf)[i] = v != 0; break;
   case UVCCL_INT32:
     ((int32_t *) buf)[i] = (int32_t) (uint32_t) (int64_t) v;
@@ -412,7 +414,9 @@ static double get(const void *buf, size_t i, double *im)
 
   switch (B.dtype) {
   case UVCCL_INT8: v = ((const int8_t *) buf)[i]; break;
-  case UVCCL_UINT8: v = ((const uint8_t *) buf)[i]; break;
+  case UVCCL_UINT8:
+  case UVCCL_FLOAT8_E4M3:
+  case UVCCL_FLOAT8_E5M2: v = ((const uint8_t *) buf)[i]; break;
   case UVCCL_BOOL: v = ((const uint8_t *) buf)[i]; break;
   case UVCCL_INT32: v = ((const int32_t *) buf)[i]; break;
   case UVCCL_INT64: v = (double) ((const int64_t *) buf)[i]; break;

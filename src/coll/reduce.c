@@ -53,6 +53,8 @@ static const struct {
     [UVCCL_BFLOAT16] = {"bfloat16", 2},  [UVCCL_FLOAT32] = {"float32", 4},
     [UVCCL_FLOAT64] = {"float64", 8},    [UVCCL_COMPLEX64] = {"complex64", 8},
     [UVCCL_COMPLEX128] = {"complex128", 16},
+    [UVCCL_FLOAT8_E4M3] = {"float8_e4m3fn", 1},
+    [UVCCL_FLOAT8_E5M2] = {"float8_e5m2", 1},
 };
 
 static const char *const redop_names[UVCCL_REDOP_COUNT] = {
@@ -83,7 +85,9 @@ static const struct alias dtype_aliases[] = {
     {"double", UVCCL_FLOAT64},   {"fp64", UVCCL_FLOAT64},
     {"f64", UVCCL_FLOAT64},      {"cfloat", UVCCL_COMPLEX64},
     {"c64", UVCCL_COMPLEX64},    {"cdouble", UVCCL_COMPLEX128},
-    {"c128", UVCCL_COMPLEX128},
+    {"c128", UVCCL_COMPLEX128},  {"float8_e4m3", UVCCL_FLOAT8_E4M3},
+    {"fp8_e4m3", UVCCL_FLOAT8_E4M3}, {"e4m3", UVCCL_FLOAT8_E4M3},
+    {"fp8_e5m2", UVCCL_FLOAT8_E5M2}, {"e5m2", UVCCL_FLOAT8_E5M2},
 };
 
 static const struct alias redop_aliases[] = {

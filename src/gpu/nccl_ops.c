@@ -22,6 +22,11 @@ static int map_dtype(uvccl_dtype_t dt, int *nccl_dt, size_t *mult) {
   case UVCCL_FLOAT64: *nccl_dt = UVCCL__NCCL_FLOAT64; return 0;
   case UVCCL_COMPLEX64: *nccl_dt = UVCCL__NCCL_FLOAT32; *mult = 2; return 0;
   case UVCCL_COMPLEX128: *nccl_dt = UVCCL__NCCL_FLOAT64; *mult = 2; return 0;
+  /* float8 only moves (every reduction is refused before this matters):
+   * as bytes, which every NCCL and every GPU handles, where ncclFloat8*
+   * needs NCCL 2.24 and, before 2.28.3, sm90 even to move */
+  case UVCCL_FLOAT8_E4M3:
+  case UVCCL_FLOAT8_E5M2: *nccl_dt = UVCCL__NCCL_UINT8; return 0;
   default: break;
   }
   LOG_ERROR("nccl", "invalid dtype %d", (int)dt);
