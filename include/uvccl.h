@@ -526,13 +526,13 @@ UVCCL_EXTERN int uvccl_divide_local(void *buf, size_t count,
  * unmodified until the work completes; sendbuf == recvbuf means in place.
  *
  * GPU buffers in TCP groups: once the GPU side is loaded (any uvccl_gpu_*
- * call or an NCCL group loads it), broadcast, allreduce, reduce, allgather,
- * reduce_scatter, alltoall, gather, scatter, send and recv accept CUDA
- * device memory too: the device thread copies it to pinned host memory, the
- * collective runs there, and the results are copied back before the work
- * completes (so several processes can share one GPU, and GPU data can be
- * reduced without NCCL). The other operations refuse device memory with
- * UV_ENOTSUP. */
+ * call or an NCCL group loads it), every collective and point-to-point
+ * operation accepts CUDA device memory too, mixed with host memory if need
+ * be (one device per group): the device thread copies it to pinned host
+ * memory, the operation runs there, and the results are copied back before
+ * the work completes (so several processes can share one GPU, and GPU data
+ * can be reduced without NCCL). The byte-payload collectives, whose
+ * payloads live in host memory, refuse device memory with UV_ENOTSUP. */
 typedef struct uvccl_pg_s uvccl_pg_t;
 typedef void (*uvccl_pg_close_cb)(uvccl_pg_t *pg);
 

@@ -216,14 +216,6 @@ static void test_others(world_t *W) {
     W->w[1] = (uvccl_work_t){0};
   }
 
-  /* not staged yet: uneven allgather into device buffers */
-  {
-    size_t counts[P] = {1, 2, 3};
-    void *lists[P] = {b[0], b[0], b[0]};
-    is_int(uvccl_allgatherv(&W->pg[0], &W->w[0], a[0], 1,
-                            (void *const *)lists, counts, UVCCL_INT32, NULL),
-           UV_ENOTSUP, "allgatherv with device buffers: UV_ENOTSUP");
-  }
   for (r = 0; r < P; r++) {
     uvccl_gpu_free(a[r]);
     uvccl_gpu_free(b[r]);
@@ -232,6 +224,156 @@ static void test_others(world_t *W) {
   free(want);
 #undef FILL
 #undef CHECK
+}
+
+/* The list-shaped operations: uneven allgather into per-rank device
+ * buffers, reduce_scatterv, alltoallv, coalesced allreduce, batched p2p. */
+static void test_lists(world_t *W) {
+  int r, q, bad, rc;
+  size_t i;
+  /* allgatherv: rank q gives 3q+1 int32 (q + 100 * i); every rank gets
+   * them in P separate device buffers */
+  {
+    size_t counts[P];
+    void *in[P], *lists[P][P];
+    int32_t h[64];
+    bad = 0;
+    for (q = 0; q < P; q++) counts[q] = (size_t)(3 * q + 1);
+    for (r = 0; r < P; r++) {
+      for (i = 0; i < counts[r]; i++) h[i] = (int32_t)(r + 100 * (int)i);
+      in[r] = dev_alloc(counts[r] * 4);
+      to_dev(in[r], h, counts[r] * 4);
+      for (q = 0; q < P; q++) lists[r][q] = dev_alloc(counts[q] * 4);
+      rc = uvccl_allgatherv(&W->pg[r], &W->w[r], in[r], counts[r],
+                            (void *const *)lists[r], counts, UVCCL_INT32,
+                            NULL);
+      if (rc != 0) printf("# allgatherv: %s\n", uvccl_strerror(rc));
+    }
+    rc = world_wait(W);
+    for (r = 0; r < P; r++) {
+      for (q = 0; q < P; q++) {
+        from_dev(h, lists[r][q], counts[q] * 4);
+        for (i = 0; i < counts[q]; i++)
+          if (h[i] != (int32_t)(q + 100 * (int)i)) bad++;
+        uvccl_gpu_free(lists[r][q]);
+      }
+      uvccl_gpu_free(in[r]);
+    }
+    ok(rc == 0 && bad == 0, "allgatherv into per-rank device buffers");
+  }
+  /* reduce_scatterv (blocks 2, 5, 1) and alltoallv (rank r sends r + q + 1
+   * to q) */
+  {
+    size_t rc_counts[P] = {2, 5, 1}, tot = 8, sc[P], rcv[P], so, ro;
+    int32_t hs[64], hr[64];
+    void *s[P], *d[P];
+    bad = 0;
+    for (r = 0; r < P; r++) {
+      for (i = 0; i < tot; i++) hs[i] = (int32_t)(i * 10 + (size_t)r);
+      s[r] = dev_alloc(64 * 4);
+      d[r] = dev_alloc(64 * 4);
+      to_dev(s[r], hs, tot * 4);
+      uvccl_reduce_scatterv(&W->pg[r], &W->w[r], s[r], d[r], rc_counts,
+                            UVCCL_INT32, UVCCL_SUM, NULL);
+    }
+    rc = world_wait(W);
+    for (r = 0, so = 0; r < P; so += rc_counts[r], r++) {
+      from_dev(hr, d[r], rc_counts[r] * 4);
+      for (i = 0; i < rc_counts[r]; i++)
+        if (hr[i] != (int32_t)(3 * (so + i) * 10 + 3)) bad++;
+    }
+    ok(rc == 0 && bad == 0, "reduce_scatterv with device buffers");
+    bad = 0;
+    for (r = 0; r < P; r++) {
+      for (q = 0, so = 0; q < P; q++) {
+        sc[q] = (size_t)(r + q + 1);
+        rcv[q] = (size_t)(q + r + 1);
+        for (i = 0; i < sc[q]; i++) hs[so + i] = (int32_t)(1000 * r + 10 * q + (int)i);
+        so += sc[q];
+      }
+      to_dev(s[r], hs, so * 4);
+      uvccl_alltoallv(&W->pg[r], &W->w[r], s[r], sc, d[r], rcv, UVCCL_INT32,
+                      NULL);
+    }
+    rc = world_wait(W);
+    for (r = 0; r < P; r++) {
+      from_dev(hr, d[r], 64 * 4);
+      for (q = 0, ro = 0; q < P; q++) {
+        for (i = 0; i < (size_t)(q + r + 1); i++)
+          if (hr[ro + i] != (int32_t)(1000 * q + 10 * r + (int)i)) bad++;
+        ro += (size_t)(q + r + 1);
+      }
+      uvccl_gpu_free(s[r]);
+      uvccl_gpu_free(d[r]);
+    }
+    ok(rc == 0 && bad == 0, "alltoallv with device buffers");
+  }
+  /* coalesced: two device buffers and one host buffer per rank */
+  {
+    uvccl_buf_t bufs[P][3];
+    float h[100], host[P][50];
+    bad = 0;
+    for (r = 0; r < P; r++) {
+      for (i = 0; i < 100; i++) h[i] = (float)(r + 1) * (float)i;
+      bufs[r][0].base = dev_alloc(100 * 4);
+      bufs[r][0].len = 100 * 4;
+      to_dev(bufs[r][0].base, h, 100 * 4);
+      bufs[r][1].base = dev_alloc(40 * 4);
+      bufs[r][1].len = 40 * 4;
+      to_dev(bufs[r][1].base, h, 40 * 4);
+      memcpy(host[r], h, sizeof(host[r]));
+      bufs[r][2].base = host[r];
+      bufs[r][2].len = sizeof(host[r]);
+      uvccl_allreduce_coalesced(&W->pg[r], &W->w[r], bufs[r], 3,
+                                UVCCL_FLOAT32, UVCCL_SUM, NULL);
+    }
+    rc = world_wait(W);
+    for (r = 0; r < P; r++) {
+      from_dev(h, bufs[r][0].base, 100 * 4);
+      for (i = 0; i < 100; i++) if (h[i] != 6.0f * (float)i) bad++;
+      from_dev(h, bufs[r][1].base, 40 * 4);
+      for (i = 0; i < 40; i++) if (h[i] != 6.0f * (float)i) bad++;
+      for (i = 0; i < 50; i++) if (host[r][i] != 6.0f * (float)i) bad++;
+      uvccl_gpu_free(bufs[r][0].base);
+      uvccl_gpu_free(bufs[r][1].base);
+    }
+    ok(rc == 0 && bad == 0, "coalesced allreduce, device and host buffers");
+  }
+  /* p2p_batch: a ring, each rank sends 7 + r bytes right and posts 64 from
+   * the left; results (received, source) come back in the caller's ops */
+  {
+    uvccl_p2p_op_t ops[P][2];
+    unsigned char hb[64];
+    bad = 0;
+    for (r = 0; r < P; r++) {
+      memset(hb, r + 1, sizeof(hb));
+      memset(ops[r], 0, sizeof(ops[r]));
+      ops[r][0].is_send = 1;
+      ops[r][0].buf = dev_alloc(64);
+      to_dev(ops[r][0].buf, hb, 64);
+      ops[r][0].len = (size_t)(7 + r);
+      ops[r][0].peer = (r + 1) % P;
+      ops[r][1].buf = dev_alloc(64);
+      memset(hb, 0xee, sizeof(hb));
+      to_dev(ops[r][1].buf, hb, 64);
+      ops[r][1].len = 64;
+      ops[r][1].peer = (r + P - 1) % P;
+      uvccl_p2p_batch(&W->pg[r], &W->w[r], ops[r], 2, NULL);
+    }
+    rc = world_wait(W);
+    for (r = 0; r < P; r++) {
+      int from = (r + P - 1) % P;
+      from_dev(hb, ops[r][1].buf, 64);
+      if (ops[r][1].received != (size_t)(7 + from) || ops[r][1].source != from)
+        bad++;
+      for (i = 0; i < 64; i++)
+        if (hb[i] != (i < (size_t)(7 + from) ? from + 1 : 0xee)) bad++;
+      uvccl_gpu_free(ops[r][0].buf);
+      uvccl_gpu_free(ops[r][1].buf);
+    }
+    ok(rc == 0 && bad == 0, "p2p_batch with device buffers: lengths, "
+       "sources, bytes");
+  }
 }
 
 int main(void) {
@@ -247,6 +389,7 @@ int main(void) {
   is_int(world_init(&W, &loop, P, NULL), 0, "world of %d ranks, one device", P);
   test_allreduce(&W, base);
   test_others(&W);
+  test_lists(&W);
   world_destroy(&W);
   is_int(fake.live_allocations(), base,
          "destroying the group freed every pinned staging buffer");

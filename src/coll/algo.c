@@ -265,10 +265,14 @@ int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                               uvccl_dtype_t dtype, uvccl_redop_t op,
                               uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op, cb);
-  if (bufs != NULL && nbufs > 0) {
-    int dev;
-    if (uvccl__stage_check(bufs[0].base, NULL, &dev) != 0)
-      return UV_ENOTSUP; /* GPU buffers: not staged yet */
+  if (bufs != NULL) {
+    int dev = -1, st = 0;
+    size_t k;
+    for (k = 0; k < nbufs; k++) uvccl__stage_check_more(bufs[k].base, &st, &dev);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coalesced(pg, work, dev, bufs, nbufs, dtype,
+                                             op, cb);
   }
   group_t *g;
   sched_t *s;
@@ -431,8 +435,12 @@ int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
                           uvccl_redop_t op, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts, dtype, op, cb);
   {
-    int dev;
-    if (uvccl__stage_check(sendbuf, recvbuf, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_reduce_scatterv(pg, work, dev, sendbuf,
+                                                   recvbuf, recvcounts, dtype,
+                                                   op, cb);
   }
   if (recvcounts == NULL) return UV_EINVAL;
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, recvcounts, 0,
@@ -734,8 +742,15 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                      uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs, recvcounts, dtype, cb);
   {
-    int dev;
-    if (uvccl__stage_check(sendbuf, recvbufs ? recvbufs[0] : NULL, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+    int dev = -1, st = 0, i;
+    uvccl__stage_check_more(sendbuf, &st, &dev);
+    for (i = 0; recvbufs != NULL && pg != NULL && i < pg->size; i++)
+      uvccl__stage_check_more(recvbufs[i], &st, &dev);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_allgatherv(pg, work, dev, sendbuf,
+                                              sendcount, recvbufs, recvcounts,
+                                              dtype, cb);
   }
   if (recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, sendcount, NULL, recvbufs,
@@ -897,8 +912,12 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, dtype, cb);
   {
-    int dev;
-    if (uvccl__stage_check(sendbuf, recvbuf, &dev) != 0) return UV_ENOTSUP; /* GPU buffers: not staged yet */
+    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_alltoallv(pg, work, dev, sendbuf,
+                                             sendcounts, recvbuf, recvcounts,
+                                             dtype, cb);
   }
   if (sendcounts == NULL || recvcounts == NULL) return UV_EINVAL;
   return alltoall_common(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, 0,
@@ -1029,11 +1048,12 @@ int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
                     size_t nops, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_p2p_batch(pg, work, ops, nops, cb);
   if (ops != NULL) {
+    int dev = -1, st = 0;
     size_t k;
-    int dev;
-    for (k = 0; k < nops; k++)
-      if (uvccl__stage_check(ops[k].buf, NULL, &dev) != 0)
-        return UV_ENOTSUP; /* GPU buffers: not staged yet */
+    for (k = 0; k < nops; k++) uvccl__stage_check_more(ops[k].buf, &st, &dev);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_p2p_batch(pg, work, dev, ops, nops, cb);
   }
   group_t *g;
   sched_t *s;

@@ -62,8 +62,16 @@ struct gstage_s {
   uvccl_work_cb cb;
   uvccl_work_t inner;
   uvccl__gpu_op_t gop;
-  sbuf_t b[2];
+  sbuf_t *b;             /* nb buffers, allocated with the stage */
   int nb;
+  /* list-shaped operations: what the TCP call gets (host pointers, the
+   * caller's counts copied, since the call starts later) */
+  size_t *counts_a, *counts_b;
+  void **hostv;          /* allgatherv: receive pointers */
+  uvccl_buf_t *hbufs;    /* allreduce_coalesced */
+  uvccl_p2p_op_t *hops;  /* p2p_batch: ours; user_ops: the caller's */
+  uvccl_p2p_op_t *user_ops;
+  size_t nops;
   uvccl__stage_kind_t kind;
   size_t count;
   uvccl_dtype_t dtype;
@@ -76,8 +84,10 @@ struct gstage_s {
 };
 
 static const char *kind_name[] = {
-    "allreduce", "broadcast", "reduce",  "allgather", "reduce_scatter",
-    "alltoall",  "gather",    "scatter", "send",      "recv"};
+    "allreduce",       "broadcast",  "reduce",          "allgather",
+    "reduce_scatter",  "alltoall",   "gather",          "scatter",
+    "send",            "recv",       "allgatherv",      "reduce_scatterv",
+    "alltoallv",       "allreduce_coalesced",           "p2p_batch"};
 
 /* 1 if p is device memory (*dev set); 0 otherwise. */
 static int device_ptr(const void *p, int *dev) {
@@ -104,6 +114,20 @@ int uvccl__stage_check(const void *a, const void *b, int *device) {
   if (ia && ib && da != db) return UV_EINVAL;
   *device = ia ? da : db;
   return 1;
+}
+
+void uvccl__stage_check_more(const void *p, int *state, int *device) {
+  int d, r;
+  if (*state < 0) return;
+  r = uvccl__stage_check(p, NULL, &d);
+  if (r < 0 || (r == 1 && *state == 1 && d != *device)) {
+    *state = UV_EINVAL;
+    return;
+  }
+  if (r == 1) {
+    *state = 1;
+    *device = d;
+  }
 }
 
 /* ---- the device side (runs on the device thread) ------------------------- */
@@ -193,6 +217,8 @@ static int issue_out(uvccl__gpu_op_t *op) {
     /* recv: only what arrived */
     if (st->kind == UVCCL__STAGE_RECV && st->inner.value_len < n)
       n = st->inner.value_len;
+    if (st->kind == UVCCL__STAGE_P2P_BATCH && st->hops[i].received < n)
+      n = st->hops[i].received;
     e = uvccl__cuda.MemcpyAsync(b->user, b->host, n,
                                 UVCCL__CUDA_MEMCPY_HOST_TO_DEVICE, sg->stream);
     if (e != UVCCL__CUDA_SUCCESS) return cuda_fail(op, "cudaMemcpyAsync", e);
@@ -265,6 +291,11 @@ static void stage_finish(gstage_t *st) {
   int i;
   for (i = 0; i < st->nb; i++) pool_give(sg, st->b[i].pin);
   uvccl_work_cleanup(&st->inner);
+  uvccl__free(st->counts_a);
+  uvccl__free(st->counts_b);
+  uvccl__free(st->hostv);
+  uvccl__free(st->hbufs);
+  uvccl__free(st->hops);
   uvccl__free(st);
   sg->active--;
   stager_maybe_close(sg);
@@ -275,6 +306,11 @@ static void user_complete(gstage_t *st, int status, const char *msg) {
   st->user_done = 1;
   if (!uvccl__work_is_live(st->user)) return; /* timed out or cancelled */
   if (status == 0) {
+    size_t k;
+    for (k = 0; k < st->nops; k++) {
+      st->user_ops[k].received = st->hops[k].received;
+      st->user_ops[k].source = st->hops[k].source;
+    }
     st->user->result = st->inner.result;
     st->user->value_len = st->inner.value_len;
     uvccl__work_complete(st->user, 0);
@@ -347,6 +383,29 @@ static int start_inner(gstage_t *st) {
     return uvccl_send(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
   case UVCCL__STAGE_RECV:
     return uvccl_recv(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
+  case UVCCL__STAGE_ALLGATHERV: {
+    int i;
+    for (i = 1; i < st->nb; i++) st->hostv[i - 1] = st->b[i].host;
+    return uvccl_allgatherv(pg, w, a, st->count, st->hostv, st->counts_a,
+                            st->dtype, inner_done);
+  }
+  case UVCCL__STAGE_REDUCE_SCATTERV:
+    return uvccl_reduce_scatterv(pg, w, a, b, st->counts_a, st->dtype,
+                                 st->op, inner_done);
+  case UVCCL__STAGE_ALLTOALLV:
+    return uvccl_alltoallv(pg, w, a, st->counts_a, b, st->counts_b,
+                           st->dtype, inner_done);
+  case UVCCL__STAGE_COALESCED: {
+    int i;
+    for (i = 0; i < st->nb; i++) st->hbufs[i].base = st->b[i].host;
+    return uvccl_allreduce_coalesced(pg, w, st->hbufs, (size_t)st->nb,
+                                     st->dtype, st->op, inner_done);
+  }
+  case UVCCL__STAGE_P2P_BATCH: {
+    size_t k;
+    for (k = 0; k < st->nops; k++) st->hops[k].buf = st->b[k].host;
+    return uvccl_p2p_batch(pg, w, st->hops, st->nops, inner_done);
+  }
   }
   return UV_EINVAL;
 }
@@ -414,62 +473,97 @@ static int stager_get(uvccl_pg_t *pg, int device, uvccl__stager_t **out) {
   return 0;
 }
 
-int uvccl__stage_start(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb,
-                       const uvccl__stage_args_t *a) {
+/* A stage for kind with nb buffers (to be filled in), or NULL with *rc. */
+static gstage_t *stage_new(uvccl_pg_t *pg, uvccl__stage_kind_t kind,
+                           int device, int nb, int *rc) {
   group_t *g = pg->impl_;
   uvccl__stager_t *sg;
   gstage_t *st;
-  int rc, i, dev;
-  uint64_t timeout;
-
-  if (g == NULL || work == NULL) return UV_EINVAL;
-  if (g->destroying) return UVCCL_ECLOSING;
-  if (a->device < 0) return UV_EINVAL;
-  rc = stager_get(pg, a->device, &sg);
-  if (rc != 0) return rc;
-  st = uvccl__calloc(1, sizeof(*st));
-  if (st == NULL) return UV_ENOMEM;
+  *rc = UV_EINVAL;
+  if (g == NULL || device < 0 || nb < 1) return NULL;
+  *rc = UVCCL_ECLOSING;
+  if (g->destroying) return NULL;
+  if ((*rc = stager_get(pg, device, &sg)) != 0) return NULL;
+  *rc = UV_ENOMEM;
+  st = uvccl__calloc(1, sizeof(*st) + (size_t)nb * sizeof(sbuf_t));
+  if (st == NULL) return NULL;
+  st->b = (sbuf_t *)(st + 1);
+  st->nb = nb;
   st->sg = sg;
   st->pg = pg;
+  st->kind = kind;
+  *rc = 0;
+  return st;
+}
+
+static void stage_buf(gstage_t *st, int i, void *p, size_t len, int in,
+                      int out) {
+  sbuf_t *b = &st->b[i];
+  int dev;
+  b->user = p;
+  b->len = len;
+  b->copy_in = in;
+  b->copy_out = out;
+  b->staged = device_ptr(p, &dev);
+  b->host = b->staged ? NULL : p;
+}
+
+static void stage_drop(gstage_t *st) {
+  uvccl__free(st->counts_a);
+  uvccl__free(st->counts_b);
+  uvccl__free(st->hostv);
+  uvccl__free(st->hbufs);
+  uvccl__free(st->hops);
+  uvccl__free(st);
+}
+
+/* Starts the filled stage on work. On an error st is freed. */
+static int stage_go(gstage_t *st, uvccl_work_t *work, uvccl_work_cb cb) {
+  group_t *g = st->pg->impl_;
+  uint64_t timeout;
+  int rc;
+  if (work == NULL) {
+    stage_drop(st);
+    return UV_EINVAL;
+  }
   st->user = work;
   st->cb = cb;
-  st->kind = a->kind;
-  st->count = a->count;
-  st->dtype = a->dtype;
-  st->op = a->op;
-  st->root = a->root;
-  st->tag = a->tag;
-  st->nb = a->nb;
-  for (i = 0; i < a->nb; i++) {
-    sbuf_t *b = &st->b[i];
-    b->user = a->buf[i];
-    b->len = a->len[i];
-    b->copy_in = a->in[i];
-    b->copy_out = a->out[i];
-    b->staged = device_ptr(a->buf[i], &dev);
-    b->host = b->staged ? NULL : a->buf[i];
-  }
   timeout = work->timeout_ms ? work->timeout_ms : g->timeout_ms;
-  rc = uvccl__work_start(work, pg->loop, kind_name[a->kind], &stage_ops, st,
-                         timeout, cb);
+  rc = uvccl__work_start(work, st->pg->loop, kind_name[st->kind], &stage_ops,
+                         st, timeout, cb);
   if (rc != 0) {
-    uvccl__free(st);
+    stage_drop(st);
     return rc;
   }
   memset(&st->gop, 0, sizeof(st->gop));
   st->gop.issue = issue_in;
   st->gop.done = in_done;
   st->gop.data = st;
-  rc = uvccl__gpu_submit(sg->client, &st->gop);
+  rc = uvccl__gpu_submit(st->sg->client, &st->gop);
   if (rc != 0) {
     /* the work was started: it fails through its callback */
     uvccl__work_fail(work, rc, "%s: the device thread refused the copy",
-                     kind_name[a->kind]);
-    uvccl__free(st);
+                     kind_name[st->kind]);
+    stage_drop(st);
     return 0;
   }
-  sg->active++;
+  st->sg->active++;
   return 0;
+}
+
+int uvccl__stage_start(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb,
+                       const uvccl__stage_args_t *a) {
+  int rc, i;
+  gstage_t *st = stage_new(pg, a->kind, a->device, a->nb, &rc);
+  if (st == NULL) return rc;
+  st->count = a->count;
+  st->dtype = a->dtype;
+  st->op = a->op;
+  st->root = a->root;
+  st->tag = a->tag;
+  for (i = 0; i < a->nb; i++)
+    stage_buf(st, i, a->buf[i], a->len[i], a->in[i], a->out[i]);
+  return stage_go(st, work, cb);
 }
 
 /* ---- the collectives' entry points ------------------------------------------ */
@@ -565,4 +659,132 @@ int uvccl__stage_p2p(uvccl_pg_t *pg, uvccl_work_t *work, int device,
   a.root = peer;
   a.tag = tag;
   return start_args(pg, work, cb, &a, len, UVCCL_UINT8);
+}
+
+/* ---- list-shaped operations ------------------------------------------------- */
+
+static size_t *copy_counts(const size_t *c, int n, size_t *sum) {
+  size_t *r = uvccl__malloc((size_t)n * sizeof(size_t));
+  int i;
+  *sum = 0;
+  if (r == NULL) return NULL;
+  for (i = 0; i < n; i++) {
+    r[i] = c[i];
+    *sum += c[i];
+  }
+  return r;
+}
+
+int uvccl__stage_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                            const void *sendbuf, size_t sendcount,
+                            void *const *recvbufs, const size_t *recvcounts,
+                            uvccl_dtype_t dtype, uvccl_work_cb cb) {
+  size_t es = uvccl_dtype_size(dtype), sum;
+  int P = pg->size, i, rc;
+  gstage_t *st;
+  if (es == 0 || recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
+  st = stage_new(pg, UVCCL__STAGE_ALLGATHERV, device, P + 1, &rc);
+  if (st == NULL) return rc;
+  st->dtype = dtype;
+  st->count = sendcount;
+  st->counts_a = copy_counts(recvcounts, P, &sum);
+  st->hostv = uvccl__calloc((size_t)P, sizeof(void *));
+  if (st->counts_a == NULL || st->hostv == NULL) {
+    stage_drop(st);
+    return UV_ENOMEM;
+  }
+  stage_buf(st, 0, (void *)sendbuf, sendcount * es, 1, 0);
+  for (i = 0; i < P; i++)
+    stage_buf(st, i + 1, recvbufs[i], recvcounts[i] * es, 0, 1);
+  return stage_go(st, work, cb);
+}
+
+int uvccl__stage_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 int device, const void *sendbuf,
+                                 void *recvbuf, const size_t *recvcounts,
+                                 uvccl_dtype_t dtype, uvccl_redop_t op,
+                                 uvccl_work_cb cb) {
+  size_t es = uvccl_dtype_size(dtype), sum;
+  int rc;
+  gstage_t *st;
+  if (es == 0 || recvcounts == NULL || pg->rank < 0) return UV_EINVAL;
+  st = stage_new(pg, UVCCL__STAGE_REDUCE_SCATTERV, device, 2, &rc);
+  if (st == NULL) return rc;
+  st->dtype = dtype;
+  st->op = op;
+  if ((st->counts_a = copy_counts(recvcounts, pg->size, &sum)) == NULL) {
+    stage_drop(st);
+    return UV_ENOMEM;
+  }
+  stage_buf(st, 0, (void *)sendbuf, sum * es, 1, 0);
+  stage_buf(st, 1, recvbuf, recvcounts[pg->rank] * es, 0, 1);
+  return stage_go(st, work, cb);
+}
+
+int uvccl__stage_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           const void *sendbuf, const size_t *sendcounts,
+                           void *recvbuf, const size_t *recvcounts,
+                           uvccl_dtype_t dtype, uvccl_work_cb cb) {
+  size_t es = uvccl_dtype_size(dtype), ssum, rsum;
+  int rc;
+  gstage_t *st;
+  if (es == 0 || sendcounts == NULL || recvcounts == NULL) return UV_EINVAL;
+  st = stage_new(pg, UVCCL__STAGE_ALLTOALLV, device, 2, &rc);
+  if (st == NULL) return rc;
+  st->dtype = dtype;
+  st->counts_a = copy_counts(sendcounts, pg->size, &ssum);
+  st->counts_b = copy_counts(recvcounts, pg->size, &rsum);
+  if (st->counts_a == NULL || st->counts_b == NULL) {
+    stage_drop(st);
+    return UV_ENOMEM;
+  }
+  stage_buf(st, 0, (void *)sendbuf, ssum * es, 1, 0);
+  stage_buf(st, 1, recvbuf, rsum * es, 0, 1);
+  return stage_go(st, work, cb);
+}
+
+int uvccl__stage_coalesced(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           const uvccl_buf_t *bufs, size_t nbufs,
+                           uvccl_dtype_t dtype, uvccl_redop_t op,
+                           uvccl_work_cb cb) {
+  size_t k;
+  int rc;
+  gstage_t *st;
+  if (bufs == NULL || nbufs == 0 || nbufs > INT32_MAX) return UV_EINVAL;
+  st = stage_new(pg, UVCCL__STAGE_COALESCED, device, (int)nbufs, &rc);
+  if (st == NULL) return rc;
+  st->dtype = dtype;
+  st->op = op;
+  if ((st->hbufs = uvccl__calloc(nbufs, sizeof(uvccl_buf_t))) == NULL) {
+    stage_drop(st);
+    return UV_ENOMEM;
+  }
+  for (k = 0; k < nbufs; k++) {
+    st->hbufs[k].len = bufs[k].len;
+    stage_buf(st, (int)k, bufs[k].base, bufs[k].len, 1, 1);
+  }
+  return stage_go(st, work, cb);
+}
+
+int uvccl__stage_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           uvccl_p2p_op_t *ops, size_t nops,
+                           uvccl_work_cb cb) {
+  size_t k;
+  int rc;
+  gstage_t *st;
+  if (ops == NULL || nops == 0 || nops > INT32_MAX) return UV_EINVAL;
+  st = stage_new(pg, UVCCL__STAGE_P2P_BATCH, device, (int)nops, &rc);
+  if (st == NULL) return rc;
+  if ((st->hops = uvccl__calloc(nops, sizeof(uvccl_p2p_op_t))) == NULL) {
+    stage_drop(st);
+    return UV_ENOMEM;
+  }
+  st->user_ops = ops;
+  st->nops = nops;
+  for (k = 0; k < nops; k++) {
+    st->hops[k] = ops[k];
+    stage_buf(st, (int)k, ops[k].buf, ops[k].len, ops[k].is_send,
+              !ops[k].is_send);
+  }
+  return stage_go(st, work, cb);
 }

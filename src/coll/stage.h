@@ -18,7 +18,12 @@ typedef enum {
   UVCCL__STAGE_GATHER,
   UVCCL__STAGE_SCATTER,
   UVCCL__STAGE_SEND,
-  UVCCL__STAGE_RECV
+  UVCCL__STAGE_RECV,
+  UVCCL__STAGE_ALLGATHERV,
+  UVCCL__STAGE_REDUCE_SCATTERV,
+  UVCCL__STAGE_ALLTOALLV,
+  UVCCL__STAGE_COALESCED,
+  UVCCL__STAGE_P2P_BATCH
 } uvccl__stage_kind_t;
 
 /* The collective to run on host copies of buf[0] (and buf[1]): the first
@@ -53,6 +58,29 @@ int uvccl__stage_coll(uvccl_pg_t *pg, uvccl_work_t *work, int device,
 int uvccl__stage_p2p(uvccl_pg_t *pg, uvccl_work_t *work, int device,
                      int is_send, void *buf, size_t len, int peer, int tag,
                      uvccl_work_cb cb);
+int uvccl__stage_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                            const void *sendbuf, size_t sendcount,
+                            void *const *recvbufs, const size_t *recvcounts,
+                            uvccl_dtype_t dtype, uvccl_work_cb cb);
+int uvccl__stage_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 int device, const void *sendbuf,
+                                 void *recvbuf, const size_t *recvcounts,
+                                 uvccl_dtype_t dtype, uvccl_redop_t op,
+                                 uvccl_work_cb cb);
+int uvccl__stage_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           const void *sendbuf, const size_t *sendcounts,
+                           void *recvbuf, const size_t *recvcounts,
+                           uvccl_dtype_t dtype, uvccl_work_cb cb);
+int uvccl__stage_coalesced(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           const uvccl_buf_t *bufs, size_t nbufs,
+                           uvccl_dtype_t dtype, uvccl_redop_t op,
+                           uvccl_work_cb cb);
+int uvccl__stage_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, int device,
+                           uvccl_p2p_op_t *ops, size_t nops,
+                           uvccl_work_cb cb);
+/* Folds one more pointer into a list's check: *state starts at 0; after
+ * the last call it is uvccl__stage_check's answer for the whole list. */
+void uvccl__stage_check_more(const void *p, int *state, int *device);
 /* Group destroy: once every staged operation finished, frees the pinned
  * pool and the stream on the device thread, then cb(arg) on the loop. */
 void uvccl__stager_close(uvccl__stager_t *sg, void (*cb)(void *arg),
