@@ -5,7 +5,10 @@
 #     runs every collective over a size sweep, checks every result and
 #     prints nccl-tests-style timings;
 #  2. the store: worker processes rendezvous through an embedded TCPStore
-#     server and put a short load on it.
+#     server and put a short load on it;
+#  3. the GPU, where there is one: 2 ranks sharing it through a TCP group
+#     (buffers staged through pinned memory) and a 1-rank NCCL group;
+#     elsewhere the reason there is none.
 set -e
 BUILD=${1:-build}
 echo "== uvccl-run -n 4 uvccl-bench: every collective, 4 ranks, 4 B .. 4 MiB"
@@ -21,3 +24,13 @@ echo "== uvccl-demo: the store, 4 worker processes"
 echo
 echo "== uvccl-demo: the store, 32 worker processes"
 "$BUILD/bin/uvccl-demo" -n 32 --ops 600
+echo
+echo "== GPU"
+if out=$("$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --gpu \
+    --op allreduce,allgather,broadcast -b 4K -e 64M -f 16 --budget 0.2 2>&1); then
+  echo "$out"
+  "$BUILD/bin/uvccl-run" -n 1 "$BUILD/bin/uvccl-bench" --backend nccl \
+    --op allreduce,allgather,broadcast -b 4K -e 64M -f 16 --budget 0.2
+else
+  echo "skipped: $(echo "$out" | grep -m1 -o 'no CUDA.*\|--gpu: .*' || echo "$out" | tail -1)"
+fi
