@@ -108,4 +108,19 @@ int uvccl__pick_address(const char *host, const char *ifname_spec,
  * Returns buf. */
 const char *uvccl__addr_str(const struct sockaddr *sa, char *buf, size_t len);
 
+/* ---- The store of an init URL (url_store.c) -------------------------------- */
+
+#include "uvccl.h"
+
+/* Opens the store url names on loop: *o = opts with rank and size filled
+ * from the URL or the launcher's environment (*local_rank: the launcher's,
+ * or -1); rank 0 starts an embedded server (*server) for env:// and local
+ * tcp://. 0, or an error logged under component (nothing left open). */
+int uvccl__url_open(uv_loop_t *loop, const char *url,
+                    const uvccl_pg_options_t *opts, const char *component,
+                    uvccl_pg_options_t *o, int *local_rank,
+                    uvccl_store_t **store, uvccl_store_server_t **server);
+/* Closes and frees what uvccl__url_open made (either may be NULL). */
+void uvccl__url_close(uvccl_store_t *store, uvccl_store_server_t *server);
+
 #endif
