@@ -301,18 +301,25 @@ static int p2p_blocks(nccl_group_t *g, nccl_op_t *op, const char *send,
   return 0;
 }
 
-int uvccl__nccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                       void *recvbuf, size_t count, uvccl_dtype_t dtype,
-                       int root, uvccl_work_cb cb) {
+/* gather and scatter: grouped send/recv between root and each rank, the
+ * root's own block a copy. gather: every rank's block (offset 0) goes to
+ * root's block i; scatter: root's block i goes to rank i (offset 0). */
+static int gather_scatter(uvccl_pg_t *pg, uvccl_work_t *work, int gather,
+                          const void *sendbuf, void *recvbuf, size_t count,
+                          uvccl_dtype_t dtype, int root, uvccl_work_cb cb) {
+  const char *name = gather ? "gather" : "scatter";
   nccl_group_t *g;
   nccl_op_t *op;
   size_t m, *cnt, *offs, *zero;
-  int rc = prologue(pg, work, "gather", &g, &op), i;
+  int rc = prologue(pg, work, name, &g, &op), i, me_root;
   if (rc != 0) return rc;
   if ((rc = set_types(g, op, dtype, 0, 0, &m)) != 0 ||
-      (rc = root_ok(g, root, "gather")) != 0)
+      (rc = root_ok(g, root, name)) != 0)
     return refuse(op, rc);
-  if (BAD_BUF(count, sendbuf) || (g->rank == root && BAD_BUF(count, recvbuf)))
+  me_root = g->rank == root;
+  /* the buffer every rank has, and the one only root has */
+  if (BAD_BUF(count, gather ? sendbuf : recvbuf) ||
+      (me_root && BAD_BUF(count, gather ? recvbuf : sendbuf)))
     return refuse(op, UV_EINVAL);
   cnt = uvccl__calloc(3 * (size_t)g->size, sizeof(size_t));
   if (cnt == NULL) return refuse(op, UV_ENOMEM);
@@ -322,15 +329,19 @@ int uvccl__nccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
     cnt[i] = count;
     offs[i] = (size_t)i * count;
   }
-  /* non-roots send their one block (offset 0) to root only */
-  rc = p2p_blocks(g, op, sendbuf, g->rank == root ? cnt : cnt, zero,
-                  g->rank == root ? recvbuf : NULL, cnt, offs,
-                  uvccl_dtype_size(dtype), m, root);
-  if (g->rank == root) {
-    /* root only receives, except its own block (a copy) */
+  if (gather)
+    rc = p2p_blocks(g, op, sendbuf, cnt, zero, me_root ? recvbuf : NULL, cnt,
+                    offs, uvccl_dtype_size(dtype), m, root);
+  else
+    rc = p2p_blocks(g, op, me_root ? sendbuf : NULL, cnt, offs, recvbuf, cnt,
+                    zero, uvccl_dtype_size(dtype), m, root);
+  if (me_root) {
+    /* root only receives (gather) or only sends (scatter), besides the
+     * copy of its own block */
     size_t j, k = 0;
     for (j = 0; j < op->ncalls; j++)
-      if (op->calls[j].type != NCALL_SEND) op->calls[k++] = op->calls[j];
+      if (op->calls[j].type != (gather ? NCALL_SEND : NCALL_RECV))
+        op->calls[k++] = op->calls[j];
     op->ncalls = k;
   }
   uvccl__free(cnt);
@@ -338,38 +349,16 @@ int uvccl__nccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
+int uvccl__nccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                       int root, uvccl_work_cb cb) {
+  return gather_scatter(pg, work, 1, sendbuf, recvbuf, count, dtype, root, cb);
+}
+
 int uvccl__nccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
                         const void *sendbuf, void *recvbuf, size_t count,
                         uvccl_dtype_t dtype, int root, uvccl_work_cb cb) {
-  nccl_group_t *g;
-  nccl_op_t *op;
-  size_t m, *cnt, *offs, *zero;
-  int rc = prologue(pg, work, "scatter", &g, &op), i;
-  if (rc != 0) return rc;
-  if ((rc = set_types(g, op, dtype, 0, 0, &m)) != 0 ||
-      (rc = root_ok(g, root, "scatter")) != 0)
-    return refuse(op, rc);
-  if (BAD_BUF(count, recvbuf) || (g->rank == root && BAD_BUF(count, sendbuf)))
-    return refuse(op, UV_EINVAL);
-  cnt = uvccl__calloc(3 * (size_t)g->size, sizeof(size_t));
-  if (cnt == NULL) return refuse(op, UV_ENOMEM);
-  offs = cnt + g->size;
-  zero = offs + g->size;
-  for (i = 0; i < g->size; i++) {
-    cnt[i] = count;
-    offs[i] = (size_t)i * count;
-  }
-  rc = p2p_blocks(g, op, g->rank == root ? sendbuf : NULL, cnt, offs, recvbuf,
-                  cnt, zero, uvccl_dtype_size(dtype), m, root);
-  if (g->rank == root) {
-    size_t j, k = 0;
-    for (j = 0; j < op->ncalls; j++)
-      if (op->calls[j].type != NCALL_RECV) op->calls[k++] = op->calls[j];
-    op->ncalls = k;
-  }
-  uvccl__free(cnt);
-  if (rc != 0) return refuse(op, rc);
-  return uvccl__nccl_op_start(g, op, work, cb);
+  return gather_scatter(pg, work, 0, sendbuf, recvbuf, count, dtype, root, cb);
 }
 
 static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
