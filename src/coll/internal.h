@@ -330,7 +330,8 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr);
 /* Connects to peer rank at addr (with retry/backoff until deadline_ms). */
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
                        uint64_t nonce, uint64_t deadline_ms);
-/* Queues a frame. op->hdr is filled here. 0 or error (peer dead). */
+/* Sends a frame. op->hdr is filled here. 1: written at once (done); 0:
+ * queued (on_write completes the op); or an error (peer dead). */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq);
 /* Posts a receive: matched against staged data first. May complete op

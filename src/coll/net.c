@@ -891,7 +891,7 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   peer_t *p = net->peers[op->peer];
   frame_hdr_t h;
   uv_buf_t b[2];
-  int rc;
+  int rc, nb;
   if (p == NULL || p->state != PEER_UP) return UVCCL_EPEER;
   memset(&h, 0, sizeof(h));
   h.kind = kind;
@@ -903,9 +903,26 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   b[0] = uv_buf_init((char *)op->hdr, UVCCL__FRAME_HDR);
   b[1] = uv_buf_init((char *)op->buf, (unsigned int)0);
   b[1].len = op->len;
+  nb = op->len ? 2 : 1;
+  /* Write directly when nothing is queued: a small frame then leaves in
+   * one writev with no request, and skips the epoll_ctl that libuv 1.44
+   * makes after every completed uv_write (it re-arms the watcher). */
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&p->tcp) == 0) {
+    int n = uv_try_write((uv_stream_t *)&p->tcp, b, nb);
+    if (n >= 0 && (size_t)n == UVCCL__FRAME_HDR + op->len) return 1;
+    if (n > 0 && (size_t)n < UVCCL__FRAME_HDR) {
+      b[0].base += n;
+      b[0].len -= (size_t)n;
+    } else if (n > 0) {
+      b[0] = b[1]; /* the header went: the rest of the payload */
+      b[0].base += (size_t)n - UVCCL__FRAME_HDR;
+      b[0].len -= (size_t)n - UVCCL__FRAME_HDR;
+      nb = 1;
+    }
+    /* errors other than EAGAIN surface through uv_write's callback */
+  }
   op->wreq.data = op;
-  rc = uv_write(&op->wreq, (uv_stream_t *)&p->tcp, b, op->len ? 2 : 1,
-                on_write);
+  rc = uv_write(&op->wreq, (uv_stream_t *)&p->tcp, b, (unsigned)nb, on_write);
   if (rc == 0) op->writing = 1;
   return rc;
 }

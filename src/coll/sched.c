@@ -362,6 +362,12 @@ static void start_op(sched_t *s, sop_t *op) {
     }
     rc = uvccl__net_send(net, op, s->p2p ? FRAME_P2P : FRAME_COLL, s->g->gid,
                          s->seq);
+    if (rc == 1) {
+      /* written at once: done now (counted as a write that ended) */
+      s->nwriting++;
+      uvccl__net_kick_spin(net);
+      break;
+    }
     if (rc != 0) {
       uvccl__sched_fail(s, UVCCL_EPEER, "%s: rank %d (%s): %s", s->name,
                         s->g->inv[op->peer], uvccl__net_addr(net, op->peer),
