@@ -334,6 +334,13 @@ static int issue_finalize(nccl_op_t *op, nccl_group_t *g) {
 }
 
 static int issue_abort(nccl_op_t *op, nccl_group_t *g) {
+  if (op->newcomm != NULL) { /* an abandoned init's or split's (op_done) */
+    uvccl__gpu_in_call(&op->gop, "ncclCommAbort");
+    NCCL.CommAbort(op->newcomm);
+    uvccl__gpu_in_call(&op->gop, NULL);
+    op->newcomm = NULL;
+    return 0;
+  }
   uvccl__gpu_in_call(&op->gop, "ncclCommAbort");
   if (g->comm != NULL) NCCL.CommAbort(g->comm);
   uvccl__gpu_in_call(&op->gop, NULL);

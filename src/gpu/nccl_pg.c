@@ -257,6 +257,18 @@ static void op_done(uvccl__gpu_op_t *gop) {
   g->last_times[1] = gop->t_issued_ns;
   g->last_times[2] = gop->t_gpu_done_ns;
   g->last_times[3] = gop->t_done_ns;
+  if (op->newcomm != NULL) {
+    /* An init or split taken off the device thread (timeout, cancel,
+     * abort) while NCCL was still making the communicator: it goes back
+     * to the device thread to be aborted there, in order, instead of
+     * leaking (the device thread no longer touches a removed op). */
+    nccl_op_t *ab = uvccl__nccl_op_new(g, NOP_ABORT, "ncclCommAbort");
+    if (ab != NULL) {
+      ab->newcomm = op->newcomm;
+      if (uvccl__nccl_op_submit(g, ab) != 0) uvccl__nccl_op_free(ab);
+    }
+    op->newcomm = NULL;
+  }
   switch (op->kind) {
   case NOP_CALLS:
   case NOP_STREAM_WAIT:
