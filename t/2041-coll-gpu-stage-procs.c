@@ -1,12 +1,13 @@
 /* GPU buffers staged through the TCP groups, ranks as separate processes
  * sharing one device: uvccl-bench --gpu under uvccl-run, every op, each
  * result checked by the bench itself (device buffers copied back and
- * compared). The fake CUDA runtime stands in for the GPU here; with
- * UVCCL_TEST_REAL_GPU=1 (on a machine with one) the real one is used. */
+ * compared). On a machine with a GPU the real CUDA runtime is used;
+ * elsewhere the fake one (t/fake/cudart.c) stands in. */
 #include "tap.h"
 #include "uvccl.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #define FAKE_CUDART UVCCL_BUILD_DIR "/fake/libcudart.so.13"
 
@@ -45,11 +46,27 @@ static void run(int n, const char *extra, const char *what) {
      bad);
 }
 
+/* 1 if the real CUDA runtime sees a device: asked in a child, since what
+ * the runtime loads stays loaded for the process. */
+static int real_gpu(void) {
+  int status, count = 0;
+  pid_t pid;
+  fflush(stdout);
+  pid = fork();
+  if (pid == 0)
+    _exit(uvccl_gpu_device_count(&count) == 0 && count > 0 ? 0 : 1);
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 0;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int main(void) {
   int count = 0;
   tap_alarm(240);
-  if (getenv("UVCCL_TEST_REAL_GPU") == NULL)
+  /* a real GPU where there is one (UVCCL_CUDART unset), else the fake */
+  if (getenv("UVCCL_CUDART") == NULL && !real_gpu())
     setenv("UVCCL_CUDART", FAKE_CUDART, 1);
+  else
+    printf("# the real CUDA runtime\n");
   if (uvccl_gpu_device_count(&count) != 0 || count < 1)
     skip_all("no CUDA runtime for the test (%s)",
              uvccl_gpu_unavailable_reason());
