@@ -569,6 +569,11 @@ typedef struct {
    * devices). */
   int backend;
   int device;
+  /* NCCL groups: 0 (c10d's eager init) makes the communicator during
+   * creation, whose work completes when it is ready; 1 completes creation
+   * once the NCCL id is exchanged and makes the communicator with the
+   * first operation (which waits for it; every rank must run one). */
+  int lazy_init;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0

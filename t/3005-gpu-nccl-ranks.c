@@ -768,6 +768,71 @@ static void run_world(int n) {
   is_int(f_live_comms(), 0, "%d ranks: destroyed, no communicator left", n);
 }
 
+/* Lazy init: creation completes once the id is known, with no
+ * communicator yet; the first operation brings it; a lazy group that never
+ * ran anything is destroyed without one. */
+static void test_lazy(int n) {
+  uvccl_work_t w[MAXR];
+  uvccl_pg_options_t o;
+  void *in[MAXR], *out[MAXR];
+  int r, good = 1, base = f_live_comms ? f_live_comms() : 0;
+  char prefix[32];
+  memset(w, 0, sizeof(w));
+  snprintf(prefix, sizeof(prefix), "lazy%d", n);
+  nr = n;
+  for (r = 0; r < n; r++) {
+    memset(&o, 0, sizeof(o));
+    o.rank = r;
+    o.size = n;
+    o.backend = UVCCL_BACKEND_NCCL;
+    o.device = r;
+    o.prefix = prefix;
+    o.timeout_ms = 10000;
+    o.lazy_init = 1;
+    if (uvccl_pg_init(loop, &pgs[r], &store, &o, &w[r], NULL) != 0) good = 0;
+  }
+  good &= wait_all(w, n, 0, "lazy pg_init");
+  ok(good, "%d ranks, lazy init: creation completes", n);
+  if (f_live_comms)
+    is_int(f_live_comms(), base, "lazy init: no communicator before the "
+           "first operation");
+  for (r = 0; r < n; r++) {
+    in[r] = dev_i32(r, C, v_rank_i);
+    out[r] = dev_i32(r, C, NULL);
+    uvccl_allreduce(&pgs[r], &w[r], in[r], out[r], C, UVCCL_INT32, UVCCL_SUM,
+                    NULL);
+  }
+  good = wait_all(w, n, 0, "lazy allreduce");
+  for (r = 0; r < n; r++) good &= check_i32(out[r], C, r, v_tri, "lazy sum");
+  ok(good, "lazy init: the first allreduce makes the communicator, exact");
+  if (f_live_comms)
+    is_int(f_live_comms(), base + n, "lazy init: %d communicators now", n);
+  for (r = 0; r < n; r++) {
+    uvccl_gpu_free(in[r]);
+    uvccl_gpu_free(out[r]);
+  }
+  destroy_groups(pgs, n);
+  /* never used: nothing to make, nothing to tear down */
+  snprintf(prefix, sizeof(prefix), "lazyidle%d", n);
+  good = 1;
+  for (r = 0; r < n; r++) {
+    memset(&o, 0, sizeof(o));
+    o.rank = r;
+    o.size = n;
+    o.backend = UVCCL_BACKEND_NCCL;
+    o.device = r;
+    o.prefix = prefix;
+    o.timeout_ms = 10000;
+    o.lazy_init = 1;
+    if (uvccl_pg_init(loop, &pgs[r], &store, &o, &w[r], NULL) != 0) good = 0;
+  }
+  good &= wait_all(w, n, 0, "lazy idle pg_init");
+  destroy_groups(pgs, n);
+  ok(good, "lazy group never used: created and destroyed");
+  if (f_live_comms)
+    is_int(f_live_comms(), base, "lazy group never used: no communicator");
+}
+
 int main(void) {
   tap_alarm(120);
   setenv("UVCCL_CUDART", FAKE_CUDART, 1);
@@ -778,6 +843,8 @@ int main(void) {
   is_int(uvccl_hash_store_init(loop, &store), 0, "hash store");
   run_world(2);
   run_world(3);
+  test_lazy(2);
+  test_lazy(3);
   /* a collective that one rank never joins */
   ok(make_world(2, "lost2"), "2 ranks again");
   test_timeout_abort();

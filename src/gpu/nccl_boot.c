@@ -42,6 +42,29 @@ static void boot_submit(nccl_group_t *g, nop_kind_t kind, const char *name) {
   g->creating++;
 }
 
+void uvccl__nccl_boot_init(nccl_group_t *g) {
+  boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
+}
+
+/* Every rank knows the id: eager groups make the communicator now; lazy
+ * ones are created already (the id is all they need from the store) and
+ * make it with their first operation. */
+static void id_known(nccl_group_t *g) {
+  nccl_boot_t *b = g->boot;
+  if (!g->lazy) {
+    uvccl__nccl_boot_init(g);
+    return;
+  }
+  g->init_due = 1;
+  LOG_DEBUG("nccl", "rank %d/%d: NCCL id known; the communicator comes "
+            "with the first operation (lazy init)", g->rank, g->size);
+  if (b->work != NULL && uvccl__work_is_live(b->work)) {
+    b->work->owner_ = NULL;
+    uvccl__work_complete(b->work, 0);
+  }
+  b->work = NULL;
+}
+
 static void on_id_set(uvccl_work_t *w, int status) {
   nccl_group_t *g = w->data;
   g->creating--;
@@ -55,7 +78,7 @@ static void on_id_set(uvccl_work_t *w, int status) {
     uvccl__nccl_destroy_progress(g);
     return;
   }
-  boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
+  id_known(g);
 }
 
 static void on_id_get(uvccl_work_t *w, int status) {
@@ -79,7 +102,7 @@ static void on_id_get(uvccl_work_t *w, int status) {
   }
   memcpy(&g->uid, w->value, sizeof(g->uid));
   uvccl_work_cleanup(w);
-  boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
+  id_known(g);
 }
 
 static void on_count_add(uvccl_work_t *w, int status) {
@@ -206,6 +229,7 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   g->boot = b;
   g->world = 1;
+  g->lazy = o->lazy_init != 0;
   if (o->timeout_ms) g->timeout_ms = o->timeout_ms;
   b->store = store;
   b->work = work;

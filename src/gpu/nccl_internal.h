@@ -97,6 +97,8 @@ struct nccl_group_s {
   char addr[32];
   /* state */
   int ready;              /* the communicator exists */
+  int lazy;               /* opts->lazy_init */
+  int init_due;           /* lazy: the id is known, the init not yet queued */
   int failed;             /* creation failed: ops refused */
   int broken;             /* an async NCCL error or an abort */
   int destroying;
@@ -161,6 +163,9 @@ int uvccl__nccl_group_check(uvccl_pg_t *pg, uvccl_work_t *work,
 ncall_t *uvccl__nccl_op_calls(nccl_op_t *op, size_t n);
 /* Keeps op until the group's communicator exists (flush_held). */
 void uvccl__nccl_op_hold(nccl_group_t *g, nccl_op_t *op);
+/* Queues the communicator's init (nccl_boot.c); lazy groups do it with
+ * their first operation. */
+void uvccl__nccl_boot_init(nccl_group_t *g);
 /* Hands op to the device thread now (the group's live list). */
 int uvccl__nccl_op_submit(nccl_group_t *g, nccl_op_t *op);
 /* The communicator exists (status 0: submit the held ops) or never will

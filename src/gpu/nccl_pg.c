@@ -129,8 +129,16 @@ int uvccl__nccl_group_check(uvccl_pg_t *pg, uvccl_work_t *work,
   return 0;
 }
 
+/* A lazy group's first operation brings its communicator. */
+static void init_if_due(nccl_group_t *g) {
+  if (!g->init_due) return;
+  g->init_due = 0;
+  uvccl__nccl_boot_init(g);
+}
+
 void uvccl__nccl_op_hold(nccl_group_t *g, nccl_op_t *op) {
   list_push(&g->held_head, &g->held_tail, op);
+  init_if_due(g);
 }
 
 int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,
@@ -149,6 +157,7 @@ int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,
   op->gop.timeout_ms = t == UVCCL_NO_TIMEOUT ? 0 : t;
   if (!g->ready) {
     list_push(&g->held_head, &g->held_tail, op);
+    init_if_due(g);
     return 0;
   }
   rc = uvccl__nccl_op_submit(g, op);
