@@ -7,6 +7,7 @@
  * completing in order exactly once. */
 #include "tap.h"
 #include "uvccl.h"
+#include "gpu.h"
 #include "gpu/nccl.h" /* uvccl__nccl_debug_block_next */
 
 #include <dlfcn.h>
@@ -51,38 +52,8 @@ static void load_hooks(void) {
   *(void **)&f_live_comms = sym(FAKE_NCCL, "fake_nccl_live_comms");
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Runs the loop for about ms milliseconds. */
-static void on_sleep(uv_timer_t *t) { uv_stop(t->loop); }
-static void run_for(uint64_t ms) {
-  uv_timer_t t;
-  uv_timer_init(loop, &t);
-  uv_timer_start(&t, on_sleep, ms, 0);
-  uv_run(loop, UV_RUN_DEFAULT);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(loop, UV_RUN_NOWAIT);
-}
-
-static void *dev(size_t n) {
-  void *p = NULL;
-  if (uvccl_gpu_malloc(0, &p, n ? n : 1) != 0) {
-    printf("Bail out! uvccl_gpu_malloc\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void put(void *d, const void *h, size_t n) {
-  if (uvccl_gpu_memcpy(d, h, n) != 0) printf("# memcpy to device failed\n");
-}
-static void get(void *h, const void *d, size_t n) {
-  if (uvccl_gpu_memcpy(h, d, n) != 0) printf("# memcpy from device failed\n");
-}
+static void run_for(uint64_t ms) { run_loop_for(loop, ms); }
+static void *dev(size_t n) { return dev_on(0, n); }
 
 static int make_group(uvccl_pg_t *g, int rank, int size, const char *prefix) {
   uvccl_pg_options_t o;

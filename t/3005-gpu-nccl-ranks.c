@@ -11,6 +11,7 @@
  * nothing pending. */
 #include "tap.h"
 #include "uvccl.h"
+#include "gpu.h"
 
 #include <dlfcn.h>
 #include <time.h>
@@ -25,37 +26,11 @@ static uvccl_pg_t pgs[MAXR];
 static int nr; /* ranks of the current world */
 static int (*f_live_comms)(void);
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
-static void on_sleep(uv_timer_t *t) { uv_stop(t->loop); }
-static void run_for(uint64_t ms) {
-  uv_timer_t t;
-  uv_timer_init(loop, &t);
-  uv_timer_start(&t, on_sleep, ms, 0);
-  uv_run(loop, UV_RUN_DEFAULT);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(loop, UV_RUN_NOWAIT);
-}
+static void run_for(uint64_t ms) { run_loop_for(loop, ms); }
 
 /* n bytes of "device" memory on rank r's device */
-static void *dev(int r, size_t n) {
-  void *p = NULL;
-  if (uvccl_gpu_malloc(r, &p, n ? n : 1) != 0) {
-    printf("Bail out! uvccl_gpu_malloc\n");
-    exit(1);
-  }
-  return p;
-}
-static void put(void *d, const void *h, size_t n) {
-  if (uvccl_gpu_memcpy(d, h, n) != 0) printf("# memcpy to device failed\n");
-}
-static void get(void *h, const void *d, size_t n) {
-  if (uvccl_gpu_memcpy(h, d, n) != 0) printf("# memcpy from device failed\n");
-}
+static void *dev(int r, size_t n) { return dev_on(r, n); }
 
 /* int32 helpers: fill with f(r, i), compare with g(r, i) */
 static void *dev_i32(int r, size_t n, int32_t (*f)(int r, size_t i)) {
