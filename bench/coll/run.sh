@@ -6,6 +6,8 @@
 # once: the machine may have 2 cores, and W=4 already oversubscribes them):
 #   uvccl     build/bin/uvccl-run -n W build/bin/uvccl-bench --json ...
 #   uvccl-bp  the same with --busy-poll=BUSY_POLL_US (default 50)
+#   uvccl-ip  allreduce only, in place (--inplace): c10d's all_reduce, so
+#             the like-for-like of Gloo's (PyTorch's is in place only)
 #   gloo      /usr/bin/python3 bench/coll/gloo_bench.py --world W (PyTorch
 #             1.13's Gloo, TCPStore rendezvous, GLOO_SOCKET_IFNAME=lo)
 #   mpi-tcp   Open MPI, pml ob1, btl self,tcp on lo: a socket peer
@@ -23,7 +25,7 @@
 # Environment (defaults):
 #   WORLDS="2 4"  OPS=allreduce,broadcast,allgather,reduce_scatter,alltoall,barrier
 #   SIZES_MIN=4  SIZES_MAX=64M  BUDGET=0.5  BUSY_POLL_US=50
-#   IMPLS="uvccl uvccl-bp gloo mpi-tcp mpi-shm"  RUN_TIMEOUT=1200 (s per run)
+#   IMPLS="uvccl uvccl-bp uvccl-ip gloo mpi-tcp mpi-shm"  RUN_TIMEOUT=1200 (s per run)
 #   QUIET_MAX=0.3 QUIET_WAIT=10: before each run, wait up to QUIET_WAIT s
 #   for a 0.3 s sample with at most QUIET_MAX CPUs busy (others' builds
 #   distort a 2-core measurement; the wait and load are logged).
@@ -44,7 +46,7 @@ SIZES_MIN=${SIZES_MIN:-4}
 SIZES_MAX=${SIZES_MAX:-64M}
 BUDGET=${BUDGET:-0.5}
 BUSY_POLL_US=${BUSY_POLL_US:-50}
-IMPLS=${IMPLS:-"uvccl uvccl-bp gloo mpi-tcp mpi-shm"}
+IMPLS=${IMPLS:-"uvccl uvccl-bp uvccl-ip gloo mpi-tcp mpi-shm"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1200}
 QUIET_MAX=${QUIET_MAX:-0.3}
 QUIET_WAIT=${QUIET_WAIT:-10}
@@ -136,6 +138,10 @@ bench_one() {
   case $impl in
     uvccl)    cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
     uvccl-bp) cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
+    uvccl-ip)
+      case ",$OPS," in *,allreduce,*) ;; *) return ;; esac
+      cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench"
+           --op allreduce -b "$SIZES_MIN" -e "$SIZES_MAX" --budget "$BUDGET" --json --inplace) ;;
     gloo)     cmd=($PY "$HERE/gloo_bench.py" --world "$w" "${args[@]}") ;;
     mpi-tcp)  cmd=("${MPIRUN[@]}" -np "$w" --mca btl self,tcp --mca btl_tcp_if_include lo
                    "$OUT/bin/mpi_bench" "${args[@]}" --label mpi-tcp) ;;

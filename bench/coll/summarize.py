@@ -22,8 +22,9 @@ import os
 import re
 import sys
 
-IMPLS = ["uvccl", "uvccl-bp", "gloo", "mpi-tcp", "mpi-shm"]
-HEAD = {"uvccl": "uvccl", "uvccl-bp": "uvccl busy-poll", "gloo": "gloo",
+IMPLS = ["uvccl", "uvccl-bp", "uvccl-ip", "gloo", "mpi-tcp", "mpi-shm"]
+HEAD = {"uvccl": "uvccl", "uvccl-bp": "uvccl busy-poll",
+        "uvccl-ip": "uvccl in place", "gloo": "gloo",
         "mpi-tcp": "mpi-tcp", "mpi-shm": "mpi-shm"}
 OP_ORDER = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
             "alltoall", "gather", "scatter", "barrier"]
@@ -176,7 +177,9 @@ def main():
     p("| target | uvccl mode | vs | per size | geomean | worst | met |")
     p("|---|---|---|---|---:|---:|---|")
     for title, what, peer, cmp, goal, sel in checks:
-        for mode in ("uvccl", "uvccl-bp"):
+        for mode in ("uvccl", "uvccl-bp", "uvccl-ip"):
+            if mode == "uvccl-ip" and not rows.get((mode, "allreduce", W)):
+                continue
             mine = rows.get((mode, "allreduce", W), {})
             theirs = rows.get((peer, "allreduce", W), {})
             sizes = sorted(b for b in mine if sel(b) and b in theirs)
