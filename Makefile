@@ -59,7 +59,7 @@ TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 TEST_SRCS := $(sort $(wildcard t/[0-9]*.c))
 TESTS     := $(TEST_SRCS:%.c=%.t)
-HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h)
+HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h tools/*.h)
 
 STATIC    := $(BUILD)/libuvccl.a
 SHARED    := $(BUILD)/libuvccl.so

@@ -474,6 +474,29 @@ int main(void) {
   uv_run(&loop, UV_RUN_DEFAULT);
   is_int(closed_calls, 2, "client closed");
   uvccl__gpu_release(gpu1);
+  /* A device whose cudaSetDevice fails: acquire does not wait for the
+   * thread (making a context can take long), so the failure reaches the
+   * ops, with its reason. */
+  setenv("FAKE_CUDA_FAIL_SETDEVICE", "1", 1);
+  {
+    top_t t1;
+    uvccl__gpu_client_t *cf = NULL;
+    is_int(uvccl__gpu_acquire(1, &gpu1, err, sizeof(err)), 0,
+           "acquire 1 again: returns at once");
+    is_int(uvccl__gpu_client_init(&loop, gpu1, &cf), 0, "its client");
+    make_op(&t1, K_HOST, NULL);
+    t1.op.no_event = 1;
+    is_int(submit(cf, &t1), 0, "submit to it");
+    while (t1.done_calls == 0) uv_run(&loop, UV_RUN_ONCE);
+    ok(t1.done_calls == 1 && t1.op.status != 0 &&
+           strstr(t1.op.msg, "cudaSetDevice") != NULL &&
+           t1.issue_calls == 0,
+       "its op fails without being issued: %s", t1.op.msg);
+    uvccl__gpu_client_close(cf, closed_cb, &closed_calls);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uvccl__gpu_release(gpu1);
+  }
+  unsetenv("FAKE_CUDA_FAIL_SETDEVICE");
   uvccl__gpu_release(gpu);
   uvccl__cuda.StreamDestroy(s1);
   uvccl__cuda.StreamDestroy(s2);

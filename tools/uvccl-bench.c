@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "uvccl.h"
+#include "size_arg.h"
 
 #define PROG "uvccl-bench"
 
@@ -144,27 +145,11 @@ static int64_t arg_int(const char *what, const char *s, int64_t min,
 /* A byte count with an optional binary suffix: 4, 64K, 512M, 1G. */
 static uint64_t arg_size(const char *what, const char *s)
 {
-  char *end;
-  unsigned long long v;
-  unsigned shift = 0;
+  uint64_t v;
 
-  errno = 0;
-  v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || s[0] == '-')
-    usage_error("invalid %s '%s'", what, s);
-  switch (*end) {
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  default: break;
-  }
-  if (*end == 'i' && shift != 0)
-    end++;
-  if (*end == 'B' || *end == 'b')
-    end++;
-  if (*end != '\0' || v > ((uint64_t) 1 << 40 >> shift))
+  if (parse_size_arg(s, (uint64_t) 1 << 40, &v) != 0)
     usage_error("invalid %s '%s' (at most 1T)", what, s);
-  return (uint64_t) v << shift;
+  return v;
 }
 
 static double arg_double(const char *what, const char *s, double min,

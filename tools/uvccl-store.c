@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "uvccl.h"
+#include "size_arg.h"
 
 #define PROG "uvccl-store"
 
@@ -223,28 +224,11 @@ static int64_t arg_int(const char *what, const char *s, int64_t min,
 /* A byte count with an optional binary suffix: 64K, 512M, 1G. */
 static uint64_t arg_size(const char *what, const char *s, uint64_t max)
 {
-  char *end;
-  unsigned long long v;
-  unsigned shift = 0;
+  uint64_t v;
 
-  errno = 0;
-  v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || s[0] == '-')
-    usage_error("invalid %s '%s'", what, s);
-  switch (*end) {
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  default: break;
-  }
-  if (*end == 'i' && shift != 0)
-    end++;
-  if (*end == 'B' || *end == 'b')
-    end++;
-  if (*end != '\0' || (shift != 0 && v > (UINT64_MAX >> shift)) ||
-      (v << shift) > max)
+  if (parse_size_arg(s, max, &v) != 0)
     usage_error("invalid %s '%s' (at most %" PRIu64 ")", what, s, max);
-  return (uint64_t) v << shift;
+  return v;
 }
 
 static double arg_seconds(const char *what, const char *s, double min,

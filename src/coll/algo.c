@@ -256,10 +256,16 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
 int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_redop_t op, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_allreduce(pg, work, sendbuf, recvbuf, count, dtype, op,
+                                 cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, cb);
+    if (st != 0)
+      return st < 0
+                 ? st
+                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLREDUCE,
+                                     sendbuf, recvbuf, count, dtype, op, 0, cb);
   }
   group_t *g;
   sched_t *s;
@@ -285,11 +291,14 @@ int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                               const uvccl_buf_t *bufs, size_t nbufs,
                               uvccl_dtype_t dtype, uvccl_redop_t op,
                               uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op,
+                                           cb);
   if (bufs != NULL) {
     int dev = -1, st = 0;
     size_t k;
-    for (k = 0; k < nbufs; k++) uvccl__stage_check_more(bufs[k].base, &st, &dev);
+    for (k = 0; k < nbufs; k++)
+      uvccl__stage_check_more(bufs[k].base, &st, &dev);
     if (st != 0)
       return st < 0 ? st
                     : uvccl__stage_coalesced(pg, work, dev, bufs, nbufs, dtype,
@@ -441,10 +450,16 @@ int uvccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
                          const void *sendbuf, void *recvbuf, size_t count,
                          uvccl_dtype_t dtype, uvccl_redop_t op,
                          uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatter(pg, work, sendbuf, recvbuf, count, dtype, op, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_reduce_scatter(pg, work, sendbuf, recvbuf, count, dtype,
+                                      op, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, 0, cb);
+    if (st != 0)
+      return st < 0
+                 ? st
+                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE_SCATTER,
+                                     sendbuf, recvbuf, count, dtype, op, 0, cb);
   }
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, NULL, count, dtype,
                                op, cb);
@@ -454,7 +469,9 @@ int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
                           const void *sendbuf, void *recvbuf,
                           const size_t *recvcounts, uvccl_dtype_t dtype,
                           uvccl_redop_t op, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts, dtype, op, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts,
+                                       dtype, op, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
     if (st != 0)
@@ -512,10 +529,15 @@ static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
 int uvccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
                     size_t count, uvccl_dtype_t dtype, int root,
                     uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast(pg, work, buf, count, dtype, root, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_broadcast(pg, work, buf, count, dtype, root, cb);
   {
     int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_BROADCAST, buf, buf, count, dtype, UVCCL_SUM, root, cb);
+    if (st != 0)
+      return st < 0
+                 ? st
+                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_BROADCAST, buf,
+                                     buf, count, dtype, UVCCL_SUM, root, cb);
   }
   group_t *g;
   sched_t *s;
@@ -598,10 +620,16 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
 int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype,
                  uvccl_redop_t op, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_reduce(pg, work, sendbuf, recvbuf, count, dtype, op, root, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_reduce(pg, work, sendbuf, recvbuf, count, dtype, op,
+                              root, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE, sendbuf, recvbuf, count, dtype, op, root, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE,
+                                        sendbuf, recvbuf, count, dtype, op,
+                                        root, cb);
   }
   group_t *g;
   sched_t *s;
@@ -747,10 +775,15 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
 int uvccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     void *recvbuf, size_t count, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather(pg, work, sendbuf, recvbuf, count, dtype, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_allgather(pg, work, sendbuf, recvbuf, count, dtype, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLGATHER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, 0, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLGATHER,
+                                        sendbuf, recvbuf, count, dtype,
+                                        UVCCL_SUM, 0, cb);
   }
   if (count > 0 && recvbuf == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, count, recvbuf, NULL, NULL,
@@ -761,7 +794,9 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                      size_t sendcount, void *const *recvbufs,
                      const size_t *recvcounts, uvccl_dtype_t dtype,
                      uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs, recvcounts, dtype, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs,
+                                  recvcounts, dtype, cb);
   {
     int dev = -1, st = 0, i;
     uvccl__stage_check_more(sendbuf, &st, &dev);
@@ -783,10 +818,16 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                  void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                  uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_gather(pg, work, sendbuf, recvbuf, count, dtype, root,
+                              cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_GATHER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, root, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_GATHER,
+                                        sendbuf, recvbuf, count, dtype,
+                                        UVCCL_SUM, root, cb);
   }
   group_t *g;
   sched_t *s;
@@ -818,10 +859,16 @@ int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 int uvccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                   void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
                   uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter(pg, work, sendbuf, recvbuf, count, dtype, root, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_scatter(pg, work, sendbuf, recvbuf, count, dtype, root,
+                               cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_SCATTER, sendbuf, recvbuf, count, dtype, UVCCL_SUM, root, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_SCATTER,
+                                        sendbuf, recvbuf, count, dtype,
+                                        UVCCL_SUM, root, cb);
   }
   group_t *g;
   sched_t *s;
@@ -919,10 +966,15 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
 int uvccl_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                    void *recvbuf, size_t count, uvccl_dtype_t dtype,
                    uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoall(pg, work, sendbuf, recvbuf, count, dtype, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_alltoall(pg, work, sendbuf, recvbuf, count, dtype, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLTOALL, sendbuf, recvbuf, count, dtype, UVCCL_SUM, 0, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLTOALL,
+                                        sendbuf, recvbuf, count, dtype,
+                                        UVCCL_SUM, 0, cb);
   }
   return alltoall_common(pg, work, sendbuf, NULL, recvbuf, NULL, count, dtype,
                          cb);
@@ -932,7 +984,9 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
                     const size_t *sendcounts, void *recvbuf,
                     const size_t *recvcounts, uvccl_dtype_t dtype,
                     uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, dtype, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf,
+                                 recvcounts, dtype, cb);
   {
     int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
     if (st != 0)
@@ -976,7 +1030,8 @@ int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
 
 int uvccl_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,
                             uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_monitored_barrier(pg, work, wait_all, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_monitored_barrier(pg, work, wait_all, cb);
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g), i;
@@ -1029,10 +1084,14 @@ static int p2p_peer_ok(group_t *g, int peer, int any_ok) {
 
 int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                size_t len, int dst, int tag, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_send(pg, work, buf, len, dst, tag, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_send(pg, work, buf, len, dst, tag, cb);
   {
     int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_p2p(pg, work, dev, 1, (void *)buf, len, dst, tag, cb);
+    if (st != 0)
+      return st < 0 ? st
+                    : uvccl__stage_p2p(pg, work, dev, 1, (void *)buf, len, dst,
+                                       tag, cb);
   }
   group_t *g;
   sched_t *s;
@@ -1048,10 +1107,14 @@ int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 
 int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
                int src, int tag, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_recv(pg, work, buf, len, src, tag, cb);
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_recv(pg, work, buf, len, src, tag, cb);
   {
     int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0) return st < 0 ? st : uvccl__stage_p2p(pg, work, dev, 0, buf, len, src, tag, cb);
+    if (st != 0)
+      return st < 0
+                 ? st
+                 : uvccl__stage_p2p(pg, work, dev, 0, buf, len, src, tag, cb);
   }
   group_t *g;
   sched_t *s;

@@ -85,6 +85,12 @@ static void patch_ops(sched_t *s, bytes_t *b) {
   }
 }
 
+/* Byte payloads live in host memory: GPU buffers are refused. */
+static int on_device(const void *p) {
+  int dev;
+  return uvccl__stage_check(p, NULL, &dev) != 0;
+}
+
 /* ---- broadcast_bytes ---------------------------------------------------- */
 
 /* Binomial tree; returns the receive (or dep0 at the root). Every op it
@@ -139,12 +145,9 @@ static int bcast_finish(sched_t *s) {
 
 int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_broadcast_bytes(pg, work, buf, len, root, cb);
-  {
-    int dev;
-    if (uvccl__stage_check(buf, NULL, &dev) != 0)
-      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
-  }
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_broadcast_bytes(pg, work, buf, len, root, cb);
+  if (on_device(buf)) return UV_ENOTSUP;
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -174,7 +177,9 @@ int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 
 /* ---- allgather_bytes ------------------------------------------------------ */
 
-static int ag_alloc(sched_t *s, sop_t *op) {
+/* Once every length is known: the result buffers, this rank's own bytes
+ * in place, and the receives pointed at them (allgather and gather). */
+static int values_alloc(sched_t *s, sop_t *op) {
   bytes_t *b = s->user;
   int rc = alloc_values(s->w, b->lens, s->g->size);
   (void)op;
@@ -187,12 +192,9 @@ static int ag_alloc(sched_t *s, sop_t *op) {
 
 int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                           size_t len, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_allgather_bytes(pg, work, buf, len, cb);
-  {
-    int dev;
-    if (uvccl__stage_check(buf, NULL, &dev) != 0)
-      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
-  }
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_allgather_bytes(pg, work, buf, len, cb);
+  if (on_device(buf)) return UV_ENOTSUP;
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -212,7 +214,7 @@ int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
   b->src = buf;
   b->mylen = len;
   b->lens[r] = len;
-  call = uvccl__sop_call(s, ag_alloc);
+  call = uvccl__sop_call(s, values_alloc);
   /* Phase 1: a ring of the lengths. */
   for (st = 0; st < P - 1; st++) {
     int cs = mod(r - st, P), cr = mod(r - st - 1, P);
@@ -243,25 +245,12 @@ int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 
 /* ---- gather_bytes / scatter_bytes ---------------------------------------------- */
 
-static int gather_alloc(sched_t *s, sop_t *op) {
-  bytes_t *b = s->user;
-  int rc = alloc_values(s->w, b->lens, s->g->size);
-  (void)op;
-  if (rc != 0) return rc;
-  if (b->mylen > 0)
-    memcpy(s->w->values[s->g->rank].base, b->src, (size_t)b->mylen);
-  patch_ops(s, b);
-  return 0;
-}
 
 int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
                        size_t len, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_gather_bytes(pg, work, buf, len, root, cb);
-  {
-    int dev;
-    if (uvccl__stage_check(buf, NULL, &dev) != 0)
-      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
-  }
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_gather_bytes(pg, work, buf, len, root, cb);
+  if (on_device(buf)) return UV_ENOTSUP;
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -286,7 +275,7 @@ int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
     return uvccl__sched_start(s, work, cb);
   }
   {
-    uint32_t call = uvccl__sop_call(s, gather_alloc);
+    uint32_t call = uvccl__sop_call(s, values_alloc);
     for (i = 0; i < g->size; i++)
       if (i != root)
         uvccl__sop_dep(s, uvccl__sop_recv(s, i, 0, &b->lens[i], 8), call);
@@ -323,12 +312,9 @@ static int scatter_alloc(sched_t *s, sop_t *op) {
 int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                         const uvccl_buf_t *bufs, size_t nbufs, int root,
                         uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_scatter_bytes(pg, work, bufs, nbufs, root, cb);
-  {
-    int dev;
-    if (uvccl__stage_check(bufs && nbufs ? bufs[0].base : NULL, NULL, &dev) != 0)
-      return UV_ENOTSUP; /* GPU buffers: byte payloads live in host memory */
-  }
+  if (UVCCL__IS_NCCL(pg))
+    return uvccl__nccl_scatter_bytes(pg, work, bufs, nbufs, root, cb);
+  if (on_device(bufs && nbufs ? bufs[0].base : NULL)) return UV_ENOTSUP;
   group_t *g;
   sched_t *s;
   bytes_t *b;

@@ -720,7 +720,8 @@ static int make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
 
 int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
                        int nranks, const char *tag) {
-  if (UVCCL__IS_NCCL(parent)) return uvccl__nccl_pg_new_group(parent, pg, ranks, nranks, tag);
+  if (UVCCL__IS_NCCL(parent))
+    return uvccl__nccl_pg_new_group(parent, pg, ranks, nranks, tag);
   group_t *p, *g;
   int i, j;
   uint32_t gid;
@@ -861,7 +862,8 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
 
 int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
                    uvccl_work_t *work, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(parent)) return uvccl__nccl_pg_split(parent, pg, color, key, work, cb);
+  if (UVCCL__IS_NCCL(parent))
+    return uvccl__nccl_pg_split(parent, pg, color, key, work, cb);
   group_t *p;
   sched_t *s;
   split_t *sp;

@@ -67,8 +67,7 @@ struct uvccl__gpu_s {
   char issuing_msg[sizeof(((uvccl__gpu_op_t *)0)->msg)];
   int sleeping;       /* in a condvar wait: submissions signal */
   int stop;
-  int started;        /* the thread finished its setup */
-  int start_status;
+  int start_status;   /* (gpu) cudaSetDevice failed: every op fails */
   char start_msg[256];
   /* Read by the loops' watchdogs without the lock. */
   atomic_uint_fast64_t heartbeat;   /* bumped every iteration */
@@ -208,6 +207,11 @@ void uvccl__gpu_in_call(uvccl__gpu_op_t *op, const char *call) {
 static int issue_one(uvccl__gpu_t *gpu, uvccl__gpu_op_t *op) {
   uvccl__cuda_err_t rc;
   int r;
+  if (gpu->start_status != 0) { /* cudaSetDevice failed */
+    snprintf(op->msg, sizeof(op->msg), "device %d: %.120s", gpu->device,
+             gpu->start_msg);
+    return gpu->start_status;
+  }
   if (op->timeout_ms != 0 && !op->no_event && op->start_ev_ == NULL) {
     r = pool_get(gpu, &op->start_ev_, op->msg, sizeof(op->msg));
     if (r != 0) return r;
@@ -398,22 +402,22 @@ static void gpu_thread(void *arg) {
   int progress;
 
   /* Every thread that calls CUDA must pick its device first, or the
-   * runtime makes a context on device 0. */
+   * runtime makes a context on device 0. It also makes the device's
+   * context, which can take a long while: nobody waits for it (ops queue
+   * behind it), and if it fails every op fails with its reason. */
+  atomic_store(&gpu->in_call, "cudaSetDevice");
   rc = uvccl__cuda.SetDevice(gpu->device);
+  atomic_store(&gpu->in_call, NULL);
   uv_mutex_lock(&gpu->lock);
   if (rc != UVCCL__CUDA_SUCCESS) {
     (void)uvccl__cuda.GetLastError();
     uvccl__cuda_strerror(gpu->start_msg, sizeof(gpu->start_msg),
                          "cudaSetDevice", rc);
     gpu->start_status = uvccl__cuda_to_uvccl(rc);
+    LOG_ERROR("gpu", "device %d: %s", gpu->device, gpu->start_msg);
+  } else {
+    LOG_DEBUG("gpu", "device %d: GPU thread running", gpu->device);
   }
-  gpu->started = 1;
-  uv_cond_broadcast(&gpu->cond);
-  if (gpu->start_status != 0) {
-    uv_mutex_unlock(&gpu->lock);
-    return;
-  }
-  LOG_DEBUG("gpu", "device %d: GPU thread running", gpu->device);
 
   while (!gpu->stop) {
     atomic_fetch_add(&gpu->heartbeat, 1);
@@ -504,18 +508,8 @@ static int gpu_start(int device, uvccl__gpu_t **out, char *err,
     gpu_free(gpu);
     return r;
   }
-  /* Wait for cudaSetDevice, so that a bad device fails here, once. */
-  uv_mutex_lock(&gpu->lock);
-  while (!gpu->started) uv_cond_wait(&gpu->cond, &gpu->lock);
-  r = gpu->start_status;
-  uv_mutex_unlock(&gpu->lock);
-  if (r != 0) {
-    if (err && errlen)
-      snprintf(err, errlen, "device %d: %s", device, gpu->start_msg);
-    uv_thread_join(&gpu->thread);
-    gpu_free(gpu);
-    return r;
-  }
+  /* Not waiting for the thread's cudaSetDevice: making the context can
+   * take long, and this runs on a loop (acquire checked the device). */
   *out = gpu;
   return 0;
 }

@@ -291,6 +291,13 @@ EXPORT int cudaSetDevice(int device) {
   int r = init();
   if (r) return fail(r);
   if (device < 0 || device >= g_ndevices) return fail(E_INVALID_DEVICE);
+  {
+    /* FAKE_CUDA_FAIL_SETDEVICE=N: device N cannot be made current (a
+     * context that fails to come up) */
+    const char *f = getenv("FAKE_CUDA_FAIL_SETDEVICE");
+    if (f != NULL && *f != '\0' && atoi(f) == device)
+      return fail(E_INVALID_DEVICE);
+  }
   t_device = device;
   return E_SUCCESS;
 }
