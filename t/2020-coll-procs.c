@@ -168,26 +168,7 @@ static int role_ops(void) {
     free(b);
   }
   /* allgather */
-  {
-    size_t n = 10001, i, bad = 0;
-    int64_t *s = malloc(n * 8), *r = malloc(n * 8 * (size_t)P);
-    int q, rc;
-    uvccl_work_t w = {0};
-    cbres_t c = {0};
-    for (i = 0; i < n; i++) s[i] = (int64_t)R * 1000000 + (int64_t)i;
-    for (i = 0; i < n * (size_t)P; i++) r[i] = -1;
-    w.data = &c;
-    rc = uvccl_allgather(&pg, &w, s, r, n, UVCCL_INT64, on_work);
-    rc = finish_work(&c, rc, 15000);
-    for (q = 0; q < P; q++)
-      for (i = 0; i < n; i++)
-        if (r[(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
-    rep(rc == 0 && bad == 0, "allgather", "%zu int64 each: %s %s; %zu wrong",
-        n, ename(rc), w.msg, bad);
-    bad_rc |= rc != 0;
-    free(s);
-    free(r);
-  }
+  bad_rc |= rank_allgather_check(10001) != 0;
   /* alltoall */
   {
     size_t n = 4097, i, bad = 0;

@@ -101,26 +101,7 @@ static int rank_main(void) {
     }
   }
   /* allgather */
-  {
-    size_t n = 20001, i, bad = 0;
-    int64_t *sb = malloc(n * 8), *rb = malloc(n * 8 * (size_t)P);
-    uvccl_work_t w2 = {0};
-    cbres_t c2 = {0};
-    int q;
-    for (i = 0; i < n; i++) sb[i] = (int64_t)R * 1000000 + (int64_t)i;
-    for (i = 0; i < n * (size_t)P; i++) rb[i] = -1;
-    w2.data = &c2;
-    rc = uvccl_allgather(&pg, &w2, sb, rb, n, UVCCL_INT64, on_work);
-    rc = finish_work(&c2, rc, 15000);
-    for (q = 0; q < P; q++)
-      for (i = 0; i < n; i++)
-        if (rb[(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
-    rep(rc == 0 && bad == 0, "allgather", "%zu int64 each: %s %s; %zu wrong",
-        n, ename(rc), w2.msg, bad);
-    bad_rc |= rc != 0;
-    free(sb);
-    free(rb);
-  }
+  bad_rc |= rank_allgather_check(20001) != 0;
   printf("@done %d\n", R);
   fflush(stdout);
   /* Every rank destroys once the parent has seen all of them finish: a rank

@@ -90,6 +90,29 @@ static inline const char *ename(int rc) {
   return rc == HANG ? "HANG" : rc == 0 ? "0" : uvccl_err_name(rc);
 }
 
+/* An allgather of n int64 per rank (rank * 1000000 + i) on pg, checked
+ * and reported as "allgather". Returns its status. */
+static inline int rank_allgather_check(size_t n) {
+  int64_t *s = malloc(n * 8), *r = malloc(n * 8 * (size_t)P);
+  size_t i, bad = 0;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int q, rc;
+  for (i = 0; i < n; i++) s[i] = (int64_t)R * 1000000 + (int64_t)i;
+  for (i = 0; i < n * (size_t)P; i++) r[i] = -1;
+  w.data = &c;
+  rc = uvccl_allgather(&pg, &w, s, r, n, UVCCL_INT64, on_work);
+  rc = finish_work(&c, rc, 15000);
+  for (q = 0; q < P; q++)
+    for (i = 0; i < n; i++)
+      if (r[(size_t)q * n + i] != (int64_t)q * 1000000 + (int64_t)i) bad++;
+  rep(rc == 0 && bad == 0, "allgather", "%zu int64 each: %s %s; %zu wrong",
+      n, ename(rc), w.msg, bad);
+  free(s);
+  free(r);
+  return rc;
+}
+
 static inline void walk_cb(uv_handle_t *h, void *arg) {
   char *b = arg;
   size_t l = strlen(b);
