@@ -32,7 +32,7 @@ typedef struct {
 #define MAX_CHILDREN 32
 static pid_t live[MAX_CHILDREN];
 
-static void live_add(pid_t p) {
+static inline void live_add(pid_t p) {
   int i;
   for (i = 0; i < MAX_CHILDREN; i++)
     if (live[i] == 0) {
@@ -41,7 +41,7 @@ static void live_add(pid_t p) {
     }
 }
 
-static void live_del(pid_t p) {
+static inline void live_del(pid_t p) {
   int i;
   for (i = 0; i < MAX_CHILDREN; i++)
     if (live[i] == p) live[i] = 0;
@@ -50,7 +50,7 @@ static void live_del(pid_t p) {
 /* No child outlives the test: killed at exit (a failed tap_require
  * included), SIGKILLed by the kernel if the test dies (PR_SET_PDEATHSIG),
  * and the scripts have alarms of their own. */
-static void kill_children(void) {
+static inline void kill_children(void) {
   int i;
   for (i = 0; i < MAX_CHILDREN; i++)
     if (live[i] > 0) {
@@ -60,20 +60,15 @@ static void kill_children(void) {
     }
 }
 
-/* Starts python3 script args...; with_stdin: its stdin is a pipe (else
- * /dev/null). */
-static int spawn_py(child_t *ch, const char *script, const char *const *args,
-                    int with_stdin) {
-  const char *argv[16];
-  int n = 0, out[2], in[2] = {-1, -1};
+/* Starts argv[0] (a path) with argv; with_stdin: its stdin is a pipe
+ * (else /dev/null). Its stdout and stderr come back on one pipe. */
+static inline int spawn_argv(child_t *ch, const char *const *argv,
+                             int with_stdin) {
+  int out[2], in[2] = {-1, -1};
   pid_t parent = getpid(), p;
 
   memset(ch, 0, sizeof(*ch));
   ch->fd = ch->in = -1;
-  argv[n++] = PY;
-  argv[n++] = script;
-  while (args && *args && n < 15) argv[n++] = *args++;
-  argv[n] = NULL;
   if (pipe2(out, O_CLOEXEC) != 0) return -errno;
   if (with_stdin && pipe2(in, O_CLOEXEC) != 0) {
     close(out[0]);
@@ -90,7 +85,7 @@ static int spawn_py(child_t *ch, const char *script, const char *const *args,
     dup2(out[1], 2);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
-    execv(PY, (char *const *)argv);
+    execv(argv[0], (char *const *)argv);
     _exit(127);
   }
   close(out[1]);
@@ -104,9 +99,23 @@ static int spawn_py(child_t *ch, const char *script, const char *const *args,
   return 0;
 }
 
+/* Starts python3 script args...; with_stdin: its stdin is a pipe (else
+ * /dev/null). */
+static inline int spawn_py(child_t *ch, const char *script,
+                           const char *const *args, int with_stdin) {
+  const char *argv[16];
+  int n = 0;
+
+  argv[n++] = PY;
+  argv[n++] = script;
+  while (args && *args && n < 15) argv[n++] = *args++;
+  argv[n] = NULL;
+  return spawn_argv(ch, argv, with_stdin);
+}
+
 /* Reads what the child printed so far (or until EOF if block). Returns 0
  * at EOF. */
-static int drain(child_t *ch, int block) {
+static inline int drain(child_t *ch, int block) {
   ssize_t r;
   for (;;) {
     if (ch->cap - ch->len < 4096) {
@@ -129,7 +138,7 @@ static int drain(child_t *ch, int block) {
 }
 
 /* Reads the child's output to the end and reaps it. */
-static int finish(child_t *ch) {
+static inline int finish(child_t *ch) {
   int st = 0;
   drain(ch, 1);
   close(ch->fd);
@@ -142,7 +151,7 @@ static int finish(child_t *ch) {
 }
 
 /* The value of the line "name=value", or NULL. */
-static const char *field(const child_t *ch, const char *name) {
+static inline const char *field(const child_t *ch, const char *name) {
   size_t nl = strlen(name);
   const char *p = ch->buf, *end = ch->buf + ch->len;
   static char val[4096];
@@ -161,7 +170,7 @@ static const char *field(const child_t *ch, const char *name) {
   return NULL;
 }
 
-static void dump(const child_t *ch, const char *what) {
+static inline void dump(const child_t *ch, const char *what) {
   const char *p = ch->buf, *end = ch->buf + ch->len;
   note("output of %s (exit %d):", what, ch->status);
   while (p && p < end) {
@@ -172,12 +181,12 @@ static void dump(const child_t *ch, const char *what) {
   }
 }
 
-static void child_free(child_t *ch) {
+static inline void child_free(child_t *ch) {
   free(ch->buf);
   ch->buf = NULL;
 }
 
-static void hex(char *dst, const void *src, size_t n) {
+static inline void hex(char *dst, const void *src, size_t n) {
   static const char d[] = "0123456789abcdef";
   const unsigned char *s = src;
   size_t i;
@@ -188,7 +197,7 @@ static void hex(char *dst, const void *src, size_t n) {
   dst[2 * n] = '\0';
 }
 
-static void sleep_ms(int ms) {
+static inline void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
 }

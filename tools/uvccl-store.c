@@ -2,7 +2,8 @@
  *
  *   uvccl-store serve [options]             run a store server
  *   uvccl-store HOST:PORT [options] CMD ... one client operation
- *   uvccl-store bench [options]             a closed-loop load generator
+ *   uvccl-store bench [options]             a load generator (closed or
+ *                                           open loop)
  *
  * serve and the client commands use only the public API in uvccl.h, so
  * they double as its first user. bench deliberately does not: it speaks the
@@ -14,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -31,6 +33,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,7 +52,7 @@ static const char usage_text[] =
 "usage:\n"
 "  " PROG " serve [options]                    run a TCPStore server\n"
 "  " PROG " HOST:PORT [options] COMMAND [ARGS] one client operation\n"
-"  " PROG " bench [options]                    closed-loop load generator\n"
+"  " PROG " bench [options]                    load generator\n"
 "  " PROG " --help | --version\n"
 "\n"
 "serve options:\n"
@@ -118,6 +121,11 @@ static const char usage_text[] =
 "  --label NAME        the \"server\" column (default HOST:PORT)\n"
 "  --json              one JSON object line instead of the table\n"
 "  --no-header         the table row only\n"
+"  --rate R            open loop instead: R operations per second in all,\n"
+"                      evenly spaced, taking the connections in turn; an\n"
+"                      operation due while its connection still waits for\n"
+"                      a reply starts after it, and its latency counts\n"
+"                      from when it was due\n"
 "  --rendezvous N      instead: N connections each ADD a counter; the one\n"
 "                      that reaches N SETs \"done\"; all WAIT for \"done\".\n"
 "                      Reports ms from the first ADD sent to the last WAIT\n"
@@ -1031,6 +1039,8 @@ typedef struct {
   uint64_t t_op;      /* when the operation started */
   uint64_t t_req;     /* when its current request was sent */
   uint64_t retry_at;  /* connect: next attempt */
+  uint64_t pend_first; /* --rate: the oldest due time not yet started */
+  uint32_t pend_n;     /* --rate: due operations waiting for this one */
   int attempts;
   int last_err;       /* connect: errno of the last failure */
   const char *last_what;
@@ -1058,6 +1068,7 @@ typedef struct {
   int batch;
   int rdv_n;
   int reps;
+  double rate;        /* --rate: offered ops/s in all; 0: closed loop */
   /* derived */
   const wire_ops_t *wire;
   struct sockaddr_storage addr;
@@ -1087,6 +1098,14 @@ typedef struct {
   uint64_t errors;
   uint64_t first_send;
   uint64_t last_done;
+  /* --rate: operation k of this worker is due at t0 + k * step_ns, on
+   * connection k mod nconns; a timerfd wakes the worker for the next. */
+  int tfd;
+  double step_ns;
+  uint64_t t0;
+  uint64_t k;
+  uint64_t next_due;
+  uint64_t late;      /* due while their connection was still busy */
   hist_t *hist;
   uint8_t rbuf[65536];
 } worker_t;
@@ -1262,7 +1281,7 @@ static void w_send(worker_t *w, conn_t *c, uint64_t now)
     w_fail(w, c, "send", -rc);
 }
 
-static void w_start_op(worker_t *w, conn_t *c, uint64_t now)
+static void w_start_op(worker_t *w, conn_t *c, uint64_t now, uint64_t t_op)
 {
   bench_t *b = w->b;
   int op = b->op;
@@ -1274,7 +1293,7 @@ static void w_start_op(worker_t *w, conn_t *c, uint64_t now)
   }
   c->op = op;
   c->step = 0;
-  c->t_op = now;
+  c->t_op = t_op;
   c->key = b->nkeys > 1 ? (uint32_t) (xrand(&c->rng) % b->nkeys) : 0;
   c->out_len = c->out_off = 0;
   switch (op) {
@@ -1308,6 +1327,7 @@ static void w_reply(worker_t *w, conn_t *c)
 {
   bench_t *b = w->b;
   uint64_t now = now_ns();
+  uint64_t t_op;
   int bad = 0;
 
   switch (c->op) {
@@ -1367,7 +1387,54 @@ static void w_reply(worker_t *w, conn_t *c)
     c->r.kind = R_NONE;
     return;
   }
-  w_start_op(w, c, now);
+  if (b->rate > 0) {
+    /* Open loop: the next operation waits for its due time, unless it is
+     * already due (then it counts from that time, not from now). */
+    if (c->pend_n == 0) {
+      c->r.kind = R_NONE;
+      return;
+    }
+    t_op = c->pend_first;
+    c->pend_first += (uint64_t) (w->step_ns * w->nconns);
+    c->pend_n--;
+    w_start_op(w, c, now, t_op);
+    return;
+  }
+  w_start_op(w, c, now, now);
+}
+
+/* --rate: starts every operation due by now and arms the timer for the
+ * next. An operation due on a connection still waiting for its previous
+ * reply queues behind it and counts from its due time, so a slow server
+ * shows in the latency instead of slowing the offered load (no
+ * coordinated omission). */
+static void w_rate_tick(worker_t *w, uint64_t now)
+{
+  bench_t *b = w->b;
+  struct itimerspec its;
+  conn_t *c;
+
+  while (w->next_due <= now && w->next_due < b->t_end) {
+    c = &w->conns[w->k % (uint64_t) w->nconns];
+    if (c->state == C_READY) {
+      if (c->r.kind == R_NONE)
+        w_start_op(w, c, now, w->next_due);
+      else {
+        if (c->pend_n++ == 0)
+          c->pend_first = w->next_due;
+        w->late++;
+      }
+    }
+    w->k++;
+    w->next_due = w->t0 + (uint64_t) (w->step_ns * (double) w->k);
+  }
+  memset(&its, 0, sizeof(its));
+  if (w->next_due < b->t_end) {
+    its.it_value.tv_sec = (time_t) (w->next_due / 1000000000u);
+    its.it_value.tv_nsec = (long) (w->next_due % 1000000000u);
+  }
+  if (timerfd_settime(w->tfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+    fatal("bench: timerfd_settime: %s", strerror(errno));
 }
 
 static void w_readable(worker_t *w, conn_t *c)
@@ -1451,9 +1518,15 @@ static void *worker_main(void *arg)
   for (i = 0; i < w->nconns; i++)
     if (w->conns[i].state == C_READY)
       w->active++;
-  for (i = 0; i < w->nconns; i++)
-    if (w->conns[i].state == C_READY)
-      w_start_op(w, &w->conns[i], now);
+  if (b->rate > 0) {
+    w->t0 = now;
+    w->next_due = now;
+    w->k = 0;
+    w_rate_tick(w, now);
+  } else
+    for (i = 0; i < w->nconns; i++)
+      if (w->conns[i].state == C_READY)
+        w_start_op(w, &w->conns[i], now, now);
   next_scan = now + 100000000u;
   while (w->active > 0) {
     now = now_ns();
@@ -1474,6 +1547,13 @@ static void *worker_main(void *arg)
     }
     for (i = 0; i < n; i++) {
       c = ev[i].data.ptr;
+      if (c == NULL) {  /* the --rate timer */
+        uint64_t exp;
+        if (read(w->tfd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
+          fatal("bench: timerfd read: %s", strerror(errno));
+        w_rate_tick(w, now_ns());
+        continue;
+      }
       if (c->state != C_READY)
         continue;
       if ((ev[i].events & EPOLLOUT) && c->out_off < c->out_len) {
@@ -1841,7 +1921,9 @@ fail:
 }
 
 /* utime + stime of a whole process (all its threads), in ns. */
-static int proc_cpu_ns(long pid, uint64_t *ns)
+/* CPU time of a process from /proc/PID/stat (utime + stime), in clock
+ * ticks (10 ms): coarse, but there for any process. */
+static int proc_stat_cpu_ns(long pid, uint64_t *ns)
 {
   char path[64];
   char buf[2048];
@@ -1876,6 +1958,53 @@ static int proc_cpu_ns(long pid, uint64_t *ns)
   if (sscanf(p, "%llu %llu", &ut, &st) != 2)
     return -1;
   *ns = (uint64_t) (ut + st) * (1000000000u / (uint64_t) sysconf(_SC_CLK_TCK));
+  return 0;
+}
+
+/* CPU time of a process, all its threads, in nanoseconds: the sum of the
+ * run times in /proc/PID/task/TID/schedstat (the server of PyTorch 1.13
+ * runs in a thread of its own). A server at a low rate runs about a
+ * second of CPU per measurement, so the 10 ms ticks of /proc/PID/stat
+ * would be a few percent off; they are the fallback where schedstat is
+ * missing. */
+static int proc_cpu_ns(long pid, uint64_t *ns)
+{
+  char path[320];
+  char buf[128];
+  unsigned long long run;
+  uint64_t sum = 0;
+  struct dirent *de;
+  DIR *d;
+  ssize_t n;
+  int fd;
+  int found = 0;
+
+  snprintf(path, sizeof(path), "/proc/%ld/task", pid);
+  d = opendir(path);
+  if (d == NULL)
+    return proc_stat_cpu_ns(pid, ns);
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%ld/task/%s/schedstat", pid,
+             de->d_name);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;  /* the thread just exited */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+      continue;
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu", &run) != 1)
+      continue;
+    sum += run;
+    found = 1;
+  }
+  closedir(d);
+  if (!found)
+    return proc_stat_cpu_ns(pid, ns);
+  *ns = sum;
   return 0;
 }
 
@@ -1936,6 +2065,18 @@ static worker_t *bench_workers(bench_t *b)
       if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->conns[i].fd, &ev) != 0)
         fatal("bench: epoll_ctl: %s", strerror(errno));
     }
+    w->tfd = -1;
+    if (b->rate > 0) {
+      /* Each worker offers its share of the rate over its connections. */
+      w->step_ns = 1e9 / (b->rate * w->nconns / b->nconn);
+      w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      if (w->tfd < 0)
+        fatal("bench: timerfd_create: %s", strerror(errno));
+      ev.events = EPOLLIN;
+      ev.data.ptr = NULL;
+      if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->tfd, &ev) != 0)
+        fatal("bench: epoll_ctl: %s", strerror(errno));
+    }
   }
   return ws;
 }
@@ -1993,6 +2134,7 @@ static int bench_run_load(bench_t *b)
   uint64_t t_stop;
   uint64_t ops = 0;
   uint64_t errors = 0;
+  uint64_t late = 0;
   int srv_ok;
   double secs;
   double p[5];
@@ -2025,8 +2167,11 @@ static int bench_run_load(bench_t *b)
     hist_merge(h, ws[t].hist);
     ops += ws[t].ops;
     errors += ws[t].errors;
+    late += ws[t].late;
     free(ws[t].hist);
     close(ws[t].ep);
+    if (ws[t].tfd >= 0)
+      close(ws[t].tfd);
   }
   free(ws);
   secs = t_stop > b->t_measure ? (t_stop - b->t_measure) / 1e9 : 0;
@@ -2055,6 +2200,8 @@ static int bench_run_load(bench_t *b)
       printf(",\"server_cpu_s\":%.3f,\"server_cpu_us_per_op\":%.3f",
              (srv1 - srv0) / 1e9,
              ops ? (srv1 - srv0) / 1e3 / (double) ops : 0.0);
+    if (b->rate > 0)
+      printf(",\"offered_per_s\":%.1f,\"late_ops\":%" PRIu64, b->rate, late);
     printf("}\n");
   } else {
     if (b->header) {
@@ -2078,6 +2225,9 @@ static int bench_run_load(bench_t *b)
       printf(" %7.2f %9.2f", (srv1 - srv0) / 1e9,
              ops ? (srv1 - srv0) / 1e3 / (double) ops : 0.0);
     printf("\n");
+    if (b->rate > 0)
+      printf("# open loop: %.0f ops/s offered; %" PRIu64 " operations fell "
+             "due while their connection was still busy\n", b->rate, late);
   }
   fflush(stdout);
   if (b->server_pid > 0 && !srv_ok)
@@ -2250,7 +2400,14 @@ static int cmd_bench(int argc, char **argv)
       b->label = v;
     else if (opt_value(argc, argv, &i, "--rendezvous", &v))
       b->rdv_n = (int) arg_int("rendezvous size", v, 1, 1000000);
-    else if (opt_value(argc, argv, &i, "--reps", &v))
+    else if (opt_value(argc, argv, &i, "--rate", &v)) {
+      char *end;
+      errno = 0;
+      b->rate = strtod(v, &end);
+      if (errno != 0 || end == v || *end != '\0' || !(b->rate > 0) ||
+          b->rate > 1e9)
+        usage_error("bench: invalid --rate '%s' (ops/s, more than 0)", v);
+    } else if (opt_value(argc, argv, &i, "--reps", &v))
       b->reps = (int) arg_int("repetitions", v, 1, 100000);
     else if (strcmp(argv[i], "--json") == 0)
       b->json = 1;
@@ -2273,6 +2430,8 @@ static int cmd_bench(int argc, char **argv)
   else
     usage_error("bench: unknown --dialect '%s' (modern, legacy)", dialect);
   b->wire = b->legacy ? &wire_legacy : &wire_modern;
+  if (b->rdv_n > 0 && b->rate > 0)
+    usage_error("bench: --rate and --rendezvous do not go together");
   if (b->rdv_n > 0) {
     b->op = B_RDV;
     b->nconn = b->rdv_n;

@@ -10,7 +10,7 @@
 #   redis       redis-server 7 (no persistence) under redis-benchmark: a
 #               reference for a mature single-threaded in-memory server
 #
-# Steps (STEPS, default "load idle rdv stall redis"):
+# Steps (STEPS, default "load rate idle rdv stall redis"):
 #   load   the same closed-loop load from `uvccl-store bench` against uvccl
 #          (legacy and modern dialects), torch-1.13 (legacy) and bare-epoll
 #          (both): ops set, get, add, waitget at 1, 64, 1000, 4000
@@ -19,6 +19,13 @@
 #          rotating from pass to pass), so that a drifting machine hits all
 #          servers alike. --server-pid gives the server's CPU time per op
 #          (utime+stime from /proc/PID/stat).
+#   rate   open loop: ADD at RATE_CONNS (8000) connections at a set offered
+#          rate (RATES: 10k, 50k, 100k ops/s, evenly spaced, the
+#          connections in turn; latency counted from when each operation
+#          was due), the same servers: what a server that is not saturated
+#          pays per operation, which is where a poll() loop's scan of
+#          every connection shows (in the closed loop each poll() returns
+#          hundreds of ready connections and the scan is shared by them).
 #   idle   ADD at 1 and 64 active connections while IDLE_N (8,000) more are
 #          open and idle (bench/store/idle_conns.py; like the idle second
 #          connection of every 1.13 client): what a poll() loop pays per
@@ -38,7 +45,8 @@
 # bench/store/out/results-TAG.jsonl, the log in out/run-TAG.log, the
 # Markdown tables in out/tables-TAG.md. Environment knobs (defaults):
 #   DURATION=1.5 WARMUP=0.5 REPEAT=3 CONNS="1 64 1000 4000" ADD_EXTRA=8000
-#   OPS="set get add waitget" STEPS="load idle rdv stall redis" IDLE_N=8000
+#   OPS="set get add waitget" STEPS="load rate idle rdv stall redis"
+#   RATE_CONNS=8000 RATES="10000 50000 100000" IDLE_N=8000
 #   RDV=1024 RDV_REPS=5 SOMAXCONN=16384 NICE=-10 PIN=1 SERVER_CPU=0
 #   CLIENT_CPU=1 QUIET_MAX=0.3 QUIET_WAIT=10 QUIET_BUDGET=240 TAG=<date>
 # The server runs on one core and the load generator on the other (taskset;
@@ -68,7 +76,9 @@ REPEAT=${REPEAT:-3}
 CONNS=${CONNS:-"1 64 1000 4000"}
 ADD_EXTRA=${ADD_EXTRA:-8000}
 OPS=${OPS:-"set get add waitget"}
-STEPS=${STEPS:-"load idle rdv stall redis"}
+STEPS=${STEPS:-"load rate idle rdv stall redis"}
+RATE_CONNS=${RATE_CONNS:-8000}
+RATES=${RATES:-"10000 50000 100000"}
 IDLE_N=${IDLE_N:-8000}
 RDV=${RDV:-1024}
 RDV_REPS=${RDV_REPS:-5}
@@ -317,6 +327,30 @@ if has_step load; then
           # shellcheck disable=SC2086
           set -- ${specs[$(((k + rep - 1) % ${#specs[@]}))]}
           REP=$rep bench_run load "$1" "$2" "$3" "$4" "$op" "$c"
+        done
+      done
+    done
+  done
+  stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"
+fi
+
+# ------------------------------------------------------------------- rate
+if has_step rate; then
+  log "## rate: open-loop ADD at [$RATE_CONNS] connections, [$RATES] ops/s offered"
+  start_uvccl "-rate"; U_PID=$SRV_PID; U_PORT=$SRV_PORT
+  start_torch "-rate"; T_PID=$SRV_PID; T_PORT=$SRV_PORT
+  start_bare "-rate";  B_PID=$SRV_PID; B_PORT=$SRV_PORT
+  specs=("uvccl $U_PID $U_PORT legacy" "uvccl $U_PID $U_PORT modern"
+         "torch-1.13 $T_PID $T_PORT legacy"
+         "bare-epoll $B_PID $B_PORT legacy" "bare-epoll $B_PID $B_PORT modern")
+  for rep in $(seq "$REPEAT"); do
+    log "# pass $rep of $REPEAT"
+    for c in $RATE_CONNS; do
+      for rate in $RATES; do
+        for k in $(seq 0 $((${#specs[@]} - 1))); do
+          # shellcheck disable=SC2086
+          set -- ${specs[$(((k + rep - 1) % ${#specs[@]}))]}
+          REP=$rep bench_run rate "$1" "$2" "$3" "$4" add "$c" --rate "$rate"
         done
       done
     done

@@ -26,6 +26,7 @@ redis = [r for r in rows if r.get("test") == "redis"]
 rdv = [r for r in rows if r.get("test") == "rdv"]
 idle = [r for r in rows if str(r.get("test", "")).startswith("idle-")]
 stall = [r for r in rows if str(r.get("test", "")).startswith("stall-")]
+rate = [r for r in rows if r.get("test") == "rate"]
 
 OPS = ["set", "get", "add", "waitget"]
 SERVERS = [("uvccl", "legacy"), ("uvccl", "modern"), ("torch-1.13", "legacy"),
@@ -289,6 +290,61 @@ if body:
     tables.append(("CPU per op against torch-1.13: the bare loop and ours "
                    "(the issue measured the bare loop at 0.77x / 0.61x / "
                    "0.46x at 1,000 / 4,000 / 8,000)", hdr, body, ""))
+
+# ------------------------------------------------------------ open loop
+# Paired per pass like the targets above: each ratio is the median over
+# the passes of (this server / torch-1.13) and (uvccl / bare-epoll of the
+# same dialect) at the same connections and offered rate.
+RP = {}
+for r in rate:
+    if not r.get("failed") and r.get("ops", 0) > 0:
+        RP[(r["server"], r["dialect"], r["connections"],
+            r.get("offered_per_s"), r.get("rep", 1))] = r
+hdr = ["conns", "offered ops/s", "server", "dialect", "done ops/s",
+       "p50_us", "p99_us", "srv_cpu_us/op", "cpu vs torch", "cpu vs bare",
+       "p99 vs torch", "late ops", "passes"]
+body = []
+for c in sorted({k[2] for k in RP}):
+    for off in sorted({k[3] for k in RP if k[2] == c}):
+        rreps = sorted({k[4] for k in RP if k[2] == c and k[3] == off})
+        for s, d in SERVERS:
+            rs = [RP[(s, d, c, off, p)] for p in rreps
+                  if (s, d, c, off, p) in RP]
+            if not rs:
+                continue
+            ct, cb, pt = [], [], []
+            for r in rs:
+                p = r.get("rep", 1)
+                t = RP.get(("torch-1.13", "legacy", c, off, p))
+                b = RP.get(("bare-epoll", d, c, off, p))
+                if t is not None:
+                    ct.append(ratio(cpu(r), cpu(t)))
+                    pt.append(ratio(r["p99_us"], t["p99_us"]))
+                if b is not None and s != "bare-epoll":
+                    cb.append(ratio(cpu(r), cpu(b)))
+            ct = [x for x in ct if x is not None]
+            cb = [x for x in cb if x is not None]
+            pt = [x for x in pt if x is not None]
+            body.append([str(c), f_int(off), s, d,
+                         f_int(median([r["ops_per_s"] for r in rs])),
+                         f_us(median([r["p50_us"] for r in rs])),
+                         f_us(median([r["p99_us"] for r in rs])),
+                         f_cpu(median([cpu(r) for r in rs
+                                       if cpu(r) is not None])),
+                         f_x(median(ct)) if ct and s != "torch-1.13" else "-",
+                         f_x(median(cb)) if cb else "-",
+                         f_x(median(pt)) if pt and s != "torch-1.13" else "-",
+                         str(sum(r.get("late_ops", 0) for r in rs)),
+                         str(len(rs))])
+if body:
+    tables.append(("Open loop: ADD at a set offered rate", hdr, body,
+                   "bench --rate: operations evenly spaced, the connections "
+                   "in turn, latency from when each was due (an operation "
+                   "due while its connection still waits for a reply starts "
+                   "after it: 'late ops', summed over the passes). Each "
+                   "cell: the median over the passes; ratios paired per "
+                   "pass (cpu vs bare: uvccl / bare-epoll of the same "
+                   "dialect)."))
 
 # ------------------------------------------------------------ idle
 hdr = ["server", "dialect", "active conns", "idle conns", "ops/s", "p50_us",
