@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1099,8 +1099,10 @@ typedef struct {
   uint64_t first_send;
   uint64_t last_done;
   /* --rate: operation k of this worker is due at t0 + k * step_ns, on
-   * connection k mod nconns; a timerfd wakes the worker for the next. */
-  int tfd;
+   * connection k mod nconns; epoll_pwait2's nanosecond timeout wakes the
+   * worker for the next (one system call per wake-up, where a timerfd
+   * would take three: the load generator's core is the limit at high
+   * rates). */
   double step_ns;
   uint64_t t0;
   uint64_t k;
@@ -1403,15 +1405,13 @@ static void w_reply(worker_t *w, conn_t *c)
   w_start_op(w, c, now, now);
 }
 
-/* --rate: starts every operation due by now and arms the timer for the
- * next. An operation due on a connection still waiting for its previous
- * reply queues behind it and counts from its due time, so a slow server
- * shows in the latency instead of slowing the offered load (no
- * coordinated omission). */
+/* --rate: starts every operation due by now. An operation due on a
+ * connection still waiting for its previous reply queues behind it and
+ * counts from its due time, so a slow server shows in the latency instead
+ * of slowing the offered load (no coordinated omission). */
 static void w_rate_tick(worker_t *w, uint64_t now)
 {
   bench_t *b = w->b;
-  struct itimerspec its;
   conn_t *c;
 
   while (w->next_due <= now && w->next_due < b->t_end) {
@@ -1428,13 +1428,6 @@ static void w_rate_tick(worker_t *w, uint64_t now)
     w->k++;
     w->next_due = w->t0 + (uint64_t) (w->step_ns * (double) w->k);
   }
-  memset(&its, 0, sizeof(its));
-  if (w->next_due < b->t_end) {
-    its.it_value.tv_sec = (time_t) (w->next_due / 1000000000u);
-    its.it_value.tv_nsec = (long) (w->next_due % 1000000000u);
-  }
-  if (timerfd_settime(w->tfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-    fatal("bench: timerfd_settime: %s", strerror(errno));
 }
 
 static void w_readable(worker_t *w, conn_t *c)
@@ -1498,6 +1491,26 @@ static void w_scan_timeouts(worker_t *w, uint64_t now)
   }
 }
 
+/* epoll_wait with a timeout in nanoseconds: epoll_pwait2 (Linux 5.11),
+ * or where the kernel lacks it, whole milliseconds rounded down, which
+ * spins through the last one (the load generator has a core of its own). */
+static int rate_wait(int ep, struct epoll_event *ev, int max, uint64_t ns)
+{
+  static int no_pwait2;
+  struct timespec ts;
+  int n;
+
+  if (!no_pwait2) {
+    ts.tv_sec = (time_t) (ns / 1000000000u);
+    ts.tv_nsec = (long) (ns % 1000000000u);
+    n = epoll_pwait2(ep, ev, max, &ts, NULL);
+    if (n >= 0 || errno != ENOSYS)
+      return n;
+    __atomic_store_n(&no_pwait2, 1, __ATOMIC_RELAXED);
+  }
+  return epoll_wait(ep, ev, max, (int) (ns / 1000000u));
+}
+
 static void *worker_main(void *arg)
 {
   worker_t *w = arg;
@@ -1519,6 +1532,9 @@ static void *worker_main(void *arg)
     if (w->conns[i].state == C_READY)
       w->active++;
   if (b->rate > 0) {
+    /* Timeouts wake up to 50 us late by default (timer slack, per
+     * thread), which would count as latency. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     w->t0 = now;
     w->next_due = now;
     w->k = 0;
@@ -1537,8 +1553,14 @@ static void *worker_main(void *arg)
       next_scan = now + 100000000u;
     }
     until = b->t_end < next_scan ? b->t_end : next_scan;
-    tmo = (int) ((until - now + 999999) / 1000000);
-    n = epoll_wait(w->ep, ev, 256, tmo);
+    if (b->rate > 0) {
+      if (w->next_due < until)
+        until = w->next_due;
+      n = rate_wait(w->ep, ev, 256, until > now ? until - now : 0);
+    } else {
+      tmo = (int) ((until - now + 999999) / 1000000);
+      n = epoll_wait(w->ep, ev, 256, tmo);
+    }
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -1547,13 +1569,6 @@ static void *worker_main(void *arg)
     }
     for (i = 0; i < n; i++) {
       c = ev[i].data.ptr;
-      if (c == NULL) {  /* the --rate timer */
-        uint64_t exp;
-        if (read(w->tfd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
-          fatal("bench: timerfd read: %s", strerror(errno));
-        w_rate_tick(w, now_ns());
-        continue;
-      }
       if (c->state != C_READY)
         continue;
       if ((ev[i].events & EPOLLOUT) && c->out_off < c->out_len) {
@@ -1566,6 +1581,8 @@ static void *worker_main(void *arg)
       if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
         w_readable(w, c);
     }
+    if (b->rate > 0)
+      w_rate_tick(w, now_ns());
   }
   /* A rendezvous that ran out of time: whoever is still waiting failed. */
   if (b->op == B_RDV)
@@ -2065,18 +2082,9 @@ static worker_t *bench_workers(bench_t *b)
       if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->conns[i].fd, &ev) != 0)
         fatal("bench: epoll_ctl: %s", strerror(errno));
     }
-    w->tfd = -1;
-    if (b->rate > 0) {
+    if (b->rate > 0)
       /* Each worker offers its share of the rate over its connections. */
       w->step_ns = 1e9 / (b->rate * w->nconns / b->nconn);
-      w->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-      if (w->tfd < 0)
-        fatal("bench: timerfd_create: %s", strerror(errno));
-      ev.events = EPOLLIN;
-      ev.data.ptr = NULL;
-      if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->tfd, &ev) != 0)
-        fatal("bench: epoll_ctl: %s", strerror(errno));
-    }
   }
   return ws;
 }
@@ -2170,8 +2178,6 @@ static int bench_run_load(bench_t *b)
     late += ws[t].late;
     free(ws[t].hist);
     close(ws[t].ep);
-    if (ws[t].tfd >= 0)
-      close(ws[t].tfd);
   }
   free(ws);
   secs = t_stop > b->t_measure ? (t_stop - b->t_measure) / 1e9 : 0;

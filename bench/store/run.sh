@@ -20,7 +20,7 @@
 #          servers alike. --server-pid gives the server's CPU time per op
 #          (utime+stime from /proc/PID/stat).
 #   rate   open loop: ADD at RATE_CONNS (8000) connections at a set offered
-#          rate (RATES: 10k, 50k, 100k ops/s, evenly spaced, the
+#          rate (RATES: 10k, 25k, 50k ops/s, evenly spaced, the
 #          connections in turn; latency counted from when each operation
 #          was due), the same servers: what a server that is not saturated
 #          pays per operation, which is where a poll() loop's scan of
@@ -46,7 +46,7 @@
 # Markdown tables in out/tables-TAG.md. Environment knobs (defaults):
 #   DURATION=1.5 WARMUP=0.5 REPEAT=3 CONNS="1 64 1000 4000" ADD_EXTRA=8000
 #   OPS="set get add waitget" STEPS="load rate idle rdv stall redis"
-#   RATE_CONNS=8000 RATES="10000 50000 100000" IDLE_N=8000
+#   RATE_CONNS=8000 RATES="10000 25000 50000" IDLE_N=8000
 #   RDV=1024 RDV_REPS=5 SOMAXCONN=16384 NICE=-10 PIN=1 SERVER_CPU=0
 #   CLIENT_CPU=1 QUIET_MAX=0.3 QUIET_WAIT=10 QUIET_BUDGET=240 TAG=<date>
 # The server runs on one core and the load generator on the other (taskset;
@@ -78,7 +78,7 @@ ADD_EXTRA=${ADD_EXTRA:-8000}
 OPS=${OPS:-"set get add waitget"}
 STEPS=${STEPS:-"load rate idle rdv stall redis"}
 RATE_CONNS=${RATE_CONNS:-8000}
-RATES=${RATES:-"10000 50000 100000"}
+RATES=${RATES:-"10000 25000 50000"}
 IDLE_N=${IDLE_N:-8000}
 RDV=${RDV:-1024}
 RDV_REPS=${RDV_REPS:-5}

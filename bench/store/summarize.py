@@ -302,7 +302,7 @@ for r in rate:
             r.get("offered_per_s"), r.get("rep", 1))] = r
 hdr = ["conns", "offered ops/s", "server", "dialect", "done ops/s",
        "p50_us", "p99_us", "srv_cpu_us/op", "cpu vs torch", "cpu vs bare",
-       "p99 vs torch", "late ops", "passes"]
+       "p99 vs torch", "late ops", "client busy", "passes"]
 body = []
 for c in sorted({k[2] for k in RP}):
     for off in sorted({k[3] for k in RP if k[2] == c}):
@@ -335,13 +335,18 @@ for c in sorted({k[2] for k in RP}):
                          f_x(median(cb)) if cb else "-",
                          f_x(median(pt)) if pt and s != "torch-1.13" else "-",
                          str(sum(r.get("late_ops", 0) for r in rs)),
+                         "%.0f%%" % (100 * max(r.get("client_cpu_s", 0) /
+                                               r["duration_s"] for r in rs)),
                          str(len(rs))])
 if body:
     tables.append(("Open loop: ADD at a set offered rate", hdr, body,
                    "bench --rate: operations evenly spaced, the connections "
                    "in turn, latency from when each was due (an operation "
                    "due while its connection still waits for a reply starts "
-                   "after it: 'late ops', summed over the passes). Each "
+                   "after it: 'late ops', summed over the passes). client "
+                   "busy: the load generator's CPU time over the window, "
+                   "the highest of the passes (near 100%, it is the "
+                   "load generator that limits). Each "
                    "cell: the median over the passes; ratios paired per "
                    "pass (cpu vs bare: uvccl / bare-epoll of the same "
                    "dialect)."))
