@@ -307,55 +307,61 @@ printf '{"test":"env","git":"%s+%s","nice":%s,"pin":"%s","tag":"%s","nproc":%d,"
 
 has_step() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 
+# The load and rate steps run the same five (server, dialect) pairs against
+# one set of servers: start_all starts them and fills SPECS; each_server
+# TEST REP OP CONNS [args...] runs one cell on every one of them in turn,
+# the order rotating from pass to pass so that a drifting machine hits all
+# servers alike.
+start_all() {
+  start_uvccl "$1"; U_PID=$SRV_PID; U_PORT=$SRV_PORT
+  start_torch "$1"; T_PID=$SRV_PID; T_PORT=$SRV_PORT
+  start_bare "$1";  B_PID=$SRV_PID; B_PORT=$SRV_PORT
+  SPECS=("uvccl $U_PID $U_PORT legacy" "uvccl $U_PID $U_PORT modern"
+         "torch-1.13 $T_PID $T_PORT legacy"
+         "bare-epoll $B_PID $B_PORT legacy" "bare-epoll $B_PID $B_PORT modern")
+}
+stop_all() { stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"; }
+each_server() {
+  local test=$1 rep=$2 op=$3 c=$4 k extra
+  shift 4
+  extra=("$@")
+  for k in $(seq 0 $((${#SPECS[@]} - 1))); do
+    # shellcheck disable=SC2086
+    set -- ${SPECS[$(((k + rep - 1) % ${#SPECS[@]}))]}
+    REP=$rep bench_run "$test" "$1" "$2" "$3" "$4" "$op" "$c" "${extra[@]}"
+  done
+}
+
 # ------------------------------------------------------------------- load
 if has_step load; then
   log "## load: ops [$OPS] at [$CONNS] connections (add also at $ADD_EXTRA)"
-  start_uvccl ""; U_PID=$SRV_PID; U_PORT=$SRV_PORT
-  start_torch ""; T_PID=$SRV_PID; T_PORT=$SRV_PORT
-  start_bare "";  B_PID=$SRV_PID; B_PORT=$SRV_PORT
-  specs=("uvccl $U_PID $U_PORT legacy" "uvccl $U_PID $U_PORT modern"
-         "torch-1.13 $T_PID $T_PORT legacy"
-         "bare-epoll $B_PID $B_PORT legacy" "bare-epoll $B_PID $B_PORT modern")
+  start_all ""
   for rep in $(seq "$REPEAT"); do
     log "# pass $rep of $REPEAT"
     for op in $OPS; do
       list=$CONNS
       [ "$op" = add ] && [ -n "$ADD_EXTRA" ] && list="$list $ADD_EXTRA"
       for c in $list; do
-        # every server in turn; the order rotates from pass to pass
-        for k in $(seq 0 $((${#specs[@]} - 1))); do
-          # shellcheck disable=SC2086
-          set -- ${specs[$(((k + rep - 1) % ${#specs[@]}))]}
-          REP=$rep bench_run load "$1" "$2" "$3" "$4" "$op" "$c"
-        done
+        each_server load "$rep" "$op" "$c"
       done
     done
   done
-  stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"
+  stop_all
 fi
 
 # ------------------------------------------------------------------- rate
 if has_step rate; then
   log "## rate: open-loop ADD at [$RATE_CONNS] connections, [$RATES] ops/s offered"
-  start_uvccl "-rate"; U_PID=$SRV_PID; U_PORT=$SRV_PORT
-  start_torch "-rate"; T_PID=$SRV_PID; T_PORT=$SRV_PORT
-  start_bare "-rate";  B_PID=$SRV_PID; B_PORT=$SRV_PORT
-  specs=("uvccl $U_PID $U_PORT legacy" "uvccl $U_PID $U_PORT modern"
-         "torch-1.13 $T_PID $T_PORT legacy"
-         "bare-epoll $B_PID $B_PORT legacy" "bare-epoll $B_PID $B_PORT modern")
+  start_all "-rate"
   for rep in $(seq "$REPEAT"); do
     log "# pass $rep of $REPEAT"
     for c in $RATE_CONNS; do
       for rate in $RATES; do
-        for k in $(seq 0 $((${#specs[@]} - 1))); do
-          # shellcheck disable=SC2086
-          set -- ${specs[$(((k + rep - 1) % ${#specs[@]}))]}
-          REP=$rep bench_run rate "$1" "$2" "$3" "$4" add "$c" --rate "$rate"
-        done
+        each_server rate "$rep" add "$c" --rate "$rate"
       done
     done
   done
-  stop_server "$U_PID"; stop_server "$T_PID"; stop_server "$B_PID"
+  stop_all
 fi
 
 # ------------------------------------------------------------------- idle
