@@ -1937,9 +1937,8 @@ fail:
   return -1;
 }
 
-/* utime + stime of a whole process (all its threads), in ns. */
-/* CPU time of a process from /proc/PID/stat (utime + stime), in clock
- * ticks (10 ms): coarse, but there for any process. */
+/* CPU time of a whole process (all its threads) from /proc/PID/stat
+ * (utime + stime), in ns but counted in clock ticks (10 ms). */
 static int proc_stat_cpu_ns(long pid, uint64_t *ns)
 {
   char path[64];
@@ -1980,10 +1979,11 @@ static int proc_stat_cpu_ns(long pid, uint64_t *ns)
 
 /* CPU time of a process, all its threads, in nanoseconds: the sum of the
  * run times in /proc/PID/task/TID/schedstat (the server of PyTorch 1.13
- * runs in a thread of its own). A server at a low rate runs about a
- * second of CPU per measurement, so the 10 ms ticks of /proc/PID/stat
- * would be a few percent off; they are the fallback where schedstat is
- * missing. */
+ * runs in a thread of its own). A server under a light load uses a tenth
+ * of a second of CPU or so in a measurement, which the 10 ms ticks of
+ * /proc/PID/stat would count to within 10%; they are the fallback where
+ * schedstat is missing. The servers measured keep their threads: the run
+ * time of one that exits mid-window would be lost. */
 static int proc_cpu_ns(long pid, uint64_t *ns)
 {
   char path[320];
