@@ -327,10 +327,17 @@ static void test_signals(void) {
                       "echo ready; sleep 30; echo not-reached", NULL};
   const char *a3[] = {"-n", "2", "/bin/sh", "-c", "echo ready; exec sleep 30",
                       NULL};
-  const char *a2[] = {"-n", "2", "/bin/sh", "-c",
-                      "trap '' TERM; echo ready; "
-                      "if [ $RANK = 1 ]; then exit 1; fi; sleep 30",
-                      NULL};
+  /* Rank 1 fails only once rank 0 ignores SIGTERM: on a busy machine
+   * rank 0's shell may not have reached its trap yet when rank 1 exits. */
+  char flag[64], script[256];
+  const char *a2[] = {"-n", "2", "/bin/sh", "-c", script, NULL};
+  snprintf(flag, sizeof(flag), "/tmp/uvccl-t2003-%ld.ready", (long)getpid());
+  snprintf(script, sizeof(script),
+           "if [ $RANK = 1 ]; then while [ ! -e %s ]; do sleep 0.01; done; "
+           "echo ready; exit 1; fi; trap '' TERM; echo ready; : > %s; "
+           "sleep 30",
+           flag, flag);
+  unlink(flag);
   run_ex(&r, a1, 2, SIGTERM);
   ok(r.status == 128 + SIGTERM && !strstr(r.err, "SIGKILL") &&
          !strstr(r.out, "not-reached"),
@@ -357,6 +364,7 @@ static void test_signals(void) {
   ok(strstr(r.err, "SIGKILL") != NULL, "and it says so");
   ok(no_leftovers(), "nothing left behind");
   res_free(&r);
+  unlink(flag);
 }
 
 static void test_usage(void) {
