@@ -15,8 +15,10 @@
 #include "kv.h"
 #include "proto.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define READ_CHUNK (64 * 1024)
 /* A connection keeps at most this much buffer capacity when idle. */
@@ -131,24 +133,42 @@ static void conn_after_write(uv_write_t *req, int status) {
 
 static void conn_resume(conn_t *c);
 
-/* Hands pending output to the kernel: try_write first (the common case
- * writes it all with no request), a uv_write for whatever remains. When the
+/* What uv_try_write does with nothing queued, but with send(): on a
+ * socket, write() also passes through the VFS layer (rw_verify_area,
+ * fsnotify, the file position lock), which perf puts at ~5% of the
+ * server's CPU per operation under load. Returns the bytes written, 0 if
+ * the socket is full, or a negative libuv error. */
+static ssize_t conn_send(conn_t *c, const void *p, size_t len) {
+  uv_os_fd_t fd;
+  ssize_t n;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0) return UV_EBADF;
+  do
+    n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n >= 0) return n;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+  return -errno;
+}
+
+/* Hands pending output to the kernel: a direct send first (the common
+ * case writes it all with no request), a uv_write for whatever remains. When the
  * output drains, a connection paused for backpressure resumes and its
  * buffered requests are answered here and now: waiting for the next check
  * phase could wait forever, since a paused connection watches nothing. */
 static void conn_flush(conn_t *c) {
   uv_buf_t b;
-  int n;
+  ssize_t n;
+  int rc;
   uvccl__obuf_t t;
 
   for (;;) {
+    /* Nothing of ours is queued in libuv here (one uv_write at a time,
+     * and none while writing), so a direct send keeps the order. */
     if (c->closing || c->writing) return;
     if (c->out.len > 0) {
-      b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
-      n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-      if (n == UV_EAGAIN || n == UV_ENOSYS) n = 0;
+      n = conn_send(c, c->out.base, c->out.len);
       if (n < 0) {
-        conn_close(c, uv_strerror(n));
+        conn_close(c, uv_strerror((int)n));
         return;
       }
       if ((size_t)n < c->out.len) {
@@ -161,10 +181,10 @@ static void conn_flush(conn_t *c) {
         b = uv_buf_init((char *)c->wbuf.base + n,
                         (unsigned)(c->wbuf.len - n));
         c->wreq.data = c;
-        n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1,
-                     conn_after_write);
-        if (n < 0) {
-          conn_close(c, uv_strerror(n));
+        rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1,
+                      conn_after_write);
+        if (rc < 0) {
+          conn_close(c, uv_strerror(rc));
           return;
         }
         c->writing = 1;
