@@ -151,10 +151,11 @@ static ssize_t conn_send(conn_t *c, const void *p, size_t len) {
 }
 
 /* Hands pending output to the kernel: a direct send first (the common
- * case writes it all with no request), a uv_write for whatever remains. When the
- * output drains, a connection paused for backpressure resumes and its
- * buffered requests are answered here and now: waiting for the next check
- * phase could wait forever, since a paused connection watches nothing. */
+ * case writes it all with no request), a uv_write for whatever remains.
+ * When the output drains, a connection paused for backpressure resumes and
+ * its buffered requests are answered here and now: waiting for the next
+ * check phase could wait forever, since a paused connection watches
+ * nothing. */
 static void conn_flush(conn_t *c) {
   uv_buf_t b;
   ssize_t n;
