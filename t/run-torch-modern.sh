@@ -7,17 +7,26 @@
 #   t/run-torch-modern.sh            # python3 from PATH (must have torch)
 #   PYTHON=/usr/bin/python3 t/run-torch-modern.sh
 #   UVCCL_STORE=build-san/bin/uvccl-store t/run-torch-modern.sh
+#   TORCH_ROOT=/opt/uvccl-torch/trixie t/run-torch-modern.sh  # see
+#                                          # tools/torch-root.sh
 set -u
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
 STORE=${UVCCL_STORE:-build/bin/uvccl-store}
 if [ ! -x "$STORE" ]; then
   echo "run-torch-modern: $STORE not found; run make first" >&2
   exit 2
 fi
-if ! "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
-  echo "run-torch-modern: $PYTHON has no torch.distributed" >&2
+if [ -n "${TORCH_ROOT:-}" ]; then
+  # A root made by tools/torch-root.sh; `run` copies the script in.
+  python=(tools/torch-root.sh run "$TORCH_ROOT" python3)
+  client=/uvccl/torch_modern_client.py
+else
+  python=("${PYTHON:-python3}")
+  client=t/torch_modern_client.py
+fi
+if ! "${python[@]}" -c 'import torch.distributed' 2>/dev/null; then
+  echo "run-torch-modern: ${python[*]} has no torch.distributed" >&2
   exit 2
 fi
 
@@ -56,7 +65,7 @@ fi
 echo "# uvccl-store serving on 127.0.0.1:$port (pid $server_pid)"
 
 GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-lo} \
-  "$PYTHON" t/torch_modern_client.py "127.0.0.1:$port"
+  "${python[@]}" "$client" "127.0.0.1:$port"
 status=$?
 
 if ! kill -0 "$server_pid" 2>/dev/null; then

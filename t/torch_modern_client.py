@@ -36,8 +36,17 @@ def secs(s):
 
 def tcpstore(host, port, timeout=60, world_size=None):
     import torch.distributed as dist
-    return dist.TCPStore(host, port, world_size=world_size, is_master=False,
-                         timeout=secs(timeout))
+    try:
+        return dist.TCPStore(host, port, world_size=world_size,
+                             is_master=False, timeout=secs(timeout))
+    except RuntimeError as e:
+        # Builds without libuv (Debian's 2.6 and later) refuse the default
+        # use_libuv=True even for a client, which never uses it.
+        if "libuv" not in str(e):
+            raise
+        return dist.TCPStore(host, port, world_size=world_size,
+                             is_master=False, timeout=secs(timeout),
+                             use_libuv=False)
 
 
 def big_value(n=1 << 20):
@@ -172,8 +181,18 @@ def helper_main(argv):
         import torch.distributed as dist
         # Every rank a client of the server at HOST:PORT (the elastic agent
         # store mode); plain tcp:// would make rank 0 bind the port itself.
-        dist.init_process_group("gloo", init_method="tcp://%s:%d" % (host, port),
-                                rank=rank, world_size=ws, timeout=secs(90))
+        if torch_has_libuv():
+            dist.init_process_group("gloo",
+                                    init_method="tcp://%s:%d" % (host, port),
+                                    rank=rank, world_size=ws,
+                                    timeout=secs(90))
+        else:
+            # Builds without libuv (Debian's) fail in the agent store path,
+            # which passes no use_libuv and so gets the refused default;
+            # such a job hands its own client store over instead.
+            dist.init_process_group("gloo", store=tcpstore(host, port),
+                                    rank=rank, world_size=ws,
+                                    timeout=secs(90))
         print("rank=%d" % dist.get_rank(), flush=True)
         t = torch.tensor([rank + 1.0, 10.0 * (rank + 1), 1.0])
         dist.all_reduce(t)
@@ -189,6 +208,18 @@ def helper_main(argv):
         raise SystemExit("unknown helper mode " + mode)
     print("done=1", flush=True)
     return 0
+
+
+def torch_has_libuv():
+    import torch.distributed as dist
+    try:
+        dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      use_libuv=True)
+        return True
+    except RuntimeError as e:
+        return "libuv" not in str(e)
+    except TypeError:  # no use_libuv argument: older than 2.3
+        return True
 
 
 def call_barrier(s, key, world_size, timeout_s):
@@ -351,7 +382,14 @@ def test_queues(c):
     import torch.distributed as dist
     n0 = s.num_keys()
     q = ns + "q"
-    T.eq(s.queue_len(q), 0, "queue_len of a missing queue")
+    try:
+        n = s.queue_len(q)
+    except NotImplementedError as e:
+        # Newer clients (2.14 here) refuse queues when made with use_libuv=False,
+        # the only kind a build without libuv (Debian's) can make.
+        T.skip("queue_push / queue_pop / queue_len", str(e))
+        return
+    T.eq(n, 0, "queue_len of a missing queue")
     s.queue_push(q, b"i1")
     s.queue_push(q, "i2")
     T.eq(s.queue_len(q), 2, "queue_len after 2 pushes")
@@ -432,7 +470,8 @@ def test_process_group(c):
     for r, p in enumerate(ps):
         rc, f, text = reap(p)
         good = T.ok(rc == 0 and f.get("done") == "1",
-                    "rank %d: init_process_group(gloo, tcp://) and exit 0" % r,
+                    "rank %d: init_process_group(gloo) through this server, "
+                    "exit 0" % r,
                     text[-3000:])
         if good:
             T.eq(f.get("rank"), str(r), "rank %d: its rank" % r)
