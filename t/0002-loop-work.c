@@ -101,6 +101,23 @@ int main(void) {
   ok(strstr(w.msg, "never") != NULL, "message names the key: %s", w.msg);
   is_str(uvccl_work_state_name(w.state), "timed out", "state name");
 
+  /* A timeout counts from the call, not from when the loop last ran: the
+   * loop sits idle for 300 ms, then a wait of 200 ms starts. */
+  {
+    uint64_t t0;
+    struct timespec nap = {0, 300 * 1000000L};
+    calls = 0;
+    uv_run(&loop, UV_RUN_NOWAIT);
+    nanosleep(&nap, NULL);
+    t0 = uv_hrtime();
+    uvccl_store_wait(&s, &w, k, 1, 200, count_cb);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    is_int(last_status, UV_ETIMEDOUT, "after an idle loop: times out");
+    ok((uv_hrtime() - t0) / 1000000 >= 190,
+       "after an idle loop: not before its 200 ms (%llu ms)",
+       (unsigned long long)((uv_hrtime() - t0) / 1000000));
+  }
+
   /* Cancel */
   calls = 0;
   uvccl_store_wait(&s, &w, k, 1, 10000, count_cb);

@@ -42,6 +42,11 @@ int uvccl__work_start(uvccl_work_t *w, uv_loop_t *loop, const char *op,
   w->owner_ = owner;
   w->next_ = w->prev_ = NULL;
   w->timeout_ms_ = timeout_ms;
+  /* The loop's clock only moves when the loop runs: a call made after the
+   * caller blocked elsewhere (bootstrap code, another loop, a slow child
+   * process) would otherwise start its timeout in the past and time out at
+   * once. A coarse clock read. */
+  uv_update_time(loop);
   w->started_ms_ = uv_now(loop);
   w->flags_ = 0;
   w->pending_status_ = 0;
