@@ -25,11 +25,11 @@
 #define PY "/usr/bin/python3" /* Debian's python3-torch; not PATH's python3 */
 #endif
 #define HELPER UVCCL_SRC_DIR "/t/py/torch_store_client.py"
-#define BIG_LEN (1 << 20)
 #define NADDERS 8
 #define NADDS 100
 
 #include "child.h"
+#include "torch_values.h"
 
 /* Starts the Python helper with the server's port and args... */
 static int spawn_helper(child_t *ch, int port, const char *const *args) {
@@ -75,18 +75,6 @@ static long unhex_long(const char *h) {
   }
   txt[n] = '\0';
   return strtol(txt, NULL, 10);
-}
-
-/* The values the Python helper uses (see big_value and BINARY there). */
-static unsigned char big[BIG_LEN];
-static unsigned char binary[260];
-
-static void make_values(void) {
-  int i;
-  for (i = 0; i < BIG_LEN; i++) big[i] = (unsigned char)((i * 7 + 3) % 251);
-  for (i = 0; i < BIG_LEN; i += 4096) big[i] = 0;
-  for (i = 0; i < 256; i++) binary[i] = (unsigned char)i;
-  memcpy(binary + 256, "\0\0x\0", 4);
 }
 
 /* ---- our server, in its own thread ---------------------------------------- */

@@ -26,10 +26,11 @@
 #endif
 #define CLIENT_PY UVCCL_SRC_DIR "/t/py/torch_store_client.py"
 #define SERVER_PY UVCCL_SRC_DIR "/t/py/torch_store_server.py"
-#define BIG_LEN (1 << 20)
 #define NPIPE 1000
 
 #include "child.h"
+#include "torch_values.h"
+#include "loop_helpers.h"
 
 /* ---- the PyTorch server ---------------------------------------------------- */
 
@@ -52,37 +53,11 @@ static void start_torch_server(void) {
 }
 
 /* Closes its stdin: it stops and exits. Returns its exit status. */
-static int stop_torch_server(void) {
-  int i, st = 0;
-  pid_t r = 0;
-  close(srv.in);
-  srv.in = -1;
-  for (i = 0; i < 1500; i++) { /* 30 s */
-    drain(&srv, 0);
-    r = waitpid(srv.pid, &st, WNOHANG);
-    if (r == srv.pid) break;
-    sleep_ms(20);
-  }
-  if (r != srv.pid) {
-    kill(srv.pid, SIGKILL);
-    waitpid(srv.pid, &st, 0);
-  }
-  live_del(srv.pid);
-  drain(&srv, 1);
-  close(srv.fd);
-  srv.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r == srv.pid ? srv.status : -1;
-}
+static int stop_torch_server(void) { return stop_by_eof(&srv, 30000); }
 
 /* ---- our client --------------------------------------------------------- */
 
 static uv_loop_t loop;
-static int closed;
-static void on_closed(uvccl_store_t *s) {
-  (void)s;
-  closed++;
-}
-
 static void open_client(uvccl_store_t *s, int world_size) {
   uvccl_tcp_store_options_t o = {0};
   memset(s, 0, sizeof(*s));
@@ -94,39 +69,11 @@ static void open_client(uvccl_store_t *s, int world_size) {
   tap_require(uvccl_tcp_store_init(&loop, s, &o) == 0, "client init");
 }
 
-static void close_client(uvccl_store_t *s) {
-  int before = closed;
-  uvccl_store_close(s, on_closed);
-  while (closed == before) uv_run(&loop, UV_RUN_ONCE);
-}
+static void close_client(uvccl_store_t *s) { store_close_wait(&loop, s); }
 
 static int run(uvccl_work_t *w) { return uvccl_work_wait(w); }
 
-static void timer_fired(uv_timer_t *t) { *(int *)t->data = 1; }
-static void timer_closed(uv_handle_t *h) { (void)h; }
-
-/* Runs the loop for ms (the works on it progress meanwhile). */
-static void run_for(int ms) {
-  uv_timer_t t;
-  int fired = 0;
-  uv_timer_init(&loop, &t);
-  t.data = &fired;
-  uv_timer_start(&t, timer_fired, (uint64_t)ms, 0);
-  while (!fired) uv_run(&loop, UV_RUN_ONCE);
-  uv_close((uv_handle_t *)&t, timer_closed);
-  uv_run(&loop, UV_RUN_NOWAIT);
-}
-
-static unsigned char big[BIG_LEN];
-static unsigned char binary[260];
-
-static void make_values(void) {
-  int i;
-  for (i = 0; i < BIG_LEN; i++) big[i] = (unsigned char)((i * 7 + 3) % 251);
-  for (i = 0; i < BIG_LEN; i += 4096) big[i] = 0;
-  for (i = 0; i < 256; i++) binary[i] = (unsigned char)i;
-  memcpy(binary + 256, "\0\0x\0", 4);
-}
+static void run_for(int ms) { loop_run_for(&loop, ms); }
 
 static int64_t nkeys; /* what the server holds */
 

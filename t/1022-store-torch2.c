@@ -30,10 +30,11 @@
 #include <time.h>
 
 #include "child.h"
+#include "torch_values.h"
+#include "loop_helpers.h"
 
 #define RUN_MODERN UVCCL_SRC_DIR "/t/run-torch-modern.sh"
 #define TORCH_ROOT_SH UVCCL_SRC_DIR "/tools/torch-root.sh"
-#define BIG_LEN (1 << 20)
 #define MAX_ENVS 8
 
 /* ---- where PyTorch 2.x is ----------------------------------------------- */
@@ -178,18 +179,7 @@ static void their_client(const torch_env_t *e) {
 static child_t srv;
 static int port;
 static uv_loop_t loop;
-static int closed;
-static unsigned char big[BIG_LEN];
-static unsigned char binary[260];
 static char ns[64]; /* this run's key prefix */
-
-static void make_values(void) {
-  int i;
-  for (i = 0; i < BIG_LEN; i++) big[i] = (unsigned char)((i * 7 + 3) % 251);
-  for (i = 0; i < BIG_LEN; i += 4096) big[i] = 0;
-  for (i = 0; i < 256; i++) binary[i] = (unsigned char)i;
-  memcpy(binary + 256, "\0\0x\0", 4);
-}
 
 /* Returns 1 if the server runs, 0 if the build lacks that backend. */
 static int start_server(const torch_env_t *e, const char *backend) {
@@ -222,31 +212,9 @@ static int start_server(const torch_env_t *e, const char *backend) {
 }
 
 static int stop_server(void) {
-  int i, st = 0;
-  pid_t r = 0;
-  close(srv.in);
-  srv.in = -1;
-  for (i = 0; i < 1500; i++) { /* 30 s */
-    drain(&srv, 0);
-    r = waitpid(srv.pid, &st, WNOHANG);
-    if (r == srv.pid) break;
-    sleep_ms(20);
-  }
-  if (r != srv.pid) {
-    kill(srv.pid, SIGKILL);
-    waitpid(srv.pid, &st, 0);
-  }
-  live_del(srv.pid);
-  drain(&srv, 1);
-  close(srv.fd);
-  srv.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  int r = stop_by_eof(&srv, 30000);
   child_free(&srv);
-  return r == srv.pid ? srv.status : -1;
-}
-
-static void on_closed(uvccl_store_t *s) {
-  (void)s;
-  closed++;
+  return r;
 }
 
 static void open_client(uvccl_store_t *s, int world_size) {
@@ -259,27 +227,11 @@ static void open_client(uvccl_store_t *s, int world_size) {
   tap_require(uvccl_tcp_store_init(&loop, s, &o) == 0, "client init");
 }
 
-static void close_client(uvccl_store_t *s) {
-  int before = closed;
-  uvccl_store_close(s, on_closed);
-  while (closed == before) uv_run(&loop, UV_RUN_ONCE);
-}
+static void close_client(uvccl_store_t *s) { store_close_wait(&loop, s); }
 
 static int run(uvccl_work_t *w) { return uvccl_work_wait(w); }
 
-static void timer_fired(uv_timer_t *t) { *(int *)t->data = 1; }
-static void timer_closed(uv_handle_t *h) { (void)h; }
-
-static void run_for(int ms) {
-  uv_timer_t t;
-  int fired = 0;
-  uv_timer_init(&loop, &t);
-  t.data = &fired;
-  uv_timer_start(&t, timer_fired, (uint64_t)ms, 0);
-  while (!fired) uv_run(&loop, UV_RUN_ONCE);
-  uv_close((uv_handle_t *)&t, timer_closed);
-  uv_run(&loop, UV_RUN_NOWAIT);
-}
+static void run_for(int ms) { loop_run_for(&loop, ms); }
 
 /* This run's key for name (the server is fresh, but a prefix keeps the
  * descriptions honest about what is ours). */

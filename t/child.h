@@ -202,4 +202,30 @@ static inline void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+/* For a child that serves until its stdin reaches EOF: closes its stdin
+ * and reaps it, SIGKILLing it after timeout_ms. Returns its exit status,
+ * or -1 if it had to be killed. */
+static inline int stop_by_eof(child_t *ch, int timeout_ms) {
+  int i, st = 0;
+  pid_t r = 0;
+  close(ch->in);
+  ch->in = -1;
+  for (i = 0; i < timeout_ms / 20; i++) {
+    drain(ch, 0);
+    r = waitpid(ch->pid, &st, WNOHANG);
+    if (r == ch->pid) break;
+    sleep_ms(20);
+  }
+  if (r != ch->pid) {
+    kill(ch->pid, SIGKILL);
+    waitpid(ch->pid, &st, 0);
+  }
+  live_del(ch->pid);
+  drain(ch, 1);
+  close(ch->fd);
+  ch->fd = -1;
+  ch->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r == ch->pid ? ch->status : -1;
+}
+
 #endif
