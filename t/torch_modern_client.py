@@ -181,15 +181,18 @@ def helper_main(argv):
         import torch.distributed as dist
         # Every rank a client of the server at HOST:PORT (the elastic agent
         # store mode); plain tcp:// would make rank 0 bind the port itself.
-        if torch_has_libuv():
+        try:
             dist.init_process_group("gloo",
                                     init_method="tcp://%s:%d" % (host, port),
                                     rank=rank, world_size=ws,
                                     timeout=secs(90))
-        else:
+        except RuntimeError as e:
             # Builds without libuv (Debian's) fail in the agent store path,
-            # which passes no use_libuv and so gets the refused default;
-            # such a job hands its own client store over instead.
+            # which passes no use_libuv and so gets the refused default
+            # (before any group state exists); such a job hands its own
+            # client store over instead.
+            if "libuv" not in str(e):
+                raise
             dist.init_process_group("gloo", store=tcpstore(host, port),
                                     rank=rank, world_size=ws,
                                     timeout=secs(90))
@@ -208,18 +211,6 @@ def helper_main(argv):
         raise SystemExit("unknown helper mode " + mode)
     print("done=1", flush=True)
     return 0
-
-
-def torch_has_libuv():
-    import torch.distributed as dist
-    try:
-        dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                      use_libuv=True)
-        return True
-    except RuntimeError as e:
-        return "libuv" not in str(e)
-    except TypeError:  # no use_libuv argument: older than 2.3
-        return True
 
 
 def call_barrier(s, key, world_size, timeout_s):
