@@ -138,7 +138,7 @@ static int rank_main(void) {
 /* Parent side                                                              */
 /* ======================================================================== */
 
-static char self[4096];
+
 static const char *ipbin;
 static char ns[4][32];     /* A, B, C, S */
 static int ns_made[4];
@@ -305,7 +305,7 @@ static int spawn_rank(proc_t *p, int r) {
 
 static int any_failed;
 
-static void agg(proc_t *ps, const char *name, const char *desc) {
+static void agg_ns(proc_t *ps, const char *name, const char *desc) {
   char det[512];
   int r, okv, all = 1;
   for (r = 0; r < NRANKS; r++) {
@@ -391,16 +391,16 @@ int main(void) {
         if (!ps[i].exited) kill(ps[i].pid, SIGKILL);
   note("world in %.2f s", now_s() - t0);
 
-  agg(ps, "init",
+  agg_ns(ps, "init",
       "every rank creates the group over env:// (store on " NET "1)");
-  agg(ps, "peers",
+  agg_ns(ps, "peers",
       "every rank reaches peer q at " NET "q+1 (its veth address, not "
       "loopback)");
-  agg(ps, "self", "every rank picked its own veth address to listen on");
-  agg(ps, "allreduce_small", "allreduce float32 SUM (1000) exact everywhere");
-  agg(ps, "allreduce_big", "allreduce float32 SUM (4 MiB) exact everywhere");
-  agg(ps, "allgather", "allgather int64 exact everywhere");
-  agg(ps, "destroy", "destroy completes and uv_loop_close returns 0");
+  agg_ns(ps, "self", "every rank picked its own veth address to listen on");
+  agg_ns(ps, "allreduce_small", "allreduce float32 SUM (1000) exact everywhere");
+  agg_ns(ps, "allreduce_big", "allreduce float32 SUM (4 MiB) exact everywhere");
+  agg_ns(ps, "allgather", "allgather int64 exact everywhere");
+  agg_ns(ps, "destroy", "destroy completes and uv_loop_close returns 0");
   if (!ok(ps[0].status == 0 && ps[1].status == 0 && ps[2].status == 0,
           "every rank exits 0 (exit %d, %d, %d)", ps[0].status, ps[1].status,
           ps[2].status))

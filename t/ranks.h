@@ -13,6 +13,21 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+static inline void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
 
 static inline double now_s(void) {
   struct timespec ts;
@@ -125,6 +140,55 @@ static int pg_closed;
 static inline void on_pg_closed(uvccl_pg_t *p) {
   (void)p;
   pg_closed = 1;
+}
+
+/* ---- a rank's group, from env:// ------------------------------------- */
+static inline void rank_init(uint64_t timeout_ms) {
+  uvccl_pg_options_t o;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int rc;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = timeout_ms;
+  uv_loop_init(&loop);
+  uv_timer_init(&loop, &guard);
+  w.data = &c;
+  rc = uvccl_pg_init_url(&loop, &pg, "env://", &o, &w, on_work);
+  rc = finish_work(&c, rc, timeout_ms + 5000);
+  rep(rc == 0 && pg.rank == R && pg.size == P, "init",
+      "uvccl_pg_init_url(env://): %s %s (rank %d of %d)", ename(rc), w.msg,
+      pg.rank, pg.size);
+  if (rc != 0) {
+    if (pg.impl_ != NULL) uvccl_pg_destroy(&pg, NULL);
+    exit(1);
+  }
+}
+
+/* Destroys the group, drains the loop and closes it. */
+static inline int rank_destroy(void) {
+  double t0 = now_s(), t1, t2;
+  int done, rc;
+  char left[256] = "";
+  uvccl_pg_destroy(&pg, on_pg_closed);
+  done = run_until(&pg_closed, 8000);
+  t1 = now_s();
+  uv_close((uv_handle_t *)&guard, NULL);
+  /* Whatever is still closing goes within a moment; nothing may stay. */
+  t2 = now_s();
+  while (uv_loop_alive(&loop) && now_s() - t2 < 3.0) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    if (uv_loop_alive(&loop)) {
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  rc = uv_loop_close(&loop);
+  if (rc != 0) uv_walk(&loop, walk_cb, left);
+  rep(done && rc == 0, "destroy",
+      "destroy %s after %.3f s; uv_loop_close: %s%s%s", done ? "done" : "HUNG",
+      t1 - t0, rc ? uvccl_err_name(rc) : "0", rc ? ", handles left:" : "",
+      left);
+  return done && rc == 0 ? 0 : 1;
 }
 
 /* ---- stdin as an event on the loop: "wait until the parent says so" ----- */
@@ -329,5 +393,174 @@ static inline int find_val(proc_t *ps, int n, int rank, const char *name, double
   }
   return 0;
 }
+
+
+/* ---- spawning ranks (the test binary re-executed with UVCCL_T_ROLE) ---- */
+static char self[4096];
+
+/* argv[0] is executed; env: "K=V" entries added to our environment. */
+static inline int spawn(proc_t *p, const char *name, char *const *argv,
+                 const char *const *env, int with_stdin) {
+  int o[2], e[2], in[2] = {-1, -1};
+  pid_t parent = getpid(), pid;
+  memset(p, 0, sizeof(*p));
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  p->out = p->err = p->in = -1;
+  p->obuf = calloc(1, 1);
+  p->ebuf = calloc(1, 1);
+  if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC)) return -errno;
+  if (with_stdin && pipe2(in, O_CLOEXEC)) return -errno;
+  fflush(stdout);
+  pid = fork();
+  if (pid < 0) return -errno;
+  if (pid == 0) {
+    int fd0 = with_stdin ? in[0] : open("/dev/null", O_RDONLY);
+    dup2(fd0, 0);
+    dup2(o[1], 1);
+    dup2(e[1], 2);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    for (; env && *env; env++) putenv((char *)*env);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(o[1]);
+  close(e[1]);
+  if (with_stdin) {
+    close(in[0]);
+    p->in = in[1];
+  }
+  p->pid = pid;
+  p->out = o[0];
+  p->err = e[0];
+  live_set(pid, 1);
+  return 0;
+}
+
+/* Waits for everything to finish; after secs, kills what is left. */
+static inline void finish_all(proc_t *ps, int n, double secs) {
+  double t0 = now_s();
+  int i, killed = 0;
+  while (pump(ps, n, 50) > 0) {
+    if (!killed && now_s() - t0 > secs) {
+      for (i = 0; i < n; i++)
+        if (!ps[i].exited) {
+          note("%s still running after %.0f s: killing it", ps[i].name, secs);
+          kill(ps[i].pid, SIGKILL);
+        }
+      killed = 1;
+    }
+  }
+  for (i = 0; i < n; i++)
+    if (ps[i].in >= 0) {
+      close(ps[i].in);
+      ps[i].in = -1;
+    }
+}
+
+static int scenario_failed;
+
+/* One TAP line: every rank in mask reported NAME as passed. */
+static inline int agg(proc_t *ps, int n, const char *name, unsigned mask,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static inline int agg(proc_t *ps, int n, const char *name, unsigned mask,
+               const char *fmt, ...) {
+  char desc[256], det[512];
+  int r, okv, all = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(desc, sizeof(desc), fmt, ap);
+  va_end(ap);
+  for (r = 0; r < 16; r++) {
+    if (!(mask & (1u << r))) continue;
+    find_check(ps, n, r, name, &okv, det, sizeof(det));
+    if (okv != 1) all = 0;
+  }
+  ok(all, "%s", desc);
+  for (r = 0; r < 16; r++) {
+    if (!(mask & (1u << r))) continue;
+    find_check(ps, n, r, name, &okv, det, sizeof(det));
+    if (okv == 1 && all) continue;
+    note("  rank %d: %s%s", r, okv < 0 ? "no report" : okv ? "ok:" : "FAILED:",
+         det);
+  }
+  if (!all) scenario_failed = 1;
+  return all;
+}
+
+static inline int free_port(void) {
+  struct sockaddr_in a;
+  socklen_t l = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* Starts n ranks of role directly (no launcher). stdin_mask: ranks whose
+ * stdin is a pipe we hold. */
+static inline void spawn_world(proc_t *ps, int n, const char *role,
+                        unsigned stdin_mask) {
+  static char e_role[64], e_size[32], e_port[32], e_rank[MAXP][32];
+  int r, port = free_port();
+  char *argv[] = {self, NULL};
+  snprintf(e_role, sizeof(e_role), "UVCCL_T_ROLE=%s", role);
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
+  for (r = 0; r < n; r++) {
+    const char *env[] = {e_role, e_rank[r], e_size, "MASTER_ADDR=127.0.0.1",
+                         e_port, NULL};
+    char name[32];
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    snprintf(name, sizeof(name), "rank %d", r);
+    if (spawn(&ps[r], name, argv, env, (stdin_mask >> r) & 1) != 0)
+      note("spawning rank %d failed", r);
+  }
+}
+
+/* ---- TCP reset counting (in a private network namespace) ---------------- */
+static int isolated __attribute__((unused));
+
+static inline int isolate_net(char *why, size_t wl) {
+  int orig, fd, up = 0;
+  struct ifreq ifr;
+  if (geteuid() != 0) {
+    snprintf(why, wl, "not root");
+    return 0;
+  }
+  orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (orig < 0) {
+    snprintf(why, wl, "/proc/self/ns/net: %s", strerror(errno));
+    return 0;
+  }
+  if (unshare(CLONE_NEWNET) != 0) {
+    snprintf(why, wl, "unshare(CLONE_NEWNET): %s", strerror(errno));
+    close(orig);
+    return 0;
+  }
+  fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  memset(&ifr, 0, sizeof(ifr));
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+  if (fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) == 0) up = 1;
+  }
+  if (fd >= 0) close(fd);
+  if (!up) {
+    snprintf(why, wl, "bringing lo up in a new namespace: %s", strerror(errno));
+    if (setns(orig, CLONE_NEWNET) != 0) {
+      printf("Bail out! cannot return to the original network namespace\n");
+      exit(1);
+    }
+  }
+  close(orig);
+  return up;
+}
+
 
 #endif

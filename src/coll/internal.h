@@ -108,7 +108,7 @@ struct sop_s {
   int source;           /* RECV: the world rank it came from */
   uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
   unsigned char hdr[UVCCL__FRAME_HDR];
-  uv_write_t wreq;
+  uvccl__wreq_t wreq;
 };
 
 typedef struct {
@@ -191,6 +191,9 @@ struct peer_s {
   int outgoing;          /* we connected (we sent hello) */
   uv_tcp_t tcp;
   int tcp_open;          /* uv_tcp_init done, not closed */
+  uvccl__wq_t wq;        /* all output (never SIGPIPE); live while
+                            wq_open */
+  int wq_open;
   uv_connect_t creq;
   uv_timer_t retry;      /* connect backoff, close deadline */
   int retry_open;
@@ -198,7 +201,6 @@ struct peer_s {
   struct sockaddr_storage addr;
   char addrstr[64];
   uint64_t nonce;        /* the target's listener id (outgoing) */
-  uv_shutdown_t sreq;
   int shut;              /* half-closed our side */
   int eof;               /* peer half-closed */
   int err;
@@ -217,12 +219,12 @@ struct peer_s {
   stage_t *staged_head, *staged_tail;
   uint64_t staged_bytes;
   unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t)];
-  uv_write_t hello_req;
+  uvccl__wreq_t hello_req;
   peer_t *next_pending;  /* net's accepted-but-unnamed list */
   int nclosing;          /* unnamed peers: handles still closing */
   int left;              /* said BYE: its EOF is a clean leave */
   unsigned char bye_hdr[UVCCL__FRAME_HDR];
-  uv_write_t bye_req;
+  uvccl__wreq_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
                             net's nclosing already) */
 };

@@ -10,7 +10,9 @@
  * elements as they arrive (so the reduction happens while the data is
  * still in cache, in small steps that keep the loop responsive), and a
  * frame nobody waits for yet is staged in memory until its receive is
- * posted. Sending is uv_write of (header, user buffer): no copy.
+ * posted. Sending is sendmsg of (header, user buffer): no copy, and never
+ * a SIGPIPE (wq.c: MSG_NOSIGNAL; libuv's uv_write would raise it when a
+ * peer dies mid-send).
  *
  * Shutdown never resets: both ends half-close, read until EOF, then
  * close, so no unread data is left in a kernel buffer. */
@@ -26,6 +28,9 @@
 
 static void peer_start_read(peer_t *p);
 static void peer_close(peer_t *p);
+static void peer_wq_open(peer_t *p);
+static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
+                          size_t len, void (*cb)(uvccl__wreq_t *, int));
 static void peer_close_tcp(peer_t *p);
 static void net_maybe_closed(net_t *net);
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
@@ -235,6 +240,7 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   uv_tcp_nodelay(&p->tcp, 1);
+  peer_wq_open(p);
   {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
@@ -290,7 +296,6 @@ static void on_connect(uv_connect_t *req, int status) {
   net_t *net = p->net;
   frame_hdr_t h;
   hello_t hello;
-  uv_buf_t b;
   int rc;
 
   if (net->closing || p->state != PEER_CONNECTING) return;
@@ -309,6 +314,7 @@ static void on_connect(uv_connect_t *req, int status) {
     return;
   }
   uv_tcp_nodelay(&p->tcp, 1);
+  peer_wq_open(p);
   memset(&h, 0, sizeof(h));
   h.kind = FRAME_HELLO;
   h.len = sizeof(hello);
@@ -322,9 +328,9 @@ static void on_connect(uv_connect_t *req, int status) {
   snprintf(hello.addr, sizeof(hello.addr), "%s", net->selfstr);
   hdr_encode(p->hello_buf, &h);
   memcpy(p->hello_buf + UVCCL__FRAME_HDR, &hello, sizeof(hello));
-  b = uv_buf_init((char *)p->hello_buf, sizeof(p->hello_buf));
   peer_start_read(p);
-  rc = uv_write(&p->hello_req, (uv_stream_t *)&p->tcp, &b, 1, NULL);
+  rc = peer_write_ctl(p, &p->hello_req, p->hello_buf, sizeof(p->hello_buf),
+                      NULL);
   if (rc != 0) uvccl__net_peer_fail(net, p, rc, "sending hello failed");
 }
 
@@ -358,6 +364,37 @@ int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
   net->peers[rank] = p;
   connect_start(p);
   return 0;
+}
+
+/* ---- output ------------------------------------------------------------------------ */
+
+static void peer_wq_open(peer_t *p) {
+  uvccl__wq_init(&p->wq, p->net->loop, &p->tcp);
+  p->wq.data = p;
+  p->wq_open = 1;
+}
+
+/* A control frame (hello, ack, bye): at once when the socket takes it,
+ * else queued behind the frames already queued. cb (may be NULL) runs
+ * when it is written: inside this call when it went at once. */
+static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
+                          size_t len, void (*cb)(uvccl__wreq_t *, int)) {
+  uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+  ssize_t n;
+  if (!p->wq_open) return UV_EPIPE;
+  n = uvccl__wq_try(&p->wq, &b, 1);
+  if (n < 0) return (int)n;
+  if ((size_t)n == len) {
+    if (cb != NULL) {
+      req->data = p;
+      cb(req, 0);
+    }
+    return 0;
+  }
+  b.base += n;
+  b.len -= (size_t)n;
+  req->data = p;
+  return uvccl__wq_write(&p->wq, req, &b, 1, cb ? cb : NULL);
 }
 
 static void peer_up(peer_t *p) {
@@ -598,7 +635,6 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
   net_t *net = p->net;
   hello_t hello;
   frame_hdr_t ack;
-  uv_buf_t b;
   peer_t **pp;
 
   if (h->kind == FRAME_HELLO_ACK && p->outgoing && p->state == PEER_CONNECTING) {
@@ -635,8 +671,8 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
   memset(&ack, 0, sizeof(ack));
   ack.kind = FRAME_HELLO_ACK;
   hdr_encode(p->hello_buf, &ack);
-  b = uv_buf_init((char *)p->hello_buf, UVCCL__FRAME_HDR);
-  if (uv_write(&p->hello_req, (uv_stream_t *)&p->tcp, &b, 1, NULL) != 0) {
+  if (peer_write_ctl(p, &p->hello_req, p->hello_buf, UVCCL__FRAME_HDR,
+                     NULL) != 0) {
     uvccl__net_peer_fail(net, p, UV_EPIPE, "sending hello ack failed");
     return;
   }
@@ -836,8 +872,8 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
 
 size_t uvccl__net_queued(net_t *net, int r) {
   peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
-  if (p == NULL || !p->tcp_open) return 0;
-  return uv_stream_get_write_queue_size((uv_stream_t *)&p->tcp);
+  if (p == NULL || !p->wq_open) return 0;
+  return uvccl__wq_queued(&p->wq);
 }
 
 void uvccl__net_break(net_t *net, int r, const char *why) {
@@ -867,7 +903,7 @@ int uvccl__net_unpost(net_t *net, sop_t *op) {
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-static void on_write(uv_write_t *req, int status) {
+static void on_write(uvccl__wreq_t *req, int status) {
   sop_t *op = req->data;
   sched_t *s = op->s;
   op->writing = 0;
@@ -905,11 +941,11 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   b[1].len = op->len;
   nb = op->len ? 2 : 1;
   /* Write directly when nothing is queued: a small frame then leaves in
-   * one writev with no request, and skips the epoll_ctl that libuv 1.44
-   * makes after every completed uv_write (it re-arms the watcher). */
-  if (uv_stream_get_write_queue_size((uv_stream_t *)&p->tcp) == 0) {
-    int n = uv_try_write((uv_stream_t *)&p->tcp, b, nb);
-    if (n >= 0 && (size_t)n == UVCCL__FRAME_HDR + op->len) return 1;
+   * one sendmsg with no request and no epoll_ctl. */
+  if (uvccl__wq_queued(&p->wq) == 0) {
+    ssize_t n = uvccl__wq_try(&p->wq, b, (unsigned)nb);
+    if (n < 0) return (int)n;
+    if ((size_t)n == UVCCL__FRAME_HDR + op->len) return 1;
     if (n > 0 && (size_t)n < UVCCL__FRAME_HDR) {
       b[0].base += n;
       b[0].len -= (size_t)n;
@@ -919,10 +955,9 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
       b[0].len -= (size_t)n - UVCCL__FRAME_HDR;
       nb = 1;
     }
-    /* errors other than EAGAIN surface through uv_write's callback */
   }
   op->wreq.data = op;
-  rc = uv_write(&op->wreq, (uv_stream_t *)&p->tcp, b, (unsigned)nb, on_write);
+  rc = uvccl__wq_write(&p->wq, &op->wreq, b, (unsigned)nb, on_write);
   if (rc == 0) op->writing = 1;
   return rc;
 }
@@ -1067,9 +1102,34 @@ static void on_peer_closed(uv_handle_t *h) {
   net_maybe_closed(net);
 }
 
+static void on_peer_wq_closed(uvccl__wq_t *q) {
+  peer_t *p = q->data;
+  net_t *net = p->net;
+  net->nclosing--;
+  net_maybe_closed(net);
+}
+
+static void on_pending_wq_closed(uvccl__wq_t *q);
+
+/* Stops the output before the socket closes (queued sends fail with
+ * UV_ECANCELED from the loop). */
+static void peer_wq_close(peer_t *p) {
+  if (!p->wq_open) return;
+  p->wq_open = 0;
+  if (p->rank < 0) {
+    if (uvccl__wq_close(&p->wq, on_pending_wq_closed)) {
+      p->nclosing++;
+      p->net->nclosing++;
+    }
+  } else if (uvccl__wq_close(&p->wq, on_peer_wq_closed)) {
+    p->net->nclosing++;
+  }
+}
+
 /* Closes a named peer's socket (its memory stays until the net goes). */
 static void peer_close_tcp(peer_t *p) {
   if (!p->tcp_open) return;
+  peer_wq_close(p);
   p->tcp_open = 0;
   peer_stop_read(p);
   p->tcp.data = p;
@@ -1078,8 +1138,7 @@ static void peer_close_tcp(peer_t *p) {
   uv_close((uv_handle_t *)&p->tcp, on_peer_closed);
 }
 
-static void on_pending_closed(uv_handle_t *h) {
-  peer_t *p = h->data;
+static void pending_part_closed(peer_t *p) {
   net_t *net = p->net;
   net->nclosing--;
   if (--p->nclosing == 0) {
@@ -1089,6 +1148,10 @@ static void on_pending_closed(uv_handle_t *h) {
   net_maybe_closed(net);
 }
 
+static void on_pending_closed(uv_handle_t *h) { pending_part_closed(h->data); }
+
+static void on_pending_wq_closed(uvccl__wq_t *q) { pending_part_closed(q->data); }
+
 /* Closes and frees an unnamed (never adopted) incoming connection. */
 static void peer_close(peer_t *p) {
   net_t *net = p->net;
@@ -1097,6 +1160,7 @@ static void peer_close(peer_t *p) {
     return;
   }
   peer_stop_read(p);
+  peer_wq_close(p);
   if (p->tcp_open) {
     p->tcp_open = 0;
     p->nclosing++;
@@ -1118,8 +1182,11 @@ static void on_drain_timeout(uv_timer_t *t) {
   peer_close_tcp(t->data);
 }
 
-static void on_shutdown(uv_shutdown_t *req, int status) {
+/* BYE is out (after every frame queued before it): half-close. */
+static void on_bye_written(uvccl__wreq_t *req, int status) {
   peer_t *p = req->data;
+  if (status == 0 && p->tcp_open) status = uvccl__wq_shutdown(&p->wq);
+  p->shut = 1;
   /* Done once the peer's EOF is in too (on_read closes it then). */
   if (p->eof || status < 0) peer_close_tcp(p);
 }
@@ -1134,23 +1201,20 @@ static void peer_teardown(peer_t *p) {
     p->rstate = RS_HDR;
     p->rlen = 0;
     p->cur_op = NULL;
-    p->sreq.data = p;
     {
       frame_hdr_t bye;
-      uv_buf_t b;
       memset(&bye, 0, sizeof(bye));
       bye.kind = FRAME_BYE;
       hdr_encode(p->bye_hdr, &bye);
-      b = uv_buf_init((char *)p->bye_hdr, UVCCL__FRAME_HDR);
-      uv_write(&p->bye_req, (uv_stream_t *)&p->tcp, &b, 1, NULL);
     }
-    if (uv_shutdown(&p->sreq, (uv_stream_t *)&p->tcp, on_shutdown) == 0) {
-      p->draining = 1;
-      net->nclosing++; /* the socket, until it closes */
-      peer_start_read(p);
-      uv_timer_start(&p->retry, on_drain_timeout, 2000, 0);
-      return; /* the retry timer closes after the socket */
-    }
+    p->draining = 1;
+    net->nclosing++; /* the socket, until it closes */
+    peer_start_read(p);
+    uv_timer_start(&p->retry, on_drain_timeout, 2000, 0);
+    if (peer_write_ctl(p, &p->bye_req, p->bye_hdr, UVCCL__FRAME_HDR,
+                       on_bye_written) != 0)
+      peer_close_tcp(p);
+    return; /* the retry timer closes after the socket */
   }
   p->state = PEER_CLOSING;
   if (p->tcp_open) {

@@ -65,7 +65,11 @@ typedef struct {
   int state;
   uv_tcp_t tcp;
   int tcp_open;
-  int tcp_closing;           /* the handle cannot be reused until closed */
+  int tcp_closing;           /* handles of the last connection still
+                                closing (the socket, its output's poll):
+                                they cannot be reused until closed */
+  uvccl__wq_t wq;            /* output without SIGPIPE (wq.c) */
+  int wq_open;
   int connect_when_closed;
   uv_connect_t creq;
   uv_getaddrinfo_t gai;
@@ -80,7 +84,7 @@ typedef struct {
   size_t fl_head, fl_len, fl_cap;
   int wait_blocked;          /* a WAIT is on the wire */
   uvccl__obuf_t out, wbuf;
-  uv_write_t wreq;
+  uvccl__wreq_t wreq;
   int writing;
   uint8_t *in;
   size_t in_len, in_cap;
@@ -203,7 +207,7 @@ static const struct uvccl__work_ops client_work_ops = {client_abandon};
 
 /* ---- output ------------------------------------------------------------------ */
 
-static void client_after_write(uv_write_t *req, int status) {
+static void client_after_write(uvccl__wreq_t *req, int status) {
   client_t *c = req->data;
   c->writing = 0;
   c->wbuf.len = 0;
@@ -216,15 +220,15 @@ static void client_after_write(uv_write_t *req, int status) {
 
 static void client_flush(client_t *c) {
   uv_buf_t b;
-  int n;
+  ssize_t n;
+  int rc;
   uvccl__obuf_t t;
-  if (c->writing || c->out.len == 0 || !c->tcp_open) return;
+  if (c->writing || c->out.len == 0 || !c->wq_open) return;
   if (c->state != ST_READY && c->state != ST_HANDSHAKE) return;
   b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
-  n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-  if (n == UV_EAGAIN) n = 0;
+  n = uvccl__wq_try(&c->wq, &b, 1);
   if (n < 0) {
-    client_lost(c, n, uv_strerror(n));
+    client_lost(c, (int)n, uv_strerror((int)n));
     return;
   }
   if ((size_t)n == c->out.len) {
@@ -237,9 +241,9 @@ static void client_flush(client_t *c) {
   c->out.len = 0;
   b = uv_buf_init((char *)c->wbuf.base + n, (unsigned)(c->wbuf.len - n));
   c->wreq.data = c;
-  n = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, client_after_write);
-  if (n < 0) {
-    client_lost(c, n, uv_strerror(n));
+  rc = uvccl__wq_write(&c->wq, &c->wreq, &b, 1, client_after_write);
+  if (rc < 0) {
+    client_lost(c, rc, uv_strerror(rc));
     return;
   }
   c->writing = 1;
@@ -514,24 +518,39 @@ static void client_maybe_free(client_t *c) {
   uvccl__store_closed(s);
 }
 
-static void tcp_closed(uv_handle_t *h) {
-  client_t *c = h->data;
+static void conn_part_closed(client_t *c, int conn_part) {
   c->handles--;
-  if (h == (uv_handle_t *)&c->tcp) c->tcp_closing = 0;
+  if (conn_part) c->tcp_closing--;
   if (c->state == ST_CLOSED) {
     client_maybe_free(c);
     return;
   }
-  if (h == (uv_handle_t *)&c->tcp && c->connect_when_closed) {
+  if (conn_part && c->tcp_closing == 0 && c->connect_when_closed) {
     c->connect_when_closed = 0;
     client_try_next(c);
   }
 }
 
+static void tcp_closed(uv_handle_t *h) {
+  client_t *c = h->data;
+  conn_part_closed(c, h == (uv_handle_t *)&c->tcp);
+}
+
+static void wq_closed(uvccl__wq_t *q) { conn_part_closed(q->data, 1); }
+
 static void client_drop_tcp(client_t *c) {
   if (!c->tcp_open) return;
   c->tcp_open = 0;
-  c->tcp_closing = 1;
+  if (c->wq_open) {
+    c->wq_open = 0;
+    c->writing = 0;
+    c->wbuf.len = 0;
+    if (uvccl__wq_close(&c->wq, wq_closed)) {
+      c->handles++;
+      c->tcp_closing++;
+    }
+  }
+  c->tcp_closing++;
   uv_close((uv_handle_t *)&c->tcp, tcp_closed);
 }
 
@@ -582,6 +601,9 @@ static void client_on_connect(uv_connect_t *req, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  uvccl__wq_init(&c->wq, c->loop, &c->tcp);
+  c->wq.data = c;
+  c->wq_open = 1;
   uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read);
   c->state = ST_HANDSHAKE;
   if (c->dialect == UVCCL_DIALECT_MODERN) {

@@ -49,7 +49,9 @@ struct conn_s {
   size_t need;               /* bytes needed before parsing again */
   uvccl__obuf_t out;         /* replies not yet handed to the kernel */
   uvccl__obuf_t wbuf;        /* replies being written by wreq */
-  uv_write_t wreq;
+  uvccl__wreq_t wreq;
+  uvccl__wq_t wq;            /* output without SIGPIPE (wq.c) */
+  int parts;                 /* handles still closing (socket, poll) */
   uvccl__kv_waiter_t waiter; /* the connection's pending WAIT */
   /* BARRIER: the key and world size this connection waits for. */
   uint8_t *barrier_key;
@@ -118,7 +120,7 @@ static void reply_bytes(conn_t *c, const void *p, size_t len) {
   conn_want_flush(c);
 }
 
-static void conn_after_write(uv_write_t *req, int status) {
+static void conn_after_write(uvccl__wreq_t *req, int status) {
   conn_t *c = req->data;
   c->writing = 0;
   c->wbuf.len = 0;
@@ -133,25 +135,20 @@ static void conn_after_write(uv_write_t *req, int status) {
 
 static void conn_resume(conn_t *c);
 
-/* What uv_try_write does with nothing queued, but with send(): on a
+/* What uv_try_write does with nothing queued, but with sendmsg(): on a
  * socket, write() also passes through the VFS layer (rw_verify_area,
  * fsnotify, the file position lock), which perf puts at ~5% of the
- * server's CPU per operation under load. Returns the bytes written, 0 if
- * the socket is full, or a negative libuv error. */
+ * server's CPU per operation under load, and raises SIGPIPE when the
+ * client has gone. Returns the bytes written, 0 if the socket is full, or
+ * a negative libuv error. */
 static ssize_t conn_send(conn_t *c, const void *p, size_t len) {
-  uv_os_fd_t fd;
-  ssize_t n;
-  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0) return UV_EBADF;
-  do
-    n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n >= 0) return n;
-  if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-  return -errno;
+  uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+  b.len = len;
+  return uvccl__wq_try(&c->wq, &b, 1);
 }
 
 /* Hands pending output to the kernel: a direct send first (the common
- * case writes it all with no request), a uv_write for whatever remains.
+ * case writes it all with no request), a queued write for what remains.
  * When the output drains, a connection paused for backpressure resumes and
  * its buffered requests are answered here and now: waiting for the next
  * check phase could wait forever, since a paused connection watches
@@ -163,8 +160,8 @@ static void conn_flush(conn_t *c) {
   uvccl__obuf_t t;
 
   for (;;) {
-    /* Nothing of ours is queued in libuv here (one uv_write at a time,
-     * and none while writing), so a direct send keeps the order. */
+    /* Nothing is queued here (one queued write at a time, and none
+     * while writing), so a direct send keeps the order. */
     if (c->closing || c->writing) return;
     if (c->out.len > 0) {
       n = conn_send(c, c->out.base, c->out.len);
@@ -182,8 +179,7 @@ static void conn_flush(conn_t *c) {
         b = uv_buf_init((char *)c->wbuf.base + n,
                         (unsigned)(c->wbuf.len - n));
         c->wreq.data = c;
-        rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1,
-                      conn_after_write);
+        rc = uvccl__wq_write(&c->wq, &c->wreq, &b, 1, conn_after_write);
         if (rc < 0) {
           conn_close(c, uv_strerror(rc));
           return;
@@ -619,9 +615,9 @@ static void conn_resume(conn_t *c) {
 
 static void server_handle_closed(uv_handle_t *h);
 
-static void conn_closed(uv_handle_t *h) {
-  conn_t *c = h->data;
+static void conn_part_closed(conn_t *c) {
   server_t *s = c->srv;
+  if (--c->parts > 0) return;
   uvccl__free(c->in);
   uvccl__obuf_free(&c->out);
   uvccl__obuf_free(&c->wbuf);
@@ -633,6 +629,10 @@ static void conn_closed(uv_handle_t *h) {
   }
   server_maybe_done(s);
 }
+
+static void conn_closed(uv_handle_t *h) { conn_part_closed(h->data); }
+
+static void conn_wq_closed(uvccl__wq_t *q) { conn_part_closed(q->data); }
 
 static void conn_close(conn_t *c, const char *why) {
   server_t *s = c->srv;
@@ -653,6 +653,8 @@ static void conn_close(conn_t *c, const char *why) {
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->st.connections--;
+  if (uvccl__wq_close(&c->wq, conn_wq_closed)) c->parts++;
+  c->parts++;
   uv_close((uv_handle_t *)&c->tcp, conn_closed);
 }
 
@@ -690,11 +692,14 @@ static void server_on_connection(uv_stream_t *ls, int status) {
   c->srv = s;
   uv_tcp_init(s->loop, &c->tcp);
   c->tcp.data = c;
+  uvccl__wq_init(&c->wq, s->loop, &c->tcp);
+  c->wq.data = c;
   s->handles_open++;
   r = uv_accept(ls, (uv_stream_t *)&c->tcp);
   if (r != 0) {
     LOG_WARN("store", "accept: %s", uv_strerror(r));
     c->closing = 1;
+    c->parts = 1;
     uv_close((uv_handle_t *)&c->tcp, conn_closed);
     return;
   }

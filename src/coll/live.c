@@ -1,0 +1,989 @@
+/* The monitor of a world: heartbeats and failure notices on links of
+ * their own, on a thread of their own (see live.h for why).
+ *
+ * Threads. Everything below runs on the monitor's thread, except the
+ * entry points (uvccl__live_*), which run on the application's loop
+ * thread and reach the monitor through its command queue, and the writes
+ * of link frames, which either thread makes under `lock`: a notice of the
+ * application (abort, revoke) must be on the wire before the call
+ * returns. A link's descriptor is published (fd >= 0) under the lock
+ * only while the link is up, so no thread ever writes a closed one.
+ *
+ * Link frames: a 16-byte header (kind, payload length, three words) and
+ * at most 512 payload bytes, little-endian like the data frames. */
+#include "live.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum {
+  LF_HELLO = 1, /* a = from, b = to, c = world; payload: u64 target nonce */
+  LF_ACK,
+  LF_HB,
+  LF_BYE,
+  LF_DEAD,      /* payload: wire_fail_t */
+  LF_NOTICE     /* payload: wire_notice_t */
+};
+
+#define LF_HDR 16
+#define LF_MAX_PAYLOAD 512
+#define LINK_PEND_MAX (64u * 1024) /* a peer this far behind is not reading */
+#define LINK_MAGIC 0x4b4e4c55u     /* "ULNK", in HELLO's payload */
+
+typedef struct {
+  uint8_t kind;
+  uint8_t pad;
+  uint16_t len;
+  uint32_t a, b, c;
+} lf_hdr_t;
+
+typedef struct {
+  int32_t rank, origin, cause, err;
+  char detail[UVCCL__DETAIL_LEN];
+} wire_fail_t;
+
+typedef struct {
+  int32_t what, rank, origin, cause, err;
+  uint32_t gid;
+  char detail[UVCCL__DETAIL_LEN];
+} wire_notice_t;
+
+typedef struct {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t nonce;
+} wire_hello_t;
+
+enum { LK_CONNECTING = 1, LK_UP, LK_DOWN };
+
+typedef struct link_s {
+  uvccl__live_t *l;
+  int rank;                /* -1 until an incoming hello names it */
+  int state;
+  int outgoing;
+  uv_tcp_t tcp;
+  int tcp_open;
+  uv_connect_t creq;
+  uv_timer_t timer;        /* connect backoff, then suspicion grace */
+  int timer_open;
+  struct sockaddr_storage addr;
+  uint64_t nonce;          /* outgoing: the target's */
+  uint64_t deadline;
+  uint64_t backoff;
+  unsigned char rbuf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t rlen;
+  uint64_t last_rx;        /* ms */
+  int bye;                 /* the peer said goodbye */
+  int closing_bye;         /* we said goodbye: wait for its EOF */
+  int suspected;
+  uvccl__fail_t suspicion;
+  /* under l->lock */
+  int fd;                  /* >= 0 while writable */
+  char *pend;              /* bytes the socket did not take yet */
+  size_t pend_len, pend_cap;
+  int blocked;             /* pend grew past LINK_PEND_MAX */
+  struct link_s *next;     /* every link, for teardown */
+} link_t;
+
+struct uvccl__live_s {
+  uv_loop_t *app_loop;
+  uvccl__xqueue_t appq;    /* events, on the application's loop */
+  uvccl__live_cb cb;
+  void *arg;
+  uv_loop_t loop;          /* the monitor's */
+  uvccl__xqueue_t cmdq;    /* commands, on the monitor's loop */
+  uv_thread_t thread;
+  int thread_started;
+  uv_mutex_t lock;
+  int rank, size;
+  uint64_t nonce;
+  uint64_t hb_ms, period_ms, grace_ms;
+  uv_tcp_t listener;
+  uv_timer_t tick;
+  uint64_t last_tick;
+  link_t **links;          /* by rank (under lock for the app's writes) */
+  link_t *all;             /* every link object */
+  unsigned char *dead;     /* 1 failed, 2 left */
+  int fenced;              /* we were declared failed */
+  int closing;
+  int app_closed;          /* live_close was called (app thread) */
+};
+
+/* ---- commands (application thread -> monitor) ------------------------------- */
+
+enum { CMD_CONNECT = 1, CMD_SUSPECT, CMD_DECLARE, CMD_CLOSE };
+
+typedef struct {
+  uvccl__xitem_t item;
+  uvccl__live_t *l;
+  int kind;
+  int rank;
+  struct sockaddr_storage addr;
+  uint64_t nonce, deadline;
+  uvccl__fail_t f;
+  int bye;
+} cmd_t;
+
+typedef struct {
+  uvccl__xitem_t item;
+  uvccl__live_t *l;
+  uvccl__live_ev_t ev;
+} evi_t;
+
+static void declare(uvccl__live_t *l, const uvccl__fail_t *f, int broadcast);
+static void link_close(link_t *k);
+static void post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+uint64_t uvccl__live_timeout(uint64_t opt) {
+  const char *v;
+  if (opt == UINT64_MAX) return 0;
+  if (opt != 0) return opt;
+  v = getenv("UVCCL_HEARTBEAT_TIMEOUT_MS");
+  if (v != NULL && *v != '\0') {
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end == '\0') return (uint64_t)x; /* 0 = off */
+  }
+  return UVCCL__HEARTBEAT_DEFAULT_MS;
+}
+
+void uvccl__live_tune_socket(int fd, uint64_t timeout_ms) {
+  int on = 1, idle, intvl, cnt = 3;
+  unsigned ut;
+  if (fd < 0 || timeout_ms == 0) return;
+  /* Keepalive finds a vanished host on an idle connection; the user
+   * timeout bounds how long sent data may stay unacknowledged. Both at
+   * the heartbeat timeout: a stopped process's kernel still acknowledges,
+   * so neither fires for a rank that is merely slow. */
+  idle = (int)(timeout_ms / 2000);
+  if (idle < 1) idle = 1;
+  intvl = (int)(timeout_ms / 6000);
+  if (intvl < 1) intvl = 1;
+  ut = timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)timeout_ms;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+}
+
+static void fail_set(uvccl__fail_t *f, int rank, int origin, int cause,
+                     int err, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void fail_set(uvccl__fail_t *f, int rank, int origin, int cause,
+                     int err, const char *fmt, ...) {
+  va_list ap;
+  memset(f, 0, sizeof(*f));
+  f->rank = rank;
+  f->origin = origin;
+  f->via = origin;
+  f->cause = cause;
+  f->err = err;
+  va_start(ap, fmt);
+  vsnprintf(f->detail, sizeof(f->detail), fmt, ap);
+  va_end(ap);
+}
+
+/* ---- writing (either thread) ---------------------------------------------------- */
+
+/* Sends a frame on k, behind whatever the socket did not take before.
+ * Caller holds l->lock. */
+static void link_write_locked(link_t *k, const void *p, size_t len) {
+  ssize_t n;
+  if (k->fd < 0) return;
+  while (k->pend_len > 0) {
+    n = send(k->fd, k->pend, k->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;
+    memmove(k->pend, k->pend + n, k->pend_len - (size_t)n);
+    k->pend_len -= (size_t)n;
+  }
+  n = 0;
+  if (k->pend_len == 0) {
+    do
+      n = send(k->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return; /* read side
+                                                              sees it */
+      n = 0;
+    }
+  }
+  if ((size_t)n == len) return;
+  /* Keep the rest so the stream stays whole; a peer whose monitor does
+   * not read for this long is declared failed by the tick. */
+  if (k->pend_len + (len - (size_t)n) > LINK_PEND_MAX) {
+    k->blocked = 1;
+    return;
+  }
+  if (k->pend_len + len > k->pend_cap) {
+    size_t cap = k->pend_cap ? k->pend_cap * 2 : 1024;
+    char *b;
+    while (cap < k->pend_len + len) cap *= 2;
+    b = uvccl__realloc(k->pend, cap);
+    if (b == NULL) {
+      k->blocked = 1;
+      return;
+    }
+    k->pend = b;
+    k->pend_cap = cap;
+  }
+  memcpy(k->pend + k->pend_len, (const char *)p + n, len - (size_t)n);
+  k->pend_len += len - (size_t)n;
+}
+
+static void link_send(link_t *k, int kind, uint32_t a, uint32_t b, uint32_t c,
+                      const void *payload, size_t plen) {
+  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+  lf_hdr_t h;
+  memset(&h, 0, sizeof(h));
+  h.kind = (uint8_t)kind;
+  h.len = (uint16_t)plen;
+  h.a = a;
+  h.b = b;
+  h.c = c;
+  memcpy(buf, &h, LF_HDR);
+  if (plen) memcpy(buf + LF_HDR, payload, plen);
+  uv_mutex_lock(&k->l->lock);
+  link_write_locked(k, buf, LF_HDR + plen);
+  uv_mutex_unlock(&k->l->lock);
+}
+
+static void wire_fail(wire_fail_t *w, const uvccl__fail_t *f) {
+  memset(w, 0, sizeof(*w));
+  w->rank = f->rank;
+  w->origin = f->origin;
+  w->cause = f->cause;
+  w->err = f->err;
+  memcpy(w->detail, f->detail, sizeof(w->detail));
+  w->detail[sizeof(w->detail) - 1] = '\0';
+}
+
+static void send_dead(link_t *k, const uvccl__fail_t *f) {
+  wire_fail_t w;
+  wire_fail(&w, f);
+  link_send(k, LF_DEAD, 0, 0, 0, &w, sizeof(w));
+}
+
+/* Publishes (fd >= 0) or withdraws (-1) a link's descriptor. */
+static void link_set_fd(link_t *k, int fd) {
+  uv_mutex_lock(&k->l->lock);
+  k->fd = fd;
+  uv_mutex_unlock(&k->l->lock);
+}
+
+/* ---- events (monitor -> application) -------------------------------------------- */
+
+static void on_app_closed(uvccl__live_t *l);
+
+static void ev_run(uvccl__xitem_t *it) {
+  evi_t *e = UVCCL__CONTAINER_OF(it, evi_t, item);
+  uvccl__live_t *l = e->l;
+  uvccl__live_ev_t ev = e->ev;
+  uvccl__free(e);
+  l->cb(l->arg, &ev);
+  if (ev.kind == UVCCL__LIVE_CLOSED) on_app_closed(l);
+}
+
+static void post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev) {
+  evi_t *e = uvccl__calloc(1, sizeof(*e));
+  if (e == NULL) return; /* out of memory: the collective timeout remains */
+  e->l = l;
+  e->ev = *ev;
+  e->item.fn = ev_run;
+  uvccl__xqueue_post(&l->appq, &e->item);
+}
+
+static void post_simple(uvccl__live_t *l, int kind, int rank,
+                        const char *msg) {
+  uvccl__live_ev_t ev;
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = kind;
+  ev.rank = rank;
+  if (msg) snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
+  post_ev(l, &ev);
+}
+
+/* ---- declaring ---------------------------------------------------------------------- */
+
+/* rank failed: tell every other live rank (and rank itself, so that if it
+ * is alive after all it knows it was cut off), then the application. */
+static void declare(uvccl__live_t *l, const uvccl__fail_t *f, int broadcast) {
+  uvccl__live_ev_t ev;
+  link_t *k;
+  int r;
+  if (f->rank < 0 || f->rank >= l->size || f->rank == l->rank) return;
+  if (l->dead[f->rank] || l->fenced) return;
+  l->dead[f->rank] = 1;
+  if (broadcast)
+    for (r = 0; r < l->size; r++) {
+      k = l->links[r];
+      if (k != NULL && k->state == LK_UP) send_dead(k, f);
+    }
+  k = l->links[f->rank];
+  if (k != NULL) link_close(k);
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = UVCCL__LIVE_DEAD;
+  ev.rank = f->rank;
+  ev.fail = *f;
+  post_ev(l, &ev);
+}
+
+static void declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f) {
+  uvccl__live_ev_t ev;
+  int r;
+  if (l->fenced) return;
+  l->fenced = 1;
+  for (r = 0; r < l->size; r++)
+    if (l->links[r] != NULL) link_close(l->links[r]);
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = UVCCL__LIVE_DEAD;
+  ev.rank = l->rank;
+  ev.fail = *f;
+  post_ev(l, &ev);
+}
+
+/* ---- links: life cycle ---------------------------------------------------------- */
+
+/* The link's socket closes (its memory stays until the monitor goes). */
+static void link_close(link_t *k) {
+  k->state = LK_DOWN;
+  link_set_fd(k, -1);
+  if (k->timer_open) uv_timer_stop(&k->timer);
+  if (k->tcp_open) {
+    k->tcp_open = 0;
+    uv_close((uv_handle_t *)&k->tcp, NULL);
+  }
+}
+
+static link_t *link_new(uvccl__live_t *l, int rank) {
+  link_t *k = uvccl__calloc(1, sizeof(*k));
+  if (k == NULL) return NULL;
+  k->l = l;
+  k->rank = rank;
+  k->fd = -1;
+  uv_timer_init(&l->loop, &k->timer);
+  k->timer.data = k;
+  k->timer_open = 1;
+  k->next = l->all;
+  l->all = k;
+  return k;
+}
+
+static void link_up(link_t *k) {
+  uvccl__live_t *l = k->l;
+  uv_os_fd_t fd = -1;
+  k->state = LK_UP;
+  k->last_rx = uvccl__now_ms();
+  uv_fileno((uv_handle_t *)&k->tcp, &fd);
+  uvccl__live_tune_socket(fd, l->hb_ms);
+  link_set_fd(k, fd);
+  post_simple(l, UVCCL__LIVE_LINK_UP, k->rank, NULL);
+}
+
+/* The link to k->rank broke (EOF, reset, timeout). */
+static void link_broken(link_t *k, int err) {
+  uvccl__live_t *l = k->l;
+  int r = k->rank, was_up = k->state == LK_UP;
+  uvccl__fail_t f;
+  link_close(k);
+  if (r < 0 || l->closing || l->fenced) return;
+  if (k->closing_bye) return;
+  if (k->bye) {
+    if (!l->dead[r]) {
+      l->dead[r] = 2;
+      post_simple(l, UVCCL__LIVE_LEFT, r, NULL);
+    }
+    return;
+  }
+  if (!was_up) return;
+  if (k->suspected)
+    f = k->suspicion;
+  else if (err == UV_EOF)
+    fail_set(&f, r, l->rank, UVCCL_FAIL_EXITED, err,
+             "its process exited or was killed (connection closed)");
+  else if (err == UV_ETIMEDOUT || err == UV_EHOSTUNREACH ||
+           err == UV_ENETUNREACH)
+    fail_set(&f, r, l->rank, UVCCL_FAIL_UNREACHABLE, err, "unreachable: %s",
+             uvccl_strerror(err));
+  else
+    fail_set(&f, r, l->rank, UVCCL_FAIL_RESET, err, "connection lost: %s",
+             uvccl_strerror(err));
+  declare(l, &f, 1);
+}
+
+/* ---- links: reading ----------------------------------------------------------------- */
+
+static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p);
+
+static void link_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
+  link_t *k = h->data;
+  (void)sz;
+  b->base = (char *)k->rbuf + k->rlen;
+  b->len = sizeof(k->rbuf) - k->rlen;
+}
+
+static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  link_t *k = s->data;
+  size_t pos = 0;
+  (void)b;
+  if (n == 0) return;
+  if (n < 0) {
+    link_broken(k, (int)n);
+    return;
+  }
+  k->last_rx = uvccl__now_ms();
+  k->rlen += (size_t)n;
+  while (k->tcp_open && k->rlen - pos >= LF_HDR) {
+    lf_hdr_t h;
+    memcpy(&h, k->rbuf + pos, LF_HDR);
+    if (h.len > LF_MAX_PAYLOAD) {
+      LOG_WARN("live", "rank %d: bad frame on the monitor link from %d: "
+               "closing it", k->l->rank, k->rank);
+      link_broken(k, UVCCL_EPROTO);
+      return;
+    }
+    if (k->rlen - pos < LF_HDR + (size_t)h.len) break;
+    on_frame(k, &h, k->rbuf + pos + LF_HDR);
+    pos += LF_HDR + h.len;
+  }
+  if (!k->tcp_open) return;
+  memmove(k->rbuf, k->rbuf + pos, k->rlen - pos);
+  k->rlen -= pos;
+}
+
+static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
+  int from = (int)h->a;
+  if (h->len != sizeof(hw)) goto bad;
+  memcpy(&hw, p, sizeof(hw));
+  if (hw.magic != LINK_MAGIC || hw.nonce != l->nonce ||
+      h->b != (uint32_t)l->rank || h->c != (uint32_t)l->size || from < 0 ||
+      from >= l->size || from == l->rank)
+    goto bad;
+  if ((l->links[from] != NULL && l->links[from]->state != LK_DOWN) ||
+      l->dead[from])
+    goto bad;
+  k->rank = from;
+  uv_mutex_lock(&l->lock);
+  l->links[from] = k;
+  uv_mutex_unlock(&l->lock);
+  link_up(k);
+  link_send(k, LF_ACK, 0, 0, 0, NULL, 0);
+  return;
+bad:
+  LOG_WARN("live", "rank %d: refusing a monitor connection (hello from %u "
+           "to %u, world %u)", l->rank, h->a, h->b, h->c);
+  link_close(k);
+}
+
+static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  if (k->rank < 0) {
+    if (h->kind == LF_HELLO) on_hello(k, h, p);
+    else link_close(k);
+    return;
+  }
+  if (k->state == LK_CONNECTING) {
+    if (h->kind == LF_ACK && k->outgoing) link_up(k);
+    else link_close(k);
+    return;
+  }
+  switch (h->kind) {
+  case LF_HB:
+    return;
+  case LF_BYE:
+    k->bye = 1;
+    return;
+  case LF_DEAD: {
+    wire_fail_t w;
+    uvccl__fail_t f;
+    if (h->len != sizeof(w)) return;
+    memcpy(&w, p, sizeof(w));
+    w.detail[sizeof(w.detail) - 1] = '\0';
+    memset(&f, 0, sizeof(f));
+    f.rank = w.rank;
+    f.origin = w.origin;
+    f.via = k->rank;
+    f.cause = w.cause;
+    f.err = w.err;
+    memcpy(f.detail, w.detail, sizeof(f.detail));
+    if (f.rank == l->rank) {
+      declare_self_dead(l, &f);
+      return;
+    }
+    /* The sender told everyone; no need to relay. A rank it could not
+     * tell finds out for itself (the failed rank's links break). */
+    declare(l, &f, 0);
+    return;
+  }
+  case LF_NOTICE: {
+    wire_notice_t w;
+    uvccl__live_ev_t ev;
+    if (h->len != sizeof(w)) return;
+    memcpy(&w, p, sizeof(w));
+    w.detail[sizeof(w.detail) - 1] = '\0';
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = UVCCL__LIVE_NOTICE;
+    ev.rank = k->rank;
+    ev.notice.what = w.what;
+    ev.notice.gid = w.gid;
+    ev.notice.rank = w.rank;
+    ev.notice.origin = w.origin;
+    ev.notice.cause = w.cause;
+    ev.notice.err = w.err;
+    memcpy(ev.notice.detail, w.detail, sizeof(w.detail));
+    post_ev(l, &ev);
+    return;
+  }
+  default:
+    return; /* unknown kinds are skipped: newer peers may add some */
+  }
+}
+
+/* ---- links: connecting -------------------------------------------------------------- */
+
+static void connect_start(link_t *k);
+
+static void on_retry(uv_timer_t *t) {
+  link_t *k = t->data;
+  if (k->l->closing || k->state != LK_CONNECTING) return;
+  connect_start(k);
+}
+
+static void on_retry_closed(uv_handle_t *h) {
+  link_t *k = h->data;
+  if (k->l->closing || k->state != LK_CONNECTING) return;
+  uv_timer_start(&k->timer, on_retry, k->backoff, 0);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  link_t *k = req->data;
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
+  if (l->closing || k->state != LK_CONNECTING) return;
+  if (status < 0) {
+    if (uvccl__now_ms() < k->deadline && status != UV_ECANCELED) {
+      k->backoff = k->backoff ? k->backoff * 2 : 10;
+      if (k->backoff > 1000) k->backoff = 1000;
+      k->tcp_open = 0;
+      uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
+      return;
+    }
+    {
+      char msg[UVCCL__DETAIL_LEN];
+      snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+               k->rank, uvccl_strerror(status));
+      link_close(k);
+      post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+    }
+    return;
+  }
+  uv_tcp_nodelay(&k->tcp, 1);
+  {
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) link_set_fd(k, fd);
+  }
+  memset(&hw, 0, sizeof(hw));
+  hw.magic = LINK_MAGIC;
+  hw.nonce = k->nonce;
+  link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
+            (uint32_t)l->size, &hw, sizeof(hw));
+  uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
+}
+
+static void connect_start(link_t *k) {
+  int rc;
+  uv_tcp_init(&k->l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  k->creq.data = k;
+  rc = uv_tcp_connect(&k->creq, &k->tcp, (struct sockaddr *)&k->addr,
+                      on_connect);
+  if (rc != 0) {
+    char msg[UVCCL__DETAIL_LEN];
+    snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+             k->rank, uvccl_strerror(rc));
+    link_close(k);
+    post_simple(k->l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+  }
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  uvccl__live_t *l = server->data;
+  link_t *k;
+  if (status < 0 || l->closing) return;
+  k = link_new(l, -1);
+  if (k == NULL) return;
+  uv_tcp_init(&l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
+    link_close(k);
+    return;
+  }
+  uv_tcp_nodelay(&k->tcp, 1);
+  k->state = LK_CONNECTING;
+  {
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) link_set_fd(k, fd);
+  }
+  uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
+}
+
+/* ---- the tick: heartbeats out, silence checked ------------------------------------------ */
+
+static void on_tick(uv_timer_t *t) {
+  uvccl__live_t *l = t->data;
+  uint64_t now = uvccl__now_ms();
+  int r, stalled;
+  if (l->closing || l->fenced) return;
+  /* If this thread itself did not run for a while (the process was
+   * stopped, or starved), the silence it sees is its own: start afresh. */
+  stalled = l->last_tick != 0 && now - l->last_tick > 2 * l->period_ms;
+  l->last_tick = now;
+  for (r = 0; r < l->size; r++) {
+    link_t *k = l->links[r];
+    int blocked;
+    if (k == NULL || k->state != LK_UP) continue;
+    if (stalled) k->last_rx = now;
+    link_send(k, LF_HB, 0, 0, 0, NULL, 0);
+    uv_mutex_lock(&l->lock);
+    blocked = k->blocked;
+    uv_mutex_unlock(&l->lock);
+    if (blocked) {
+      uvccl__fail_t f;
+      fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
+               "its monitor stopped reading (stopped or hung)");
+      declare(l, &f, 1);
+    } else if (l->hb_ms > 0 && now - k->last_rx > l->hb_ms) {
+      uvccl__fail_t f;
+      fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
+               "no heartbeat for %.1f s (stopped, hung or unreachable)",
+               (double)(now - k->last_rx) / 1000.0);
+      declare(l, &f, 1);
+    }
+  }
+}
+
+/* ---- commands ------------------------------------------------------------------------ */
+
+static void on_grace(uv_timer_t *t) {
+  link_t *k = t->data;
+  uvccl__live_t *l = k->l;
+  if (!k->suspected || k->rank < 0 || l->dead[k->rank]) return;
+  /* The link is still up although the data connection broke: the rank is
+   * alive but cut off from us; it is declared failed all the same. */
+  declare(l, &k->suspicion, 1);
+}
+
+static void close_all(uvccl__live_t *l, int bye);
+
+static void cmd_run(uvccl__xitem_t *it) {
+  cmd_t *c = UVCCL__CONTAINER_OF(it, cmd_t, item);
+  uvccl__live_t *l = c->l;
+  link_t *k;
+  switch (c->kind) {
+  case CMD_CONNECT:
+    if (l->closing || c->rank < 0 || c->rank >= l->size ||
+        l->links[c->rank] != NULL)
+      break;
+    k = link_new(l, c->rank);
+    if (k == NULL) {
+      post_simple(l, UVCCL__LIVE_LINK_FAILED, c->rank, "out of memory");
+      break;
+    }
+    k->outgoing = 1;
+    k->state = LK_CONNECTING;
+    k->nonce = c->nonce;
+    k->deadline = c->deadline;
+    memcpy(&k->addr, &c->addr, sizeof(k->addr));
+    uv_mutex_lock(&l->lock);
+    l->links[c->rank] = k;
+    uv_mutex_unlock(&l->lock);
+    connect_start(k);
+    break;
+  case CMD_SUSPECT:
+    if (l->closing || l->fenced || l->dead[c->rank]) break;
+    k = l->links[c->rank];
+    if (k == NULL || k->state != LK_UP) {
+      declare(l, &c->f, 1);
+      break;
+    }
+    if (k->suspected) break;
+    k->suspected = 1;
+    k->suspicion = c->f;
+    uv_timer_start(&k->timer, on_grace, l->grace_ms, 0);
+    break;
+  case CMD_DECLARE:
+    if (!l->closing) declare(l, &c->f, 1);
+    break;
+  case CMD_CLOSE:
+    close_all(l, c->bye);
+    break;
+  }
+  uvccl__free(c);
+}
+
+static int post_cmd(uvccl__live_t *l, cmd_t *c) {
+  c->l = l;
+  c->item.fn = cmd_run;
+  return uvccl__xqueue_post(&l->cmdq, &c->item);
+}
+
+/* ---- teardown ----------------------------------------------------------------------- */
+
+static void on_bye_timeout(uv_timer_t *t) { link_close(t->data); }
+
+static void close_all(uvccl__live_t *l, int bye) {
+  link_t *k;
+  if (l->closing) return;
+  l->closing = 1;
+  uv_close((uv_handle_t *)&l->tick, NULL);
+  uv_close((uv_handle_t *)&l->listener, NULL);
+  for (k = l->all; k != NULL; k = k->next) {
+    if (k->state == LK_UP && bye && k->tcp_open) {
+      uv_os_fd_t fd;
+      /* Goodbye, then half-close and wait for the peer's EOF (closing
+       * with unread data would reset the connection, and the peer could
+       * lose the goodbye). */
+      link_send(k, LF_BYE, 0, 0, 0, NULL, 0);
+      if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) shutdown(fd, SHUT_WR);
+      link_set_fd(k, -1);
+      k->closing_bye = 1;
+      uv_timer_start(&k->timer, on_bye_timeout, 1000, 0);
+      continue;
+    }
+    link_close(k);
+  }
+  for (k = l->all; k != NULL; k = k->next)
+    if (k->timer_open && !k->closing_bye) {
+      k->timer_open = 0;
+      uv_close((uv_handle_t *)&k->timer, NULL);
+    }
+  uvccl__xqueue_close(&l->cmdq, NULL, NULL);
+}
+
+static void thread_main(void *arg) {
+  uvccl__live_t *l = arg;
+  link_t *k;
+  uv_run(&l->loop, UV_RUN_DEFAULT);
+  /* Links that waited for a goodbye's EOF closed their timers last. */
+  for (k = l->all; k != NULL; k = k->next)
+    if (k->timer_open) {
+      k->timer_open = 0;
+      uv_close((uv_handle_t *)&k->timer, NULL);
+    }
+  uv_run(&l->loop, UV_RUN_DEFAULT);
+  post_simple(l, UVCCL__LIVE_CLOSED, -1, NULL);
+}
+
+/* ---- entry points (application thread) -------------------------------------------------- */
+
+static void live_free(void *arg) {
+  uvccl__live_t *l = arg;
+  link_t *k, *next;
+  for (k = l->all; k != NULL; k = next) {
+    next = k->next;
+    uvccl__free(k->pend);
+    uvccl__free(k);
+  }
+  uv_mutex_destroy(&l->lock);
+  uvccl__free(l->links);
+  uvccl__free(l->dead);
+  uvccl__free(l);
+}
+
+uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
+                               const struct sockaddr *addr, uint64_t nonce,
+                               uint64_t hb_timeout_ms, uvccl__live_cb cb,
+                               void *arg, int *port, char *err,
+                               size_t errlen) {
+  uvccl__live_t *l = uvccl__calloc(1, sizeof(*l));
+  struct sockaddr_storage ss;
+  int rc, len = sizeof(ss);
+  if (l == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  l->app_loop = app_loop;
+  l->cb = cb;
+  l->arg = arg;
+  l->rank = rank;
+  l->size = size;
+  l->nonce = nonce;
+  l->hb_ms = hb_timeout_ms;
+  l->period_ms = hb_timeout_ms ? hb_timeout_ms / 5 : 1000;
+  if (l->period_ms < 20) l->period_ms = 20;
+  l->grace_ms = hb_timeout_ms ? hb_timeout_ms / 4 : 1000;
+  if (l->grace_ms > 1000) l->grace_ms = 1000;
+  if (l->grace_ms < 100) l->grace_ms = 100;
+  l->links = uvccl__calloc((size_t)size, sizeof(link_t *));
+  l->dead = uvccl__calloc((size_t)size, 1);
+  if (l->links == NULL || l->dead == NULL || uv_mutex_init(&l->lock) != 0) {
+    uvccl__free(l->links);
+    uvccl__free(l->dead);
+    uvccl__free(l);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  rc = uv_loop_init(&l->loop);
+  if (rc == 0) rc = uvccl__xqueue_init(&l->loop, &l->cmdq);
+  if (rc != 0) {
+    snprintf(err, errlen, "starting the monitor's loop: %s",
+             uvccl_strerror(rc));
+    uv_loop_close(&l->loop);
+    live_free(l);
+    return NULL;
+  }
+  uv_tcp_init(&l->loop, &l->listener);
+  l->listener.data = l;
+  uv_timer_init(&l->loop, &l->tick);
+  l->tick.data = l;
+  memcpy(&ss, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                : sizeof(struct sockaddr_in));
+  if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+  else ((struct sockaddr_in *)&ss)->sin_port = 0;
+  rc = uv_tcp_bind(&l->listener, (struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&l->listener, 4096, on_connection);
+  if (rc == 0)
+    rc = uv_tcp_getsockname(&l->listener, (struct sockaddr *)&ss, &len);
+  if (rc == 0) rc = uvccl__xqueue_init(app_loop, &l->appq);
+  if (rc != 0) {
+    snprintf(err, errlen, "the monitor's listener: %s", uvccl_strerror(rc));
+    uv_close((uv_handle_t *)&l->listener, NULL);
+    uv_close((uv_handle_t *)&l->tick, NULL);
+    uvccl__xqueue_close(&l->cmdq, NULL, NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&l->loop);
+    live_free(l);
+    return NULL;
+  }
+  *port = ntohs(ss.ss_family == AF_INET6
+                    ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                    : ((struct sockaddr_in *)&ss)->sin_port);
+  uv_timer_start(&l->tick, on_tick, l->period_ms, l->period_ms);
+  rc = uv_thread_create(&l->thread, thread_main, l);
+  if (rc != 0) {
+    snprintf(err, errlen, "starting the monitor's thread: %s",
+             uvccl_strerror(rc));
+    uv_close((uv_handle_t *)&l->listener, NULL);
+    uv_close((uv_handle_t *)&l->tick, NULL);
+    uvccl__xqueue_close(&l->cmdq, NULL, NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&l->loop);
+    uvccl__xqueue_close(&l->appq, live_free, l);
+    return NULL;
+  }
+  l->thread_started = 1;
+  return l;
+}
+
+void uvccl__live_connect(uvccl__live_t *l, int rank,
+                         const struct sockaddr *addr, uint64_t nonce,
+                         uint64_t deadline_ms) {
+  cmd_t *c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL || l->app_closed) {
+    uvccl__free(c);
+    return;
+  }
+  c->kind = CMD_CONNECT;
+  c->rank = rank;
+  memcpy(&c->addr, addr, addr->sa_family == AF_INET6
+                             ? sizeof(struct sockaddr_in6)
+                             : sizeof(struct sockaddr_in));
+  c->nonce = nonce;
+  c->deadline = deadline_ms;
+  post_cmd(l, c);
+}
+
+static void post_fail_cmd(uvccl__live_t *l, int kind, int rank, int cause,
+                          int err, const char *detail) {
+  cmd_t *c;
+  if (l == NULL || l->app_closed || rank < 0 || rank >= l->size) return;
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) return;
+  c->kind = kind;
+  c->rank = rank;
+  fail_set(&c->f, rank, l->rank, cause, err, "%s", detail ? detail : "");
+  post_cmd(l, c);
+}
+
+void uvccl__live_suspect(uvccl__live_t *l, int rank, int cause, int err,
+                         const char *detail) {
+  post_fail_cmd(l, CMD_SUSPECT, rank, cause, err, detail);
+}
+
+void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
+                         const char *detail) {
+  post_fail_cmd(l, CMD_DECLARE, rank, cause, err, detail);
+}
+
+void uvccl__live_abort_self(uvccl__live_t *l, const char *reason) {
+  uvccl__fail_t f;
+  int r;
+  if (l == NULL || l->app_closed) return;
+  fail_set(&f, l->rank, l->rank, UVCCL_FAIL_ABORTED, UVCCL_EABORTED,
+           "aborted by its application: %s", reason ? reason : "no reason");
+  for (r = 0; r < l->size; r++) {
+    link_t *k;
+    uv_mutex_lock(&l->lock);
+    k = l->links[r];
+    uv_mutex_unlock(&l->lock);
+    if (k != NULL) send_dead(k, &f);
+  }
+}
+
+void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n) {
+  wire_notice_t w;
+  int r;
+  if (l == NULL || l->app_closed) return;
+  memset(&w, 0, sizeof(w));
+  w.what = n->what;
+  w.gid = n->gid;
+  w.rank = n->rank;
+  w.origin = n->origin;
+  w.cause = n->cause;
+  w.err = n->err;
+  memcpy(w.detail, n->detail, sizeof(w.detail));
+  w.detail[sizeof(w.detail) - 1] = '\0';
+  for (r = 0; r < l->size; r++) {
+    link_t *k;
+    uv_mutex_lock(&l->lock);
+    k = l->links[r];
+    uv_mutex_unlock(&l->lock);
+    if (k != NULL) link_send(k, LF_NOTICE, 0, 0, 0, &w, sizeof(w));
+  }
+}
+
+/* The monitor's CLOSED event: the thread is done; join it, then let the
+ * event queue go (its close callback frees everything). */
+static void on_app_closed(uvccl__live_t *l) {
+  uv_thread_join(&l->thread);
+  uv_loop_close(&l->loop);
+  uvccl__xqueue_close(&l->appq, live_free, l);
+}
+
+void uvccl__live_close(uvccl__live_t *l, int bye) {
+  cmd_t *c;
+  if (l == NULL || l->app_closed) return;
+  l->app_closed = 1;
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) {
+    /* Out of memory with nothing to ask the thread with: it is left
+     * running rather than stopped unsafely. */
+    LOG_ERROR("live", "rank %d: out of memory closing the monitor", l->rank);
+    return;
+  }
+  c->kind = CMD_CLOSE;
+  c->bye = bye;
+  post_cmd(l, c);
+}

@@ -1,0 +1,210 @@
+/* Socket output that never raises SIGPIPE.
+ *
+ * libuv writes streams with write()/writev(), and Linux raises SIGPIPE on a
+ * write to a socket whose peer has gone (there is no per-socket option on
+ * Linux; SO_NOSIGPIPE is BSD's). A library must not kill its host for a
+ * peer's death, nor change the process's signal disposition behind its
+ * back, so every byte uvccl puts on a TCP connection goes out here, with
+ * sendmsg(MSG_NOSIGNAL), and never through uv_write/uv_try_write.
+ *
+ * Reading stays with libuv. When the socket is full, the rest waits in a
+ * FIFO of caller-owned requests, and a uv_poll_t watches for room on a
+ * duplicate of the socket's descriptor (made the first time the socket
+ * fills, so a connection that never fills costs nothing): epoll refuses
+ * the same descriptor twice, but takes a duplicate of it, and libuv's
+ * stream keeps its own watcher on the original. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+void uvccl__wq_init(uvccl__wq_t *q, uv_loop_t *loop, uv_tcp_t *tcp) {
+  memset(q, 0, sizeof(*q));
+  q->loop = loop;
+  q->tcp = tcp;
+  q->dupfd = -1;
+}
+
+static int wq_fd(uvccl__wq_t *q) {
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t *)q->tcp, &fd) != 0) return -1;
+  return fd;
+}
+
+/* One sendmsg of up to 16 buffers; bytes written, 0 when full, or -errno. */
+static ssize_t wq_sendv(int fd, const uv_buf_t *bufs, unsigned n) {
+  struct iovec iov[16];
+  struct msghdr mh;
+  ssize_t r;
+  unsigned i;
+  if (n > 16) n = 16;
+  for (i = 0; i < n; i++) {
+    iov[i].iov_base = bufs[i].base;
+    iov[i].iov_len = bufs[i].len;
+  }
+  memset(&mh, 0, sizeof(mh));
+  mh.msg_iov = iov;
+  mh.msg_iovlen = n;
+  do
+    r = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r >= 0) return r;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+  return -errno;
+}
+
+ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
+  int fd;
+  if (q->err != 0) return q->err;
+  if (q->head != NULL) return 0; /* keep the order */
+  fd = wq_fd(q);
+  if (fd < 0) return UV_EBADF;
+  if (n == 1) {
+    /* send() rather than a one-entry sendmsg: the store's common case */
+    ssize_t r;
+    do
+      r = send(fd, bufs[0].base, bufs[0].len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r >= 0) return r;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+  }
+  return wq_sendv(fd, bufs, n);
+}
+
+/* Drops the first `done` bytes of req's buffers. 1 when all are gone. */
+static int req_advance(uvccl__wreq_t *req, size_t done) {
+  while (done > 0 && req->idx < req->nbufs) {
+    uv_buf_t *b = &req->bufs[req->idx];
+    if (done < b->len) {
+      b->base += done;
+      b->len -= done;
+      done = 0;
+    } else {
+      done -= b->len;
+      b->len = 0;
+      req->idx++;
+    }
+  }
+  while (req->idx < req->nbufs && req->bufs[req->idx].len == 0) req->idx++;
+  return req->idx == req->nbufs;
+}
+
+static void wq_fail_all(uvccl__wq_t *q, int err) {
+  uvccl__wreq_t *r;
+  while ((r = q->head) != NULL) {
+    q->head = r->next;
+    if (q->head == NULL) q->tail = NULL;
+    q->queued -= r->left;
+    r->left = 0;
+    if (r->cb != NULL) r->cb(r, err); /* may free r */
+  }
+}
+
+static void wq_on_poll(uv_poll_t *h, int status, int events) {
+  uvccl__wq_t *q = h->data;
+  int fd = q->dupfd;
+  (void)events;
+  if (status < 0) {
+    /* libuv reports EPOLLERR (a reset, say) as UV_EBADF: the socket's own
+     * error says what happened. */
+    int soerr = 0;
+    socklen_t sl = sizeof(soerr);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr != 0)
+      status = -soerr;
+    else if (status == UV_EBADF)
+      status = UV_ECONNRESET;
+    q->err = status;
+    uv_poll_stop(h);
+    wq_fail_all(q, status);
+    return;
+  }
+  while (q->head != NULL) {
+    uvccl__wreq_t *r = q->head;
+    ssize_t n = wq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx);
+    if (n < 0) {
+      q->err = (int)n;
+      uv_poll_stop(h);
+      wq_fail_all(q, (int)n);
+      return;
+    }
+    if (n == 0) return; /* full again: wait */
+    q->queued -= (size_t)n;
+    r->left -= (size_t)n;
+    if (!req_advance(r, (size_t)n)) continue;
+    q->head = r->next;
+    if (q->head == NULL) q->tail = NULL;
+    if (r->cb != NULL) r->cb(r, 0); /* may free r, queue more, or close q */
+    if (q->closing) return;
+  }
+  uv_poll_stop(h);
+}
+
+int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
+                    unsigned n, void (*cb)(uvccl__wreq_t *req, int status)) {
+  unsigned i;
+  int rc;
+  if (q->err != 0) return q->err;
+  if (q->closing) return UV_ECANCELED;
+  if (n > UVCCL__WREQ_BUFS) return UV_EINVAL;
+  if (!q->poll_open) {
+    int fd = wq_fd(q);
+    if (fd < 0) return UV_EBADF;
+    q->dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (q->dupfd < 0) return -errno;
+    rc = uv_poll_init_socket(q->loop, &q->poll, q->dupfd);
+    if (rc != 0) {
+      close(q->dupfd);
+      q->dupfd = -1;
+      return rc;
+    }
+    q->poll.data = q;
+    q->poll_open = 1;
+  }
+  req->next = NULL;
+  req->cb = cb;
+  req->nbufs = n;
+  req->idx = 0;
+  req->left = 0;
+  for (i = 0; i < n; i++) {
+    req->bufs[i] = bufs[i];
+    req->left += bufs[i].len;
+  }
+  if (q->tail) q->tail->next = req;
+  else q->head = req;
+  q->tail = req;
+  q->queued += req->left;
+  return uv_poll_start(&q->poll, UV_WRITABLE, wq_on_poll);
+}
+
+size_t uvccl__wq_queued(const uvccl__wq_t *q) { return q->queued; }
+
+static void wq_poll_closed(uv_handle_t *h) {
+  uvccl__wq_t *q = h->data;
+  void (*cb)(uvccl__wq_t *) = q->close_cb;
+  wq_fail_all(q, UV_ECANCELED);
+  if (cb != NULL) cb(q);
+}
+
+int uvccl__wq_close(uvccl__wq_t *q, void (*cb)(uvccl__wq_t *q)) {
+  if (q->closing) return 0;
+  q->closing = 1;
+  if (!q->poll_open) return 0;
+  q->close_cb = cb;
+  q->poll_open = 0;
+  /* uv_close takes the duplicate out of epoll at once, so it can be
+   * closed now; the requests still queued fail from the close callback. */
+  uv_close((uv_handle_t *)&q->poll, wq_poll_closed);
+  close(q->dupfd);
+  q->dupfd = -1;
+  return 1;
+}
+
+int uvccl__wq_shutdown(uvccl__wq_t *q) {
+  int fd = wq_fd(q);
+  if (fd < 0) return UV_EBADF;
+  return shutdown(fd, SHUT_WR) == 0 ? 0 : -errno;
+}
