@@ -59,7 +59,8 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(ENOGPU, -20013, "no GPU available")                                       \
   XX(ENOMEM_STORE, -20014, "store memory limit reached")                      \
   XX(ENCCL, -20015, "NCCL error")                                              \
-  XX(ECUDA, -20016, "CUDA error")
+  XX(ECUDA, -20016, "CUDA error")                                              \
+  XX(EREVOKED, -20017, "the group was revoked")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -574,6 +575,13 @@ typedef struct {
    * once the NCCL id is exchanged and makes the communicator with the
    * first operation (which waits for it; every rank must run one). */
   int lazy_init;
+  /* Liveness: a rank silent this long (stopped, hung, cut off) is
+   * declared failed by every survivor, whatever the operations' timeouts.
+   * Heartbeats run on a thread of uvccl's, so a rank whose application
+   * keeps its loop busy is never declared failed for it. 0 =
+   * $UVCCL_HEARTBEAT_TIMEOUT_MS, else 15 s; UINT64_MAX = no heartbeats
+   * (failures are then seen when connections break, and at timeouts). */
+  uint64_t heartbeat_timeout_ms;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0
@@ -621,8 +629,76 @@ UVCCL_EXTERN int uvccl_pg_init_url(uv_loop_t *loop, uvccl_pg_t *pg,
 UVCCL_EXTERN void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb);
 /* Fails every pending work of the group (and of every group sharing its
  * connections) with UVCCL_EABORTED at once; the group is unusable after
- * (destroy it). */
+ * (destroy it). The other ranks learn it at once too, with the reason
+ * ("rank 3 ... aborted by its application: reason"). */
 UVCCL_EXTERN void uvccl_pg_abort(uvccl_pg_t *pg, const char *reason);
+
+/* ---- Failures. When a rank fails, every survivor's pending work on the
+ * groups that contain it fails with UVCCL_EPEER, and every later call on
+ * those groups returns UVCCL_EPEER at once, with the same message in
+ * work->msg: the rank that failed FIRST (group and global rank, address),
+ * how, and who saw it, for instance
+ *   "allreduce: rank 2 (global 2, 10.0.0.3:41234) failed: its process
+ *    exited or was killed (connection closed)"
+ *   "... failed: no heartbeat for 15.1 s (stopped, hung or unreachable)
+ *    [seen by rank 0]"
+ * A rank that fails a group because of a peer tells every other rank
+ * first, so survivors that hear of it from a third rank still name the
+ * right one. uvccl_pg_get_failure() says the same to code. */
+typedef enum {
+  UVCCL_FAIL_NONE = 0,
+  UVCCL_FAIL_EXITED,      /* its process exited or was killed */
+  UVCCL_FAIL_RESET,       /* its connection was reset or broke */
+  UVCCL_FAIL_HEARTBEAT,   /* silent past the heartbeat timeout: stopped,
+                             hung, or cut off by the network */
+  UVCCL_FAIL_UNREACHABLE, /* the network gave up on it (TCP timeouts) */
+  UVCCL_FAIL_ABORTED,     /* its application aborted (uvccl_pg_abort, or
+                             its group creation failed) */
+  UVCCL_FAIL_PROTOCOL,    /* it sent something invalid */
+  UVCCL_FAIL_TIMEOUT,     /* an operation timed out waiting for it */
+  UVCCL_FAIL_REVOKED,     /* the group was revoked (uvccl_pg_revoke) */
+  UVCCL_FAIL_LEFT         /* it destroyed the group while needed */
+} uvccl_fail_cause_t;
+
+/* "exited", "reset", "heartbeat", ... */
+UVCCL_EXTERN const char *uvccl_fail_cause_name(uvccl_fail_cause_t cause);
+
+typedef struct {
+  uvccl_fail_cause_t cause;
+  int rank;           /* group rank of the culprit (-1: not a member) */
+  int global_rank;    /* its world rank (-1: none, e.g. a timeout) */
+  int reporter;       /* world rank that saw it (this rank, or the rank
+                         whose notice told us) */
+  int err;            /* the error code operations fail with */
+  char address[64];   /* "host:port" of the culprit */
+  char msg[UVCCL_WORK_MSG_LEN]; /* what every failing work says */
+} uvccl_pg_failure_t;
+
+/* 1 with *f filled when the group has failed or was revoked, 0 when it
+ * is healthy, UV_EINVAL for bad arguments. */
+UVCCL_EXTERN int uvccl_pg_get_failure(const uvccl_pg_t *pg,
+                                      uvccl_pg_failure_t *f);
+/* The group ranks this rank knows to have failed, in the order it
+ * learned of them (the first is the culprit). Returns their number, which
+ * may exceed max (only max are written). */
+UVCCL_EXTERN int uvccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks,
+                                       int max);
+/* MPIX_Comm_revoke: not collective. Every pending and future operation
+ * on the group fails, here and on every other rank, with UVCCL_EREVOKED
+ * ("revoked by rank R: reason"). Other groups sharing the connections are
+ * untouched. The group can then only be shrunk or destroyed. */
+UVCCL_EXTERN int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
+/* MPIX_Comm_shrink / ncclCommShrink: collective over the surviving ranks
+ * of pg. They agree on who failed (the agreement tolerates failures
+ * during it) and *newpg becomes a group of the others, ranks renumbered
+ * in their old order, sharing the live connections (no new sockets, no
+ * store). Works on failed, revoked and healthy groups alike (a healthy
+ * group's shrink keeps everyone). work->result is the number of ranks
+ * removed. Subgroups of pg can be made again from *newpg. pg stays
+ * unusable: destroy it. NCCL groups: through ncclCommShrink where the
+ * loaded NCCL has it, else UVCCL_ENOTSUP. */
+UVCCL_EXTERN int uvccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                                 uvccl_work_t *work, uvccl_work_cb cb);
 
 /* Subgroup with the given parent ranks (in that order: group rank i is
  * parent rank ranks[i]). Every rank of the parent must call it, in the

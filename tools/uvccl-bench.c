@@ -589,8 +589,8 @@ static void finish(const char *what, int rc, uvccl_work_t *w)
 {
   if (rc == 0)
     rc = uvccl_work_wait(w);
-  else
-    w = NULL;
+  else if (w->msg[0] == '\0')
+    w = NULL; /* a call refused at once may still say why in w->msg */
   if (rc != 0)
     die_op(what, rc, w);
 }

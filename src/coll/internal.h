@@ -16,6 +16,7 @@
 
 #include "../loop/internal.h"
 #include "reduce.h"
+#include "live.h"
 
 #include <string.h>
 
@@ -27,7 +28,10 @@ enum {
   FRAME_HELLO_ACK = 2, /* acceptor -> connector: empty */
   FRAME_COLL = 3,      /* collective data: (gid, seq, tag) */
   FRAME_P2P = 4,       /* point to point: (gid, tag = user tag) */
-  FRAME_BYE = 5        /* the sender is leaving cleanly (destroy) */
+  FRAME_BYE = 5,       /* the sender is leaving cleanly (destroy) */
+  FRAME_REJECT = 6,    /* acceptor -> connector: refused; payload: why */
+  FRAME_AGREE = 7      /* shrink's agreement (gid = the group shrunk,
+                          seq = its epoch); payload: agree_msg_t */
 };
 
 #define UVCCL__FRAME_HDR 24
@@ -227,6 +231,7 @@ struct peer_s {
   uvccl__wreq_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
                             net's nclosing already) */
+  char reject[160];      /* REJECT payload to send, or received */
 };
 
 struct net_s {
@@ -242,8 +247,20 @@ struct net_s {
   char (*addrs)[64];     /* every rank's published address, for messages */
   peer_t *pending;       /* accepted, hello not yet received */
   int nup;               /* peers UP */
-  void (*mesh_cb)(net_t *net, int status); /* creation progress */
+  /* Creation: mesh_cb(net, 0, NULL) once every peer is connected and
+   * linked, or (net, error, why) when creation cannot succeed. */
+  void (*mesh_cb)(net_t *net, int status, const char *msg);
   void *mesh_arg;
+  /* Liveness (live.c): the monitor, and what it told us. */
+  uvccl__live_t *live;   /* NULL in a world of one */
+  int live_port;
+  uint64_t hb_ms;
+  int links_up;
+  uvccl__fail_t first;   /* the first failure learned (rank -1: none) */
+  uvccl__fail_t *fails;  /* by world rank (rank -1: alive) */
+  int *failed;           /* world ranks, in the order learned */
+  int nfailed;
+  int fenced;            /* the others declared this rank failed */
   group_t *groups;       /* every group on this net */
   uint64_t arrivals;     /* counter for stage/recv ordering */
   uint64_t stage_limit;
@@ -285,8 +302,11 @@ struct group_s {
   sop_list_t p2p;         /* posted p2p receives */
   double *premul;
   int npremul;
-  int broken;             /* a collective failed mid-flight */
-  char broken_msg[160];
+  int broken;             /* failed: every later call fails at once */
+  int broken_err;         /* with this code (EPEER, EREVOKED, ...) */
+  uvccl__fail_t culprit;  /* why (rank -1 when no rank is to blame) */
+  char broken_msg[UVCCL_WORK_MSG_LEN];
+  uint32_t nshrinks;      /* shrink epochs started */
   int destroying;
   sched_t *free_scheds;
   group_t *next;          /* net's list */
@@ -328,10 +348,14 @@ static inline int sop_list_remove(sop_list_t *l, sop_t *op) {
 /* ---- net.c ---------------------------------------------------------------- */
 net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size);
 /* Binds and listens on addr (port 0 = any). */
-int uvccl__net_listen(net_t *net, const struct sockaddr *addr);
-/* Connects to peer rank at addr (with retry/backoff until deadline_ms). */
+/* Binds and listens on addr (port 0 = any), and starts the world's
+ * monitor (heartbeat timeout hb_ms; 0 = none) on the same host. */
+int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
+                      char *err, size_t errlen);
+/* Connects to peer rank at addr, and its monitor at live_port (with
+ * retry/backoff until deadline_ms). */
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
-                       uint64_t nonce, uint64_t deadline_ms);
+                       uint64_t nonce, int live_port, uint64_t deadline_ms);
 /* Sends a frame. op->hdr is filled here. 1: written at once (done); 0:
  * queued (on_write completes the op); or an error (peer dead). */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
@@ -340,11 +364,13 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
  * synchronously (through uvccl__sched_op_done). */
 void uvccl__net_post_recv(net_t *net, sop_t *op);
 /* Unlinks a posted receive (abandon). Returns 1 if data was mid-transfer
- * into it (the caller must break the connection). */
+ * into it (the rest of that frame is read and dropped). */
 int uvccl__net_unpost(net_t *net, sop_t *op);
-/* Bytes of sends to this peer not yet handed to the kernel. */
-size_t uvccl__net_queued(net_t *net, int world_rank);
-void uvccl__net_break(net_t *net, int world_rank, const char *why);
+/* A send still queued is detached from the caller's buffer: the rest of
+ * the frame goes out from a copy, so the connection stays in step and the
+ * caller may have the buffer back now. 0, or an error (then the
+ * connection was closed instead). */
+int uvccl__net_orphan(net_t *net, sop_t *op);
 /* Marks a peer failed: closes its connection, fails every group's work
  * that involves it. */
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why);
@@ -362,6 +388,13 @@ group_t *uvccl__net_group(net_t *net, uint32_t gid);
 const char *uvccl__net_addr(net_t *net, int world_rank);
 /* A peer usable for traffic? 0, or the error to report. */
 int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
+/* What a work failing on g because of the world's failures says: the
+ * first failed rank, from g's point of view. */
+void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
+                         char *buf, size_t len);
+/* A notice to every rank of the world, out of band (the monitor's
+ * links): revoke, or a group given up. */
+void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);
 
 /* ---- sched.c -------------------------------------------------------------- */
 /* A fresh schedule for a collective on g (seq assigned) or p2p. */
@@ -403,6 +436,10 @@ void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...)
 void uvccl__group_fail_all(group_t *g, int err, const char *msg);
 void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
                             const char *msg);
+/* Marks g failed (later calls fail at once with err and msg), forgets
+ * its staged frames, and fails its pending works. culprit may be NULL. */
+void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
+                        const char *msg);
 /* Reduce n bytes of src into dst with the schedule's kernel. */
 void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
 /* A reducing receive's n bytes that arrived for offset off of op. */

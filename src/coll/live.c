@@ -927,12 +927,12 @@ void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
   post_fail_cmd(l, CMD_DECLARE, rank, cause, err, detail);
 }
 
-void uvccl__live_abort_self(uvccl__live_t *l, const char *reason) {
+void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
+                           const char *detail) {
   uvccl__fail_t f;
   int r;
   if (l == NULL || l->app_closed) return;
-  fail_set(&f, l->rank, l->rank, UVCCL_FAIL_ABORTED, UVCCL_EABORTED,
-           "aborted by its application: %s", reason ? reason : "no reason");
+  fail_set(&f, l->rank, l->rank, cause, err, "%s", detail);
   for (r = 0; r < l->size; r++) {
     link_t *k;
     uv_mutex_lock(&l->lock);

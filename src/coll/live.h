@@ -98,9 +98,12 @@ void uvccl__live_suspect(uvccl__live_t *l, int rank, int cause, int err,
 /* Declares rank failed now (a protocol error of its, say). */
 void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
                          const char *detail);
-/* This rank's application aborts: every link gets the notice before this
- * returns (so peers read it before they see our connections close). */
-void uvccl__live_abort_self(uvccl__live_t *l, const char *reason);
+/* This rank gives up (its application aborts, its creation failed):
+ * every link gets the notice, naming this rank with cause and detail,
+ * before this returns (so peers read it before they see our connections
+ * close). */
+void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
+                           const char *detail);
 /* Sends a notice to every live rank now (from the calling thread). */
 void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n);
 /* Stops: with bye, every link says goodbye first. The last event is

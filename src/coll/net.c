@@ -103,11 +103,21 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->size = size;
   net->peers = uvccl__calloc((size_t)size, sizeof(peer_t *));
   net->addrs = uvccl__calloc((size_t)size, sizeof(*net->addrs));
-  if (net->peers == NULL || net->addrs == NULL) {
+  net->fails = uvccl__calloc((size_t)size, sizeof(*net->fails));
+  net->failed = uvccl__calloc((size_t)size, sizeof(int));
+  if (net->peers == NULL || net->addrs == NULL || net->fails == NULL ||
+      net->failed == NULL) {
     uvccl__free(net->peers);
     uvccl__free(net->addrs);
+    uvccl__free(net->fails);
+    uvccl__free(net->failed);
     uvccl__free(net);
     return NULL;
+  }
+  {
+    int r;
+    for (r = 0; r < size; r++) net->fails[r].rank = -1;
+    net->first.rank = -1;
   }
   if (uv_random(NULL, NULL, &net->nonce, sizeof(net->nonce), 0, NULL) != 0)
     net->nonce = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
@@ -253,7 +263,10 @@ static void on_connection(uv_stream_t *server, int status) {
   peer_start_read(p);
 }
 
-int uvccl__net_listen(net_t *net, const struct sockaddr *addr) {
+static void net_on_live(void *arg, const uvccl__live_ev_t *ev);
+
+int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
+                      char *err, size_t errlen) {
   int rc, len = sizeof(net->self);
   uv_tcp_init(net->loop, &net->listener);
   net->listener.data = net;
@@ -264,8 +277,20 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr) {
   if (rc == 0)
     rc = uv_tcp_getsockname(&net->listener, (struct sockaddr *)&net->self,
                             &len);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    snprintf(err, errlen, "listening on %s: %s", "the chosen address",
+             uvccl_strerror(rc));
+    return rc;
+  }
   addr_fmt((struct sockaddr *)&net->self, net->selfstr, sizeof(net->selfstr));
+  net->hb_ms = hb_ms;
+  if (net->size > 1) {
+    net->live = uvccl__live_new(net->loop, net->rank, net->size,
+                                (struct sockaddr *)&net->self, net->nonce,
+                                hb_ms, net_on_live, net, &net->live_port, err,
+                                errlen);
+    if (net->live == NULL) return UV_ENOMEM;
+  }
   return 0;
 }
 
@@ -346,10 +371,22 @@ static void connect_start(peer_t *p) {
 }
 
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
-                       uint64_t nonce, uint64_t deadline_ms) {
+                       uint64_t nonce, int live_port, uint64_t deadline_ms) {
   peer_t *p;
   if (rank < 0 || rank >= net->size || net->peers[rank] != NULL)
     return UV_EINVAL;
+  if (net->live != NULL) {
+    struct sockaddr_storage la;
+    memcpy(&la, addr, addr->sa_family == AF_INET6
+                          ? sizeof(struct sockaddr_in6)
+                          : sizeof(struct sockaddr_in));
+    if (la.ss_family == AF_INET6)
+      ((struct sockaddr_in6 *)&la)->sin6_port = htons((uint16_t)live_port);
+    else
+      ((struct sockaddr_in *)&la)->sin_port = htons((uint16_t)live_port);
+    uvccl__live_connect(net->live, rank, (struct sockaddr *)&la, nonce,
+                        deadline_ms);
+  }
   p = peer_new(net, rank);
   if (p == NULL) return UV_ENOMEM;
   p->outgoing = 1;
@@ -397,17 +434,42 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
   return uvccl__wq_write(&p->wq, req, &b, 1, cb ? cb : NULL);
 }
 
+/* Creation is over once every peer is connected and linked. */
+static void net_check_ready(net_t *net) {
+  void (*cb)(net_t *, int, const char *) = net->mesh_cb;
+  if (cb == NULL || net->nup != net->size - 1) return;
+  if (net->live != NULL && net->links_up != net->size - 1) return;
+  net->mesh_cb = NULL;
+  cb(net, 0, NULL);
+}
+
+/* Creation cannot succeed (the caller says why). */
+static void net_creation_failed(net_t *net, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void net_creation_failed(net_t *net, int err, const char *fmt, ...) {
+  void (*cb)(net_t *, int, const char *) = net->mesh_cb;
+  char msg[UVCCL_WORK_MSG_LEN];
+  va_list ap;
+  if (cb == NULL) return;
+  net->mesh_cb = NULL;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  cb(net, err, msg);
+}
+
 static void peer_up(peer_t *p) {
   net_t *net = p->net;
   p->state = PEER_UP;
   net->nup++;
   LOG_DEBUG("coll", "rank %d: connected to rank %d (%s)", net->rank, p->rank,
             p->addrstr);
-  if (net->nup == net->size - 1 && net->mesh_cb != NULL) {
-    void (*cb)(net_t *, int) = net->mesh_cb;
-    net->mesh_cb = NULL;
-    cb(net, 0);
+  {
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
+      uvccl__live_tune_socket(fd, net->hb_ms);
   }
+  net_check_ready(net);
 }
 
 /* ---- receiving ------------------------------------------------------------------- */
@@ -630,12 +692,60 @@ static int frame_end(peer_t *p) {
   return p->state == PEER_UP ? 0 : -1;
 }
 
+/* An unnamed connection is refused: it gets the reason, then a
+ * half-close; it is closed when its EOF comes (so the reason is not lost
+ * to a reset), or after 2 s. */
+static void on_reject_drain_timeout(uv_timer_t *t) { peer_close(t->data); }
+
+static void on_reject_written(uvccl__wreq_t *req, int status) {
+  peer_t *p = req->data;
+  if (status == 0 && p->tcp_open && uvccl__wq_shutdown(&p->wq) == 0) {
+    uv_timer_start(&p->retry, on_reject_drain_timeout, 2000, 0);
+    return;
+  }
+  peer_close(p);
+}
+
+static void peer_reject(peer_t *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void peer_reject(peer_t *p, const char *fmt, ...) {
+  frame_hdr_t h;
+  size_t n;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->reject, sizeof(p->reject), fmt, ap);
+  va_end(ap);
+  LOG_WARN("coll", "rank %d: refusing the connection from %s: %s",
+           p->net->rank, p->addrstr, p->reject);
+  n = strlen(p->reject);
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_REJECT;
+  h.len = n;
+  hdr_encode(p->hello_buf, &h);
+  memcpy(p->hello_buf + UVCCL__FRAME_HDR, p->reject, n);
+  p->state = PEER_CLOSING;
+  if (peer_write_ctl(p, &p->hello_req, p->hello_buf, UVCCL__FRAME_HDR + n,
+                     on_reject_written) != 0)
+    peer_close(p);
+}
+
+/* A misconfigured world (sizes differ, a rank claimed twice): this rank's
+ * creation fails with the same words the other side is sent. */
+static void net_misconfigured(net_t *net, const char *msg) {
+  if (net->mesh_cb != NULL)
+    net_creation_failed(net, UV_EINVAL, "process group creation failed: %s",
+                        msg);
+  else
+    LOG_WARN("coll", "rank %d: %s", net->rank, msg);
+}
+
 static void handle_hello(peer_t *p, const frame_hdr_t *h,
                          const unsigned char *payload) {
   net_t *net = p->net;
   hello_t hello;
   frame_hdr_t ack;
   peer_t **pp;
+  char why[256];
 
   if (h->kind == FRAME_HELLO_ACK && p->outgoing && p->state == PEER_CONNECTING) {
     peer_up(p);
@@ -647,15 +757,49 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     return;
   }
   memcpy(&hello, payload, sizeof(hello));
-  if (hello.magic != UVCCL__HELLO_MAGIC ||
-      hello.version != UVCCL__WIRE_VERSION || hello.to != (uint32_t)net->rank ||
-      hello.to_nonce != net->nonce || hello.world != (uint32_t)net->size ||
-      hello.from >= (uint32_t)net->size || (int)hello.from == net->rank ||
-      net->peers[hello.from] != NULL) {
-    LOG_WARN("coll", "rank %d: rejecting a connection from %s: bad or stale "
-             "hello (from %u to %u, world %u)", net->rank, p->addrstr,
-             hello.from, hello.to, hello.world);
+  hello.addr[sizeof(hello.addr) - 1] = '\0';
+  if (hello.magic != UVCCL__HELLO_MAGIC) {
+    LOG_WARN("coll", "rank %d: closing a connection from %s: not a uvccl "
+             "peer", net->rank, p->addrstr);
     uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
+    return;
+  }
+  if (hello.version != UVCCL__WIRE_VERSION) {
+    peer_reject(p, "wire version %u, rank %d speaks %d", hello.version,
+                net->rank, UVCCL__WIRE_VERSION);
+    return;
+  }
+  if (hello.to_nonce != net->nonce || hello.to != (uint32_t)net->rank) {
+    /* Not meant for this process: an address left in a reused store, or a
+     * process of another world. Nothing of ours is wrong. */
+    peer_reject(p, "stale or foreign connection: rank %d (%s) is not the "
+                "process it dialed (rank %u)", net->rank, net->selfstr,
+                hello.to);
+    return;
+  }
+  if (hello.world != (uint32_t)net->size) {
+    snprintf(why, sizeof(why), "world size mismatch: rank %d (%s) was "
+             "started with a world of %d, rank %u (%s) with %u", net->rank,
+             net->selfstr, net->size, hello.from, hello.addr, hello.world);
+    peer_reject(p, "%s", why);
+    net_misconfigured(net, why);
+    return;
+  }
+  if (hello.from >= (uint32_t)net->size) {
+    snprintf(why, sizeof(why), "a process (%s) claims rank %u, outside the "
+             "world of %d", hello.addr, hello.from, net->size);
+    peer_reject(p, "%s", why);
+    net_misconfigured(net, why);
+    return;
+  }
+  if ((int)hello.from == net->rank || net->peers[hello.from] != NULL) {
+    snprintf(why, sizeof(why), "two processes claim rank %u: %s and %s",
+             hello.from,
+             (int)hello.from == net->rank ? net->selfstr
+                                          : net->addrs[hello.from],
+             hello.addr);
+    peer_reject(p, "%s", why);
+    net_misconfigured(net, why);
     return;
   }
   for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
@@ -665,7 +809,6 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     }
   p->rank = (int)hello.from;
   net->peers[p->rank] = p;
-  hello.addr[sizeof(hello.addr) - 1] = '\0';
   snprintf(net->addrs[p->rank], sizeof(net->addrs[p->rank]), "%s",
            hello.addr);
   memset(&ack, 0, sizeof(ack));
@@ -699,6 +842,21 @@ static void process_rbuf(peer_t *p) {
         handle_hello(p, &h, (unsigned char *)p->rbuf + pos);
         pos += (size_t)h.len;
         continue;
+      }
+      if (h.kind == FRAME_REJECT && p->outgoing &&
+          p->state == PEER_CONNECTING) {
+        size_t n = h.len < sizeof(p->reject) - 1 ? (size_t)h.len
+                                                 : sizeof(p->reject) - 1;
+        if (avail < UVCCL__FRAME_HDR + h.len && h.len < 4096) break;
+        memcpy(p->reject, p->rbuf + pos + UVCCL__FRAME_HDR,
+               avail - UVCCL__FRAME_HDR < n ? avail - UVCCL__FRAME_HDR : n);
+        p->reject[n] = '\0';
+        net_creation_failed(p->net, UV_EINVAL,
+                            "process group creation failed: rank %d (%s) "
+                            "refused the connection: %s",
+                            p->rank, p->addrstr, p->reject);
+        uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
+        return;
       }
       if (h.kind == FRAME_BYE && p->state == PEER_UP && h.len == 0) {
         p->left = 1;
@@ -876,9 +1034,23 @@ size_t uvccl__net_queued(net_t *net, int r) {
   return uvccl__wq_queued(&p->wq);
 }
 
-void uvccl__net_break(net_t *net, int r, const char *why) {
-  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
-  if (p != NULL) uvccl__net_peer_fail(net, p, UV_ECANCELED, why);
+int uvccl__net_orphan(net_t *net, sop_t *op) {
+  peer_t *p = op->peer >= 0 && op->peer < net->size ? net->peers[op->peer]
+                                                     : NULL;
+  int rc;
+  if (!op->writing) return 0;
+  rc = p != NULL && p->wq_open ? uvccl__wq_orphan(&p->wq, &op->wreq)
+                               : UV_ENOENT;
+  if (rc == 0) {
+    op->writing = 0;
+    return 0;
+  }
+  if (p != NULL && p->state == PEER_UP) {
+    /* No copy could be made: the frame cannot be finished, so the
+     * connection goes (the rank is then declared failed). */
+    uvccl__net_peer_fail(net, p, rc, "a send could not be detached");
+  }
+  return rc;
 }
 
 int uvccl__net_unpost(net_t *net, sop_t *op) {
@@ -964,13 +1136,33 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
 
 /* ---- failure ------------------------------------------------------------------------- */
 
+/* What a broken data connection says about its rank. */
+static int cause_of(int err) {
+  switch (err) {
+  case UV_EOF:
+  case UVCCL_EPEER:
+    return UVCCL_FAIL_EXITED;
+  case UVCCL_EPROTO:
+  case UVCCL_ELIMIT:
+  case UV_ENOMEM:
+    return UVCCL_FAIL_PROTOCOL;
+  case UV_ETIMEDOUT:
+  case UV_EHOSTUNREACH:
+  case UV_ENETUNREACH:
+    return UVCCL_FAIL_UNREACHABLE;
+  default:
+    return UVCCL_FAIL_RESET;
+  }
+}
+
+static void net_apply_dead(net_t *net, const uvccl__fail_t *f);
+
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
-  group_t *g;
-  char msg[200];
-  int r = p->rank;
+  int r = p->rank, was_up = p->state == PEER_UP, cause;
+  char detail[UVCCL__DETAIL_LEN];
 
   if (p->state == PEER_DEAD || p->state == PEER_CLOSING) return;
-  if (p->state == PEER_UP) net->nup--;
+  if (was_up) net->nup--;
   p->state = PEER_DEAD;
   p->err = err;
   if (r < 0) {
@@ -984,44 +1176,218 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
     peer_close(p);
     return;
   }
-  if (net->inflight > 0 && !p->left)
-    LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s (%s)", net->rank, r,
-             p->addrstr, why, uvccl_strerror(err));
-  else
-    LOG_DEBUG("coll", "rank %d: rank %d (%s): %s", net->rank, r, p->addrstr,
-              why);
+  LOG_DEBUG("coll", "rank %d: rank %d (%s): %s (%s)", net->rank, r,
+            p->addrstr, why, uvccl_strerror(err));
   peer_close_tcp(p);
   p->cur_op = NULL;
   p->rstate = RS_HDR;
   p->rlen = 0;
-  if (net->mesh_cb != NULL) {
-    void (*cb)(net_t *, int) = net->mesh_cb;
-    net->mesh_cb = NULL;
-    snprintf(msg, sizeof(msg), "rank %d (%s): %s: %s", r, p->addrstr, why,
-             uvccl_strerror(err));
-    net->mesh_arg = uvccl__strdup(msg);
-    cb(net, err == UVCCL_EPEER ? err : err);
+  if (!was_up) {
+    /* Still connecting: creation fails, nobody else is involved. */
+    net_creation_failed(net, err == UVCCL_EPROTO ? err : UVCCL_EPEER,
+                        "process group creation failed: rank %d (%s): %s: %s",
+                        r, p->addrstr, why, uvccl_strerror(err));
+    return;
   }
-  for (g = net->groups; g != NULL; g = g->next) {
-    if (g->inv[r] < 0) continue;
-    if (p->left) {
-      /* It destroyed its group after finishing: only work that still
-       * needs it fails (nothing it already sent is lost). */
+  if (p->left) {
+    /* It destroyed its groups after finishing: only work that still needs
+     * it fails (nothing it already sent is lost). */
+    group_t *g;
+    char msg[200];
+    for (g = net->groups; g != NULL; g = g->next) {
+      if (g->inv[r] < 0) continue;
       snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
                g->inv[r], r, uvccl__net_addr(net, r));
       uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
-      continue;
     }
-    snprintf(msg, sizeof(msg), "rank %d (global %d, %s) %s: %s", g->inv[r], r,
-             p->addrstr[0] ? p->addrstr : uvccl__net_addr(net, r), why,
-             uvccl_strerror(err));
-    uvccl__group_fail_all(g, UVCCL_EPEER, msg);
+    return;
   }
+  cause = cause_of(err);
+  if (cause == UVCCL_FAIL_EXITED)
+    snprintf(detail, sizeof(detail),
+             "its process exited or was killed (connection closed)");
+  else
+    snprintf(detail, sizeof(detail), "%s: %s", why, uvccl_strerror(err));
+  if (net->live == NULL) {
+    uvccl__fail_t f;
+    memset(&f, 0, sizeof(f));
+    f.rank = r;
+    f.origin = f.via = net->rank;
+    f.cause = cause;
+    f.err = err;
+    snprintf(f.detail, sizeof(f.detail), "%s", detail);
+    net_apply_dead(net, &f);
+  } else if (cause == UVCCL_FAIL_PROTOCOL) {
+    uvccl__live_declare(net->live, r, cause, err, detail);
+  } else {
+    /* Settled by the monitor, which first reads what r told us on its
+     * link (r may have gone because another rank failed first). */
+    uvccl__live_suspect(net->live, r, cause, err, detail);
+  }
+}
+
+/* ---- failures: the monitor's verdicts ----------------------------------------------- */
+
+static int in_group(const group_t *g, int r) {
+  return r >= 0 && r < g->net->size && g->inv[r] >= 0;
+}
+
+void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
+                         char *buf, size_t len) {
+  const uvccl__fail_t *first = net->first.rank >= 0 ? &net->first : f;
+  char seen[48] = "";
+  if (net->fenced) {
+    snprintf(buf, len, "this rank (global %d) was declared failed by global "
+             "rank %d (%s): %s", net->rank, f->origin,
+             uvccl__net_addr(net, f->origin), f->detail);
+    return;
+  }
+  if (first->origin != net->rank && first->origin >= 0)
+    snprintf(seen, sizeof(seen), " [seen by global rank %d]", first->origin);
+  if (in_group(g, first->rank) || !in_group(g, f->rank))
+    snprintf(buf, len, "rank %d (global %d, %s) failed: %s%s",
+             in_group(g, first->rank) ? g->inv[first->rank] : -1, first->rank,
+             uvccl__net_addr(net, first->rank), first->detail, seen);
+  else
+    snprintf(buf, len, "rank %d (global %d, %s) failed: %s; the first to "
+             "fail was global rank %d (%s): %s%s",
+             g->inv[f->rank], f->rank, uvccl__net_addr(net, f->rank),
+             f->detail, first->rank, uvccl__net_addr(net, first->rank),
+             first->detail, seen);
+}
+
+/* rank f->rank failed (the monitor's verdict, in the order it reached
+ * them): fence it off and fail every group that contains it. */
+static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
+  group_t *g;
+  peer_t *p;
+  char msg[UVCCL_WORK_MSG_LEN];
+  int r = f->rank;
+  if (r < 0 || r >= net->size) return;
+  if (r == net->rank) {
+    /* The others cut this rank off (it was stopped too long, say). */
+    int q;
+    if (net->fenced) return;
+    net->fenced = 1;
+    if (net->first.rank < 0) net->first = *f;
+    LOG_ERROR("coll", "rank %d: declared failed by rank %d: %s", net->rank,
+              f->origin, f->detail);
+    for (q = 0; q < net->size; q++) {
+      p = net->peers[q];
+      if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
+        continue;
+      if (p->state == PEER_UP) net->nup--;
+      p->state = PEER_DEAD;
+      peer_close_tcp(p);
+    }
+    uvccl__net_fail_msg(net, NULL, f, msg, sizeof(msg));
+    net_creation_failed(net, UVCCL_EPEER, "process group creation failed: %s",
+                        msg);
+    for (g = net->groups; g != NULL; g = g->next)
+      uvccl__group_break(g, UVCCL_EPEER, f, msg);
+    return;
+  }
+  if (net->fails[r].rank >= 0) return;
+  net->fails[r] = *f;
+  net->failed[net->nfailed++] = r;
+  if (net->first.rank < 0) net->first = *f;
+  LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s%s", net->rank, r,
+           uvccl__net_addr(net, r), f->detail,
+           f->origin != net->rank ? " (reported by another rank)" : "");
+  p = net->peers[r];
+  if (p != NULL && p->state != PEER_DEAD && p->state != PEER_CLOSING) {
+    if (p->state == PEER_UP) net->nup--;
+    p->state = PEER_DEAD;
+    p->err = f->err;
+    peer_close_tcp(p);
+    p->cur_op = NULL;
+    p->rstate = RS_HDR;
+    p->rlen = 0;
+  }
+  if (net->mesh_cb != NULL) {
+    char m2[UVCCL_WORK_MSG_LEN + 64];
+    snprintf(m2, sizeof(m2), "rank %d (%s) failed: %.100s%s", r,
+             uvccl__net_addr(net, r), f->detail,
+             f->origin != net->rank ? " (reported by another rank)" : "");
+    net_creation_failed(net, UVCCL_EPEER,
+                        "process group creation failed: %s", m2);
+  }
+  for (g = net->groups; g != NULL; g = g->next) {
+    if (!in_group(g, r)) continue;
+    uvccl__net_fail_msg(net, g, f, msg, sizeof(msg));
+    uvccl__group_break(g, UVCCL_EPEER,
+                       in_group(g, net->first.rank) ? &net->first : f, msg);
+  }
+}
+
+static void net_on_notice(net_t *net, const uvccl__notice_t *n) {
+  group_t *g = uvccl__net_group(net, n->gid);
+  uvccl__fail_t f;
+  char msg[UVCCL_WORK_MSG_LEN];
+  if (g == NULL || !in_group(g, n->origin) || g->broken) return;
+  memset(&f, 0, sizeof(f));
+  f.rank = n->rank;
+  f.origin = f.via = n->origin;
+  f.cause = n->cause;
+  f.err = n->err;
+  snprintf(f.detail, sizeof(f.detail), "%s", n->detail);
+  if (n->what == UVCCL__NOTICE_REVOKE) {
+    snprintf(msg, sizeof(msg), "revoked by rank %d (global %d, %.50s): %.80s",
+             g->inv[n->origin], n->origin, uvccl__net_addr(net, n->origin),
+             n->detail);
+    f.rank = -1;
+    f.cause = UVCCL_FAIL_REVOKED;
+    uvccl__group_break(g, UVCCL_EREVOKED, &f, msg);
+  } else {
+    snprintf(msg, sizeof(msg), "rank %d (global %d) gave up: %s",
+             g->inv[n->origin], n->origin, n->detail);
+    uvccl__group_break(g, n->err ? n->err : UVCCL_EPEER, &f, msg);
+  }
+}
+
+static void net_live_closed(net_t *net);
+
+static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
+  net_t *net = arg;
+  switch (ev->kind) {
+  case UVCCL__LIVE_LINK_UP:
+    net->links_up++;
+    net_check_ready(net);
+    return;
+  case UVCCL__LIVE_LINK_FAILED:
+    net_creation_failed(net, UVCCL_EPEER, "process group creation failed: %s",
+                        ev->msg);
+    return;
+  case UVCCL__LIVE_DEAD:
+    if (!net->closing) net_apply_dead(net, &ev->fail);
+    return;
+  case UVCCL__LIVE_LEFT:
+    if (ev->rank >= 0 && ev->rank < net->size && net->peers[ev->rank])
+      net->peers[ev->rank]->left = 1;
+    return;
+  case UVCCL__LIVE_NOTICE:
+    if (!net->closing) net_on_notice(net, &ev->notice);
+    return;
+  case UVCCL__LIVE_CLOSED:
+    net_live_closed(net);
+    return;
+  }
+}
+
+void uvccl__net_notify(net_t *net, const uvccl__notice_t *n) {
+  if (net->live != NULL) uvccl__live_notify(net->live, n);
 }
 
 void uvccl__net_abort(net_t *net, int err, const char *why) {
   group_t *g;
   int r;
+  /* The others hear it before they see our connections close. */
+  if (net->live != NULL && !net->aborted) {
+    char d[UVCCL__DETAIL_LEN];
+    if (strncmp(why, "aborted: ", 9) == 0) why += 9;
+    snprintf(d, sizeof(d), "its application aborted: %.90s", why);
+    uvccl__live_fail_self(net->live, UVCCL_FAIL_ABORTED, err, d);
+  }
   net->aborted = 1;
   for (g = net->groups; g != NULL; g = g->next)
     uvccl__group_fail_all(g, err, why);
@@ -1070,7 +1436,8 @@ static void net_free(net_t *net) {
   }
   uvccl__free(net->peers);
   uvccl__free(net->addrs);
-  uvccl__free(net->mesh_arg);
+  uvccl__free(net->fails);
+  uvccl__free(net->failed);
   uvccl__free(net);
 }
 
@@ -1082,6 +1449,12 @@ static void net_maybe_closed(net_t *net) {
   cb = net->closed_cb;
   if (cb != NULL) cb(net); /* reads closed_arg */
   net_free(net);
+}
+
+static void net_live_closed(net_t *net) {
+  net->live = NULL;
+  net->nclosing--;
+  net_maybe_closed(net);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -1236,6 +1609,11 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   net->closed_cb = cb;
   net->closed_arg = arg;
   net->mesh_cb = NULL;
+  if (net->live != NULL) {
+    /* Goodbye on the links too; the net goes once the monitor stopped. */
+    net->nclosing++;
+    uvccl__live_close(net->live, !net->aborted && !net->fenced);
+  }
   if (net->listener_open) {
     net->nclosing++;
     net->listener.data = net;

@@ -76,6 +76,7 @@ static group_t *group_new(net_t *net, int rank, int size) {
     return NULL;
   }
   for (i = 0; i < net->size; i++) g->inv[i] = -1;
+  g->culprit.rank = -1;
   g->net = net;
   g->rank = rank;
   g->size = size;
@@ -171,6 +172,7 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...)
 static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   va_list ap;
   char msg[UVCCL_WORK_MSG_LEN];
+  net_t *net;
   int i;
   if (b->dead) return;
   va_start(ap, fmt);
@@ -179,7 +181,19 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   b->dead = 1;
   b->g->boot = NULL;
   b->g->broken = 1;
-  snprintf(b->g->broken_msg, sizeof(b->g->broken_msg), "%.150s", msg);
+  b->g->broken_err = err;
+  snprintf(b->g->broken_msg, sizeof(b->g->broken_msg), "%s", msg);
+  net = b->g->net;
+  net->mesh_cb = NULL; /* b goes: nothing may call back with it */
+  net->mesh_arg = NULL;
+  if (net->live != NULL && !net->aborted && err != UV_ECANCELED) {
+    /* The ranks already connected hear why at once, instead of waiting
+     * for their own timeout. */
+    char d[UVCCL__DETAIL_LEN];
+    snprintf(d, sizeof(d), "its group creation failed: %.90s", msg);
+    uvccl__live_fail_self(net->live, UVCCL_FAIL_ABORTED, err, d);
+    net->aborted = 1;
+  }
   uvccl__work_fail(b->w, err, "%s", msg);
   /* Store works still out come back cancelled; then b goes. */
   uvccl_work_cancel(&b->setw);
@@ -190,22 +204,59 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   boot_maybe_free(b);
 }
 
+/* "0, 3, 5" (at most a few, then "..."), the ranks for which pick says
+ * yes. Returns how many there are. */
+static int rank_list(boot_t *b, int (*pick)(boot_t *, int), char *buf,
+                     size_t len) {
+  int i, n = 0;
+  size_t off = 0;
+  buf[0] = '\0';
+  for (i = 0; i < b->g->net->size; i++) {
+    if (i == b->g->net->rank || !pick(b, i)) continue;
+    if (n < 8 && off < len)
+      off += (size_t)snprintf(buf + off, len - off, "%s%d", n ? ", " : "", i);
+    else if (n == 8 && off < len)
+      off += (size_t)snprintf(buf + off, len - off, ", ...");
+    n++;
+  }
+  return n;
+}
+
+static int pick_unpublished(boot_t *b, int r) {
+  return r < b->ngets && b->getw[r].state == UVCCL_WORK_PENDING;
+}
+
+static int pick_unconnected(boot_t *b, int r) {
+  peer_t *p = b->g->net->peers[r];
+  return p == NULL || p->state != PEER_UP;
+}
+
 static void boot_abandon(uvccl_work_t *w, int status) {
   boot_t *b = w->owner_;
-  char msg[UVCCL_WORK_MSG_LEN];
-  int missing = 0, i;
+  char msg[UVCCL_WORK_MSG_LEN], list[64], where[180];
   net_t *net = b->g->net;
-  for (i = 0; i < net->size; i++)
-    if (i != net->rank && (net->peers[i] == NULL ||
-                           net->peers[i]->state != PEER_UP))
-      missing++;
-  snprintf(msg, sizeof(msg),
-           "process group creation (rank %d of %d) %s after %llu ms: %d of "
-           "%d peers connected%s",
-           net->rank, net->size,
+  int n;
+  if (b->setw.state == UVCCL_WORK_PENDING) {
+    snprintf(where, sizeof(where), "the store (%.60s) never answered",
+             uvccl__store_describe(b->store));
+  } else if ((n = rank_list(b, pick_unpublished, list, sizeof(list))) > 0) {
+    snprintf(where, sizeof(where), "rank%s %s never published %s address "
+             "(not started, or another world size or prefix?)",
+             n > 1 ? "s" : "", list, n > 1 ? "their" : "its");
+  } else if ((n = rank_list(b, pick_unconnected, list, sizeof(list))) > 0) {
+    snprintf(where, sizeof(where), "%d of %d peers connected; not rank%s %s",
+             net->size - 1 - n, net->size - 1, n > 1 ? "s" : "", list);
+  } else if (!b->mesh_done) {
+    snprintf(where, sizeof(where), "the monitor links of %d of %d peers are "
+             "up", net->links_up, net->size - 1);
+  } else {
+    snprintf(where, sizeof(where), "connected; waiting at the store barrier "
+             "for the other ranks");
+  }
+  snprintf(msg, sizeof(msg), "process group creation (rank %d of %d) %s "
+           "after %llu ms: %.120s", net->rank, net->size,
            status == UV_ETIMEDOUT ? "timed out" : "cancelled",
-           (unsigned long long)w->timeout_ms_, net->size - 1 - missing,
-           net->size - 1, b->mesh_done ? ", waiting at the store barrier" : "");
+           (unsigned long long)w->timeout_ms_, where);
   if (status == UV_ETIMEDOUT) uvccl__work_fail(w, status, "%s", msg);
   boot_fail(b, status, "%s", msg);
 }
@@ -292,35 +343,28 @@ static void boot_maybe_barrier(boot_t *b) {
   b->nstore++;
 }
 
-static void on_mesh(net_t *net, int status) {
+static void on_mesh(net_t *net, int status, const char *msg) {
   boot_t *b = net->mesh_arg;
+  net->mesh_arg = NULL;
+  if (b == NULL || b->dead) return;
   if (status != 0) {
-    /* mesh_arg was replaced by the message (see uvccl__net_peer_fail) */
-    char *msg = net->mesh_arg;
-    boot_t *bb = NULL;
-    group_t *g;
-    for (g = net->groups; g != NULL; g = g->next)
-      if (g->boot != NULL) bb = g->boot;
-    net->mesh_arg = NULL;
-    if (bb != NULL)
-      boot_fail(bb, status == UVCCL_EPEER ? UVCCL_EPEER : status,
-                "process group creation failed: %s", msg ? msg : "?");
-    uvccl__free(msg);
+    boot_fail(b, status, "%s", msg ? msg : "process group creation failed");
     return;
   }
-  net->mesh_arg = NULL;
   b->mesh_done = 1;
   boot_maybe_barrier(b);
 }
 
-/* "host port nonce" */
+/* "host port nonce monitor-port world-size" */
 static int parse_addr(const char *v, struct sockaddr_storage *ss,
-                      uint64_t *nonce, char *str, size_t slen) {
+                      uint64_t *nonce, int *live_port, int *world, char *str,
+                      size_t slen) {
   char host[128];
   int port;
   unsigned long long n;
-  if (sscanf(v, "%127s %d %llx", host, &port, &n) != 3 || port <= 0 ||
-      port > 65535)
+  if (sscanf(v, "%127s %d %llx %d %d", host, &port, &n, live_port, world) !=
+          5 ||
+      port <= 0 || port > 65535 || *live_port < 0 || *live_port > 65535)
     return UV_EINVAL;
   *nonce = n;
   if (strchr(host, ':') != NULL) {
@@ -341,7 +385,7 @@ static void on_addr(uvccl_work_t *w, int status) {
   int j = (int)(w - b->getw);
   struct sockaddr_storage ss;
   uint64_t nonce;
-  int rc;
+  int rc, live_port = 0, world = 0;
   b->nstore--;
   if (b->dead) {
     boot_maybe_free(b);
@@ -353,12 +397,23 @@ static void on_addr(uvccl_work_t *w, int status) {
     return;
   }
   memset(&ss, 0, sizeof(ss));
-  if (parse_addr(w->value, &ss, &nonce, net->addrs[j], sizeof(net->addrs[j]))) {
-    boot_fail(b, UVCCL_EPROTO, "rank %d published a bad address \"%.60s\"",
+  if (parse_addr(w->value, &ss, &nonce, &live_port, &world, net->addrs[j],
+                 sizeof(net->addrs[j]))) {
+    boot_fail(b, UVCCL_EPROTO,
+              "rank %d published a bad address \"%.60s\" (a process of "
+              "another uvccl version, or a key reused?)",
               j, (const char *)w->value);
     return;
   }
-  rc = uvccl__net_connect(net, j, (struct sockaddr *)&ss, nonce, b->deadline);
+  if (world != net->size) {
+    boot_fail(b, UV_EINVAL,
+              "process group creation failed: world size mismatch: rank %d "
+              "(%s) was started with a world of %d, this rank (%d) with %d",
+              j, net->addrs[j], world, net->rank, net->size);
+    return;
+  }
+  rc = uvccl__net_connect(net, j, (struct sockaddr *)&ss, nonce, live_port,
+                          b->deadline);
   if (rc != 0) {
     boot_fail(b, rc, "connecting to rank %d (%s): %s", j, net->addrs[j],
               uvccl_strerror(rc));
@@ -409,7 +464,11 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
 
   if (loop == NULL || pg == NULL || store == NULL || o == NULL || w == NULL)
     return UV_EINVAL;
-  if (o->size <= 0 || o->rank < 0 || o->rank >= o->size) return UV_EINVAL;
+  if (o->size <= 0 || o->rank < 0 || o->rank >= o->size) {
+    LOG_ERROR("coll", "process group creation: rank %d is outside a world "
+              "of %d (ranks are 0 to %d)", o->rank, o->size, o->size - 1);
+    return UV_EINVAL;
+  }
   if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
   peer_host = uvccl__store_host(store);
   if (peer_host == NULL) peer_host = "127.0.0.1"; /* in-process or file */
@@ -446,9 +505,12 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   b->ngets = o->rank;
   b->getw = uvccl__calloc((size_t)(b->ngets ? b->ngets : 1),
                           sizeof(uvccl_work_t));
-  rc = b->getw ? uvccl__net_listen(net, (struct sockaddr *)&addr) : UV_ENOMEM;
+  rc = b->getw ? uvccl__net_listen(net, (struct sockaddr *)&addr,
+                                   uvccl__live_timeout(o->heartbeat_timeout_ms),
+                                   err, sizeof(err))
+               : UV_ENOMEM;
   if (rc != 0) {
-    LOG_ERROR("coll", "rank %d: listening: %s", o->rank, uvccl_strerror(rc));
+    LOG_ERROR("coll", "rank %d: %s", o->rank, err);
     uvccl__free(b->getw);
     uvccl__free(b);
     group_free(g);
@@ -475,9 +537,9 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     uv_ip6_name((struct sockaddr_in6 *)&net->self, ip, sizeof(ip));
   else
     uv_ip4_name((struct sockaddr_in *)&net->self, ip, sizeof(ip));
-  snprintf(b->value, sizeof(b->value), "%s %d %llx", ip,
+  snprintf(b->value, sizeof(b->value), "%s %d %llx %d %d", ip,
            ntohs(((struct sockaddr_in *)&net->self)->sin_port),
-           (unsigned long long)net->nonce);
+           (unsigned long long)net->nonce, net->live_port, net->size);
   snprintf(b->key, sizeof(b->key), "%s/addr/%d", b->prefix, o->rank);
   b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
   rc = uvccl_store_set(store, &b->setw, b->key, b->value, strlen(b->value),

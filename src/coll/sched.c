@@ -487,18 +487,26 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     uvccl__sched_free(s);
     return rc;
   }
-  if (!s->p2p && g->broken) {
+  if (g->broken && (!s->p2p || g->broken_err == UVCCL_EREVOKED ||
+                    net->fenced)) {
+    /* Every later call repeats why the group failed. */
+    rc = g->broken_err ? g->broken_err : UVCCL_EPEER;
+    if (w->state != UVCCL_WORK_PENDING)
+      snprintf(w->msg, sizeof(w->msg), "%s: %.170s", s->name, g->broken_msg);
     uvccl__sched_free(s);
-    return UVCCL_EPEER;
+    return rc;
   }
   for (i = 0; i < s->nops; i++) {
-    char msg[8];
+    char msg[UVCCL_WORK_MSG_LEN - 32];
     sop_t *op = &s->ops[i];
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
-        op->peer >= 0 && uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) {
+        op->peer >= 0 &&
+        (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) != 0) {
+      if (w->state != UVCCL_WORK_PENDING)
+        snprintf(w->msg, sizeof(w->msg), "%s: %s", s->name, msg);
       uvccl__sched_free(s);
-      return net->aborted ? UVCCL_EABORTED : UVCCL_EPEER;
+      return rc;
     }
   }
   rc = sched_link(s);
@@ -548,10 +556,13 @@ static void sched_detach(sched_t *s, int status) {
     } else if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
       uvccl__net_unpost(net, op);
       op->state = SOP_DONE;
-    } else if (op->type == SOP_SEND && op->writing &&
-               uvccl__net_queued(net, op->peer) > 0) {
-      uvccl__net_break(net, op->peer,
-                       "closing: an operation was abandoned mid-send");
+    } else if (op->type == SOP_SEND && op->writing) {
+      /* The rest of the frame goes from a copy: the connection stays in
+       * step, and the caller has its buffer back with the work. */
+      if (uvccl__net_orphan(net, op) == 0) {
+        op->state = SOP_DONE;
+        if (s->nwriting > 0) s->nwriting--;
+      }
     }
   }
 }
@@ -560,8 +571,26 @@ static void sched_break_group(sched_t *s, const char *msg) {
   group_t *g = s->g;
   if (s->p2p || g->broken) return;
   g->broken = 1;
-  snprintf(g->broken_msg, sizeof(g->broken_msg), "%.150s", msg);
+  g->broken_err = s->fail_status ? s->fail_status : UVCCL_EPEER;
+  snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
   uvccl__net_forget_group(g->net, g->gid);
+}
+
+/* This rank gives up on g for a reason of its own (a timeout, a cancel):
+ * the other members hear it at once rather than at their own timeouts. */
+static void sched_tell_group(sched_t *s, int culprit, int cause,
+                             const char *detail) {
+  uvccl__notice_t n;
+  if (s->p2p) return;
+  memset(&n, 0, sizeof(n));
+  n.what = UVCCL__NOTICE_GROUP;
+  n.gid = s->g->gid;
+  n.rank = culprit;
+  n.origin = s->g->net->rank;
+  n.cause = cause;
+  n.err = UVCCL_EPEER;
+  snprintf(n.detail, sizeof(n.detail), "%.119s", detail);
+  uvccl__net_notify(s->g->net, &n);
 }
 
 /* Completes a failed schedule. Its sends are all back from libuv by now
@@ -594,20 +623,29 @@ static void sched_detach_soft(sched_t *s) {
 
 void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...) {
   va_list ap;
+  uint32_t i;
   if (s->completed || s->failing) return;
   va_start(ap, fmt);
   vsnprintf(s->fail_msg, sizeof(s->fail_msg), fmt, ap);
   va_end(ap);
   s->fail_status = err;
   sched_detach_soft(s);
+  /* Sends still queued go on from copies (see sched_detach). */
+  for (i = 0; i < s->nops; i++) {
+    sop_t *op = &s->ops[i];
+    if (op->type == SOP_SEND && op->state == SOP_ACTIVE && op->writing &&
+        uvccl__net_orphan(s->g->net, op) == 0) {
+      op->state = SOP_DONE;
+      if (s->nwriting > 0) s->nwriting--;
+    }
+  }
   sched_break_group(s, s->fail_msg);
   if (s->nwriting == 0) {
     sched_fail_now(s);
     return;
   }
-  /* Sends still hold the caller's buffers: the work completes when they
-   * are back (a healthy peer reads them; a dead one's connection is
-   * closed, which gives them back too). The work's timeout bounds it. */
+  /* A send could not be detached: its connection was closed, which gives
+   * the buffer back through its callback (or the work's timeout). */
   s->failing = 1;
 }
 
@@ -664,7 +702,14 @@ static void sched_abandon(uvccl_work_t *w, int status) {
                        s->name, s->seq, (unsigned long long)w->timeout_ms_);
   }
   s->status = status;
+  s->fail_status = status;
   sched_detach(s, status);
+  if (!s->p2p && !s->g->broken) {
+    sched_tell_group(s, status == UV_ETIMEDOUT ? waiting : -1,
+                     status == UV_ETIMEDOUT ? UVCCL_FAIL_TIMEOUT
+                                            : UVCCL_FAIL_ABORTED,
+                     w->msg[0] ? w->msg : "cancelled by its application");
+  }
   sched_break_group(s, w->msg[0] ? w->msg : "an operation was cancelled");
   if (!uvccl__work_is_live(w)) {
     sched_complete(s, status);
@@ -707,4 +752,17 @@ void uvccl__group_fail_all(group_t *g, int err, const char *msg) {
 void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
                             const char *msg) {
   fail_matching(g, world_rank, err, msg);
+}
+
+void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
+                        const char *msg) {
+  if (!g->broken) {
+    g->broken = 1;
+    g->broken_err = err;
+    snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+    if (culprit != NULL) g->culprit = *culprit;
+    else g->culprit.rank = -1;
+    uvccl__net_forget_group(g->net, g->gid);
+  }
+  fail_matching(g, -1, err, msg);
 }

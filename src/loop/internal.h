@@ -149,6 +149,10 @@ ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n);
 int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
                     unsigned n, void (*cb)(uvccl__wreq_t *req, int status));
 size_t uvccl__wq_queued(const uvccl__wq_t *q);
+/* The queued req no longer owns its buffers: what is left of it goes out
+ * from a copy, and req's callback never runs. 0, UV_ENOENT (not queued)
+ * or UV_ENOMEM. */
+int uvccl__wq_orphan(uvccl__wq_t *q, uvccl__wreq_t *req);
 /* Stops writing: queued requests fail with UV_ECANCELED. Returns 1 when cb
  * will run (later, from the loop, once q's handle closed; q's memory must
  * last until then), 0 when q held no handle (cb never runs). Call before

@@ -208,3 +208,43 @@ int uvccl__wq_shutdown(uvccl__wq_t *q) {
   if (fd < 0) return UV_EBADF;
   return shutdown(fd, SHUT_WR) == 0 ? 0 : -errno;
 }
+
+/* ---- orphans ------------------------------------------------------------ */
+
+typedef struct {
+  uvccl__wreq_t req;
+  char data[];
+} orphan_t;
+
+static void orphan_done(uvccl__wreq_t *req, int status) {
+  (void)status;
+  uvccl__free(UVCCL__CONTAINER_OF(req, orphan_t, req));
+}
+
+int uvccl__wq_orphan(uvccl__wq_t *q, uvccl__wreq_t *req) {
+  uvccl__wreq_t **pp, *prev = NULL;
+  orphan_t *o;
+  size_t off = 0;
+  unsigned i;
+  for (pp = &q->head; *pp != NULL && *pp != req; pp = &(*pp)->next)
+    prev = *pp;
+  if (*pp == NULL) return UV_ENOENT;
+  o = uvccl__malloc(sizeof(*o) + (req->left ? req->left : 1));
+  if (o == NULL) return UV_ENOMEM;
+  for (i = req->idx; i < req->nbufs; i++) {
+    if (req->bufs[i].len) memcpy(o->data + off, req->bufs[i].base, req->bufs[i].len);
+    off += req->bufs[i].len;
+  }
+  memset(&o->req, 0, sizeof(o->req));
+  o->req.bufs[0] = uv_buf_init(o->data, 0);
+  o->req.bufs[0].len = off;
+  o->req.nbufs = 1;
+  o->req.left = off;
+  o->req.cb = orphan_done;
+  o->req.next = req->next;
+  *pp = &o->req;
+  if (q->tail == req) q->tail = &o->req;
+  (void)prev;
+  req->next = NULL;
+  return 0;
+}

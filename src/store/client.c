@@ -910,6 +910,23 @@ int uvccl_tcp_store_connect(uvccl_store_t *s, uvccl_work_t *w,
   return 0;
 }
 
+/* "store HOST:PORT", "file store PATH", ...: for messages. */
+const char *uvccl__store_describe(const uvccl_store_t *s) {
+  while (s != NULL && s->type == UVCCL_STORE_PREFIX)
+    s = uvccl__prefix_store_base(s);
+  if (s == NULL) return "store";
+  switch (s->type) {
+  case UVCCL_STORE_TCP:
+    return s->impl_ ? ((const client_t *)s->impl_)->name : "TCP store";
+  case UVCCL_STORE_FILE:
+    return "file store";
+  case UVCCL_STORE_HASH:
+    return "in-process store";
+  default:
+    return "store";
+  }
+}
+
 /* The server host of a TCP store (through prefix stores), or NULL. */
 const char *uvccl__store_host(const uvccl_store_t *s) {
   while (s != NULL && s->type == UVCCL_STORE_PREFIX)

@@ -77,6 +77,7 @@ int uvccl__work_set_nth(uvccl_work_t *work, size_t i, const void *p,
 
 /* For the process groups: where a store lives. */
 const char *uvccl__store_host(const uvccl_store_t *s);
+const char *uvccl__store_describe(const uvccl_store_t *s);
 const uvccl_store_t *uvccl__prefix_store_base(const uvccl_store_t *s);
 
 #endif
