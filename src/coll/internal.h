@@ -357,7 +357,9 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
                        uint64_t nonce, int live_port, uint64_t deadline_ms);
 /* Sends a frame. op->hdr is filled here. 1: written at once (done); 0:
- * queued (on_write completes the op); or an error (peer dead). */
+ * queued (on_write completes the op); 2: the connection broke and the
+ * monitor's verdict will fail the schedule (leave op pending); or an
+ * error (peer dead). */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq);
 /* Posts a receive: matched against staged data first. May complete op
@@ -386,7 +388,9 @@ void uvccl__net_slice_remove(net_t *net, sop_t *op);
 int uvccl__sched_slice(sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);
 const char *uvccl__net_addr(net_t *net, int world_rank);
-/* A peer usable for traffic? 0, or the error to report. */
+/* A peer usable for traffic? 0; 1 when its connection broke and the
+ * verdict is not in yet (start the work: the verdict fails it); or the
+ * error to report, with msg. */
 int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
 /* What a work failing on g because of the world's failures says: the
  * first failed rank, from g's point of view. */
@@ -429,6 +433,9 @@ int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op);
 int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb);
 /* Called by the transport. */
 void uvccl__sched_op_done(sop_t *op);
+/* A send's connection broke: its buffer is back, but the op is not done
+ * (the schedule waits for the monitor's verdict to fail it). */
+void uvccl__sched_send_lost(sop_t *op);
 void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Fails every pending schedule of g (err, message); with world_rank >= 0

@@ -154,23 +154,28 @@ uint64_t uvccl__live_timeout(uint64_t opt) {
   return UVCCL__HEARTBEAT_DEFAULT_MS;
 }
 
-void uvccl__live_tune_socket(int fd, uint64_t timeout_ms) {
+void uvccl__live_tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {
   int on = 1, idle, intvl, cnt = 3;
   unsigned ut;
   if (fd < 0 || timeout_ms == 0) return;
-  /* Keepalive finds a vanished host on an idle connection; the user
-   * timeout bounds how long sent data may stay unacknowledged. Both at
-   * the heartbeat timeout: a stopped process's kernel still acknowledges,
-   * so neither fires for a rank that is merely slow. */
+  /* Keepalive finds a vanished host on an idle connection, within about
+   * the heartbeat timeout. A stopped process's kernel still answers it,
+   * so it never fires for a rank that is merely slow. */
   idle = (int)(timeout_ms / 2000);
   if (idle < 1) idle = 1;
   intvl = (int)(timeout_ms / 6000);
   if (intvl < 1) intvl = 1;
-  ut = timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)timeout_ms;
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  /* The user timeout bounds how long sent data may stay unacknowledged,
+   * but Linux (since 5.11) also applies it to a zero window: a live peer
+   * that does not read for that long (its application computing between
+   * collectives) would lose its connection. So only the monitor's links,
+   * which their thread always reads, get it. */
+  if (!user_timeout) return;
+  ut = timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)timeout_ms;
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 }
 
@@ -321,6 +326,8 @@ static void declare(uvccl__live_t *l, const uvccl__fail_t *f, int broadcast) {
   if (f->rank < 0 || f->rank >= l->size || f->rank == l->rank) return;
   if (l->dead[f->rank] || l->fenced) return;
   l->dead[f->rank] = 1;
+  LOG_DEBUG("live", "rank %d: rank %d failed: %s (seen by %d, told by %d)",
+            l->rank, f->rank, f->detail, f->origin, f->via);
   if (broadcast)
     for (r = 0; r < l->size; r++) {
       k = l->links[r];
@@ -382,7 +389,7 @@ static void link_up(link_t *k) {
   k->state = LK_UP;
   k->last_rx = uvccl__now_ms();
   uv_fileno((uv_handle_t *)&k->tcp, &fd);
-  uvccl__live_tune_socket(fd, l->hb_ms);
+  uvccl__live_tune_socket(fd, l->hb_ms, 1);
   link_set_fd(k, fd);
   post_simple(l, UVCCL__LIVE_LINK_UP, k->rank, NULL);
 }
@@ -395,7 +402,9 @@ static void link_broken(link_t *k, int err) {
   link_close(k);
   if (r < 0 || l->closing || l->fenced) return;
   if (k->closing_bye) return;
-  if (k->bye) {
+  if (k->bye || (k->suspected && k->suspicion.cause == UVCCL_FAIL_LEFT)) {
+    /* It said goodbye (on the link, or on its data connection: a process
+     * may exit before its monitor's goodbye leaves). */
     if (!l->dead[r]) {
       l->dead[r] = 2;
       post_simple(l, UVCCL__LIVE_LEFT, r, NULL);
@@ -412,6 +421,9 @@ static void link_broken(link_t *k, int err) {
            err == UV_ENETUNREACH)
     fail_set(&f, r, l->rank, UVCCL_FAIL_UNREACHABLE, err, "unreachable: %s",
              uvccl_strerror(err));
+  else if (err == UV_ECONNRESET)
+    fail_set(&f, r, l->rank, UVCCL_FAIL_RESET, err, "connection reset (its "
+             "process was killed, or the network reset it)");
   else
     fail_set(&f, r, l->rank, UVCCL_FAIL_RESET, err, "connection lost: %s",
              uvccl_strerror(err));
@@ -647,7 +659,11 @@ static void on_tick(uv_timer_t *t) {
   if (l->closing || l->fenced) return;
   /* If this thread itself did not run for a while (the process was
    * stopped, or starved), the silence it sees is its own: start afresh. */
-  stalled = l->last_tick != 0 && now - l->last_tick > 2 * l->period_ms;
+  stalled = now - l->last_tick > 2 * l->period_ms;
+  if (stalled)
+    LOG_DEBUG("live", "rank %d: the monitor did not run for %llu ms: "
+              "silence restarts from now", l->rank,
+              (unsigned long long)(now - l->last_tick));
   l->last_tick = now;
   for (r = 0; r < l->size; r++) {
     link_t *k = l->links[r];
@@ -679,6 +695,11 @@ static void on_grace(uv_timer_t *t) {
   link_t *k = t->data;
   uvccl__live_t *l = k->l;
   if (!k->suspected || k->rank < 0 || l->dead[k->rank]) return;
+  if (k->suspicion.cause == UVCCL_FAIL_LEFT) {
+    l->dead[k->rank] = 2;
+    post_simple(l, UVCCL__LIVE_LEFT, k->rank, NULL);
+    return;
+  }
   /* The link is still up although the data connection broke: the rank is
    * alive but cut off from us; it is declared failed all the same. */
   declare(l, &k->suspicion, 1);
@@ -711,10 +732,21 @@ static void cmd_run(uvccl__xitem_t *it) {
     connect_start(k);
     break;
   case CMD_SUSPECT:
-    if (l->closing || l->fenced || l->dead[c->rank]) break;
+    if (l->closing || l->fenced) break;
+    if (l->dead[c->rank] == 2) {
+      /* already gone cleanly: the data connection may say so now */
+      post_simple(l, UVCCL__LIVE_LEFT, c->rank, NULL);
+      break;
+    }
+    if (l->dead[c->rank]) break;
     k = l->links[c->rank];
     if (k == NULL || k->state != LK_UP) {
-      declare(l, &c->f, 1);
+      if (c->f.cause == UVCCL_FAIL_LEFT) {
+        l->dead[c->rank] = 2;
+        post_simple(l, UVCCL__LIVE_LEFT, c->rank, NULL);
+      } else {
+        declare(l, &c->f, 1);
+      }
       break;
     }
     if (k->suspected) break;
@@ -751,10 +783,9 @@ static void close_all(uvccl__live_t *l, int bye) {
   for (k = l->all; k != NULL; k = k->next) {
     if (k->state == LK_UP && bye && k->tcp_open) {
       uv_os_fd_t fd;
-      /* Goodbye, then half-close and wait for the peer's EOF (closing
-       * with unread data would reset the connection, and the peer could
-       * lose the goodbye). */
-      link_send(k, LF_BYE, 0, 0, 0, NULL, 0);
+      /* Goodbye (already written by uvccl__live_bye), then half-close and
+       * wait for the peer's EOF (closing with unread data would reset the
+       * connection, and the peer could lose the goodbye). */
       if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) shutdown(fd, SHUT_WR);
       link_set_fd(k, -1);
       k->closing_bye = 1;
@@ -870,6 +901,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   *port = ntohs(ss.ss_family == AF_INET6
                     ? ((struct sockaddr_in6 *)&ss)->sin6_port
                     : ((struct sockaddr_in *)&ss)->sin_port);
+  l->last_tick = uvccl__now_ms(); /* a stop before the first tick counts */
   uv_timer_start(&l->tick, on_tick, l->period_ms, l->period_ms);
   rc = uv_thread_create(&l->thread, thread_main, l);
   if (rc != 0) {
@@ -939,6 +971,18 @@ void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
     k = l->links[r];
     uv_mutex_unlock(&l->lock);
     if (k != NULL) send_dead(k, &f);
+  }
+}
+
+void uvccl__live_bye(uvccl__live_t *l) {
+  int r;
+  if (l == NULL || l->app_closed) return;
+  for (r = 0; r < l->size; r++) {
+    link_t *k;
+    uv_mutex_lock(&l->lock);
+    k = l->links[r];
+    uv_mutex_unlock(&l->lock);
+    if (k != NULL) link_send(k, LF_BYE, 0, 0, 0, NULL, 0);
   }
 }
 

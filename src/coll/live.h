@@ -106,7 +106,10 @@ void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
                            const char *detail);
 /* Sends a notice to every live rank now (from the calling thread). */
 void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n);
-/* Stops: with bye, every link says goodbye first. The last event is
+/* Goodbye on every link, now (before the data connections say it, and
+ * before a process that exits at once could lose it). */
+void uvccl__live_bye(uvccl__live_t *l);
+/* Stops: with bye (after uvccl__live_bye), links wait for the peers' EOF. The last event is
  * UVCCL__LIVE_CLOSED; l is freed after it. */
 void uvccl__live_close(uvccl__live_t *l, int bye);
 
@@ -115,8 +118,9 @@ void uvccl__live_close(uvccl__live_t *l, int bye);
 uint64_t uvccl__live_timeout(uint64_t opt);
 #define UVCCL__HEARTBEAT_DEFAULT_MS 15000
 
-/* Keepalive and TCP_USER_TIMEOUT for a connection whose peer must be
- * found gone within timeout_ms (0: leave the socket alone). */
-void uvccl__live_tune_socket(int fd, uint64_t timeout_ms);
+/* Keepalive (and with user_timeout, TCP_USER_TIMEOUT) for a connection
+ * whose peer must be found gone within about timeout_ms (0: leave the
+ * socket alone). */
+void uvccl__live_tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
 
 #endif

@@ -76,6 +76,15 @@ group_t *uvccl__net_group(net_t *net, uint32_t gid) {
   return NULL;
 }
 
+/* The connection to r broke and the monitor has not yet said who failed
+ * first: work involving r waits for that verdict (which fails it with the
+ * right culprit) instead of failing now with whatever the socket said. */
+static int awaiting_verdict(net_t *net, int r) {
+  peer_t *p = net->peers[r];
+  return net->live != NULL && !net->fenced && !net->closing && p != NULL &&
+         p->state == PEER_DEAD && !p->left && net->fails[r].rank < 0;
+}
+
 int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
   peer_t *p;
   if (net->aborted) {
@@ -84,6 +93,12 @@ int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
   }
   if (r == net->rank) return 0;
   p = net->peers[r];
+  if (awaiting_verdict(net, r)) return 1;
+  if (net->fails[r].rank >= 0) {
+    snprintf(msg, len, "rank %d (%s) failed: %s", r, uvccl__net_addr(net, r),
+             net->fails[r].detail);
+    return UVCCL_EPEER;
+  }
   if (p == NULL || p->state != PEER_UP) {
     snprintf(msg, len, "rank %d (%s) is not connected%s%s", r,
              uvccl__net_addr(net, r), p && p->err ? ": " : "",
@@ -467,7 +482,7 @@ static void peer_up(peer_t *p) {
   {
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
-      uvccl__live_tune_socket(fd, net->hb_ms);
+      uvccl__live_tune_socket(fd, net->hb_ms, 0);
   }
   net_check_ready(net);
 }
@@ -1082,12 +1097,11 @@ static void on_write(uvccl__wreq_t *req, int status) {
   if (status < 0) {
     net_t *net = s->g->net;
     peer_t *p = net->peers[op->peer];
+    /* The peer's failure is settled by the monitor, whose verdict fails
+     * this schedule with the right culprit; only the buffer is back. */
     if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)
       uvccl__net_peer_fail(net, p, status, "send failed");
-    uvccl__sched_fail(s, UVCCL_EPEER, "%s: sending to rank %d (%s) failed: %s",
-                      s->name, s->g->inv[op->peer],
-                      uvccl__net_addr(net, op->peer), uvccl_strerror(status));
-    uvccl__sched_op_done(op); /* lets a dead schedule be freed */
+    uvccl__sched_send_lost(op);
     return;
   }
   uvccl__net_kick_spin(s->g->net);
@@ -1100,7 +1114,8 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   frame_hdr_t h;
   uv_buf_t b[2];
   int rc, nb;
-  if (p == NULL || p->state != PEER_UP) return UVCCL_EPEER;
+  if (p == NULL || p->state != PEER_UP)
+    return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
   memset(&h, 0, sizeof(h));
   h.kind = kind;
   h.gid = gid;
@@ -1116,7 +1131,10 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
    * one sendmsg with no request and no epoll_ctl. */
   if (uvccl__wq_queued(&p->wq) == 0) {
     ssize_t n = uvccl__wq_try(&p->wq, b, (unsigned)nb);
-    if (n < 0) return (int)n;
+    if (n < 0) {
+      uvccl__net_peer_fail(net, p, (int)n, "send failed");
+      return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
+    }
     if ((size_t)n == UVCCL__FRAME_HDR + op->len) return 1;
     if (n > 0 && (size_t)n < UVCCL__FRAME_HDR) {
       b[0].base += n;
@@ -1157,6 +1175,19 @@ static int cause_of(int err) {
 
 static void net_apply_dead(net_t *net, const uvccl__fail_t *f);
 
+/* r left cleanly and its data connection is read to the end: only work
+ * that still needs it fails (nothing it sent is lost). */
+static void net_apply_left(net_t *net, int r) {
+  group_t *g;
+  char msg[200];
+  for (g = net->groups; g != NULL; g = g->next) {
+    if (g->inv[r] < 0) continue;
+    snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
+             g->inv[r], r, uvccl__net_addr(net, r));
+    uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
+  }
+}
+
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   int r = p->rank, was_up = p->state == PEER_UP, cause;
   char detail[UVCCL__DETAIL_LEN];
@@ -1190,22 +1221,22 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
     return;
   }
   if (p->left) {
-    /* It destroyed its groups after finishing: only work that still needs
-     * it fails (nothing it already sent is lost). */
-    group_t *g;
-    char msg[200];
-    for (g = net->groups; g != NULL; g = g->next) {
-      if (g->inv[r] < 0) continue;
-      snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
-               g->inv[r], r, uvccl__net_addr(net, r));
-      uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
-    }
+    /* It destroyed its groups after finishing. The monitor says so once
+     * it has read that rank's link (a failure it told us of comes first);
+     * then net_apply_left. */
+    if (net->live != NULL)
+      uvccl__live_suspect(net->live, r, UVCCL_FAIL_LEFT, 0, "left the group");
+    else
+      net_apply_left(net, r);
     return;
   }
   cause = cause_of(err);
   if (cause == UVCCL_FAIL_EXITED)
     snprintf(detail, sizeof(detail),
              "its process exited or was killed (connection closed)");
+  else if (err == UV_ECONNRESET)
+    snprintf(detail, sizeof(detail), "connection reset (its process was "
+             "killed, or the network reset it)");
   else
     snprintf(detail, sizeof(detail), "%s: %s", why, uvccl_strerror(err));
   if (net->live == NULL) {
@@ -1361,10 +1392,15 @@ static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   case UVCCL__LIVE_DEAD:
     if (!net->closing) net_apply_dead(net, &ev->fail);
     return;
-  case UVCCL__LIVE_LEFT:
-    if (ev->rank >= 0 && ev->rank < net->size && net->peers[ev->rank])
-      net->peers[ev->rank]->left = 1;
+  case UVCCL__LIVE_LEFT: {
+    peer_t *p = ev->rank >= 0 && ev->rank < net->size ? net->peers[ev->rank]
+                                                       : NULL;
+    /* Only once its data connection said goodbye and was read to its end
+     * (until then frames it sent may still be on their way). */
+    if (p != NULL && p->left && p->state == PEER_DEAD && !net->closing)
+      net_apply_left(net, ev->rank);
     return;
+  }
   case UVCCL__LIVE_NOTICE:
     if (!net->closing) net_on_notice(net, &ev->notice);
     return;
@@ -1611,8 +1647,10 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   net->mesh_cb = NULL;
   if (net->live != NULL) {
     /* Goodbye on the links too; the net goes once the monitor stopped. */
+    int bye = !net->aborted && !net->fenced;
+    if (bye) uvccl__live_bye(net->live);
     net->nclosing++;
-    uvccl__live_close(net->live, !net->aborted && !net->fenced);
+    uvccl__live_close(net->live, bye);
   }
   if (net->listener_open) {
     net->nclosing++;

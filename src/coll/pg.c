@@ -727,6 +727,46 @@ void uvccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
   uvccl__net_abort(g->net, UVCCL_EABORTED, msg);
 }
 
+/* ---- failures ------------------------------------------------------------------------ */
+
+int uvccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
+  const group_t *g;
+  int r;
+  if (pg == NULL || f == NULL) return UV_EINVAL;
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_get_failure(pg, f);
+  g = pg->impl_;
+  if (g == NULL) return UV_EINVAL;
+  memset(f, 0, sizeof(*f));
+  f->rank = f->global_rank = f->reporter = -1;
+  if (!g->broken) return 0;
+  r = g->culprit.rank;
+  f->cause = (uvccl_fail_cause_t)g->culprit.cause;
+  f->global_rank = r >= 0 && r < g->net->size ? r : -1;
+  f->rank = f->global_rank >= 0 ? g->inv[r] : -1;
+  f->reporter = g->culprit.origin;
+  f->err = g->broken_err;
+  snprintf(f->address, sizeof(f->address), "%s",
+           f->global_rank >= 0 ? uvccl__net_addr(g->net, r) : "");
+  snprintf(f->msg, sizeof(f->msg), "%s", g->broken_msg);
+  return 1;
+}
+
+int uvccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {
+  const group_t *g;
+  int i, n = 0;
+  if (pg == NULL || (ranks == NULL && max > 0)) return UV_EINVAL;
+  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_pg_failed_ranks(pg, ranks, max);
+  g = pg->impl_;
+  if (g == NULL) return UV_EINVAL;
+  for (i = 0; i < g->net->nfailed; i++) {
+    int r = g->net->failed[i];
+    if (g->inv[r] < 0) continue;
+    if (n < max) ranks[n] = g->inv[r];
+    n++;
+  }
+  return n;
+}
+
 /* ---- subgroups -------------------------------------------------------------------- */
 
 static uint32_t child_gid(uint32_t parent, uint32_t n, int color) {

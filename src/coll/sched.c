@@ -350,6 +350,22 @@ void uvccl__sched_op_done(sop_t *op) {
   if (!s->running) sched_run(s);
 }
 
+void uvccl__sched_send_lost(sop_t *op) {
+  sched_t *s = op->s;
+  if (op->state == SOP_ACTIVE && s->nwriting > 0) s->nwriting--;
+  if (s->completed) {
+    op->state = SOP_DONE;
+    if (s->nwriting == 0 && s->g != NULL) uvccl__sched_free(s);
+    return;
+  }
+  if (s->failing) {
+    op->state = SOP_DONE;
+    if (s->nwriting == 0) sched_fail_now(s);
+    return;
+  }
+  /* still ACTIVE: the group's failure will fail the schedule */
+}
+
 static void start_op(sched_t *s, sop_t *op) {
   net_t *net = s->g->net;
   int rc;
@@ -368,6 +384,7 @@ static void start_op(sched_t *s, sop_t *op) {
       uvccl__net_kick_spin(net);
       break;
     }
+    if (rc == 2) return; /* the verdict on the peer fails the schedule */
     if (rc != 0) {
       uvccl__sched_fail(s, UVCCL_EPEER, "%s: rank %d (%s): %s", s->name,
                         s->g->inv[op->peer], uvccl__net_addr(net, op->peer),
@@ -382,6 +399,7 @@ static void start_op(sched_t *s, sop_t *op) {
     if (op->peer >= 0 && op->peer != net->rank) {
       char msg[120];
       rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg));
+      if (rc == 1) return; /* the verdict on the peer fails the schedule */
       if (rc != 0) {
         uvccl__sched_fail(s, rc, "%s: %s", s->name, msg);
         return;
@@ -502,7 +520,7 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
         op->peer >= 0 &&
-        (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) != 0) {
+        (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) < 0) {
       if (w->state != UVCCL_WORK_PENDING)
         snprintf(w->msg, sizeof(w->msg), "%s: %s", s->name, msg);
       uvccl__sched_free(s);

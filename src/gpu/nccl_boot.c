@@ -18,6 +18,8 @@ void uvccl__nccl_boot_fail(nccl_group_t *g, int status, const char *fmt, ...) {
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   g->failed = 1;
+  if (g->fail_msg[0] == '\0')
+    snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   if (b != NULL && !b->dead) {
     b->dead = 1;
     LOG_ERROR("nccl", "rank %d/%d: creating the group: %s", g->rank, g->size,

@@ -101,6 +101,7 @@ struct nccl_group_s {
   int init_due;           /* lazy: the id is known, the init not yet queued */
   int failed;             /* creation failed: ops refused */
   int broken;             /* an async NCCL error or an abort */
+  char fail_msg[UVCCL_WORK_MSG_LEN]; /* why, once failed or broken */
   int destroying;
   int aborted;
   int creating;           /* init/split ops or store calls outstanding */

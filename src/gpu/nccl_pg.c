@@ -214,6 +214,8 @@ static void fail_all_works(nccl_group_t *g, int status, const char *msg) {
 static void group_break(nccl_group_t *g, int status, const char *msg) {
   if (g->broken) return;
   g->broken = 1;
+  if (g->fail_msg[0] == '\0')
+    snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   LOG_ERROR("nccl", "rank %d/%d (cuda:%d): %s; failing the pending work",
             g->rank, g->size, g->device, msg);
   fail_all_works(g, status, msg);
@@ -528,6 +530,8 @@ void uvccl__nccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
   if (g->aborted) return;
   g->aborted = 1;
   snprintf(msg, sizeof(msg), "aborted: %s", reason ? reason : "by the user");
+  if (g->fail_msg[0] == '\0')
+    snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   LOG_WARN("nccl", "rank %d/%d: %s", g->rank, g->size, msg);
   if (g->boot != NULL && !g->boot->dead) uvccl__nccl_boot_fail(g, UVCCL_EABORTED, "%s", msg);
   fail_all_works(g, UVCCL_EABORTED, msg);
@@ -544,6 +548,28 @@ void uvccl__nccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
 }
 
 /* ---- queries and settings ------------------------------------------------------------ */
+
+int uvccl__nccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
+  const nccl_group_t *g = pg ? pg->impl_ : NULL;
+  if (g == NULL || f == NULL) return UV_EINVAL;
+  memset(f, 0, sizeof(*f));
+  f->rank = f->global_rank = f->reporter = -1;
+  if (!g->broken && !g->aborted && !g->failed) return 0;
+  /* NCCL reports that a peer failed, never which: the culprit is
+   * unknown here. */
+  f->cause = g->aborted ? UVCCL_FAIL_ABORTED : UVCCL_FAIL_RESET;
+  f->err = g->aborted ? UVCCL_EABORTED : UVCCL_ENCCL;
+  snprintf(f->msg, sizeof(f->msg), "%s", g->fail_msg[0] ? g->fail_msg
+                                        : "the NCCL group failed");
+  return 1;
+}
+
+int uvccl__nccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {
+  (void)pg;
+  (void)ranks;
+  (void)max;
+  return 0; /* NCCL does not say who */
+}
 
 int uvccl__nccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
   const nccl_group_t *g = pg ? pg->impl_ : NULL;

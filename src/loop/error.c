@@ -36,3 +36,19 @@ const char *uvccl_err_name(int err) {
     return "UVCCL_EUNKNOWN";
   return uv_err_name(err);
 }
+
+const char *uvccl_fail_cause_name(uvccl_fail_cause_t cause) {
+  switch (cause) {
+  case UVCCL_FAIL_NONE: return "none";
+  case UVCCL_FAIL_EXITED: return "exited";
+  case UVCCL_FAIL_RESET: return "reset";
+  case UVCCL_FAIL_HEARTBEAT: return "heartbeat";
+  case UVCCL_FAIL_UNREACHABLE: return "unreachable";
+  case UVCCL_FAIL_ABORTED: return "aborted";
+  case UVCCL_FAIL_PROTOCOL: return "protocol";
+  case UVCCL_FAIL_TIMEOUT: return "timeout";
+  case UVCCL_FAIL_REVOKED: return "revoked";
+  case UVCCL_FAIL_LEFT: return "left";
+  }
+  return "unknown";
+}
