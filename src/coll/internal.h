@@ -261,6 +261,12 @@ struct net_s {
   int *failed;           /* world ranks, in the order learned */
   int nfailed;
   int fenced;            /* the others declared this rank failed */
+  /* Upcalls of the group layer (shrink.c): a FRAME_AGREE arrived; a
+   * verdict (failed or left) on a rank. */
+  void (*on_agree)(net_t *net, int from, const frame_hdr_t *h,
+                   const unsigned char *payload);
+  void (*on_failed)(net_t *net, int world_rank);
+  struct agree_s *agrees;  /* shrink agreements (shrink.c) */
   group_t *groups;       /* every group on this net */
   uint64_t arrivals;     /* counter for stage/recv ordering */
   uint64_t stage_limit;
@@ -399,6 +405,18 @@ void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
 /* A notice to every rank of the world, out of band (the monitor's
  * links): revoke, or a group given up. */
 void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);
+/* A small control frame (kind, gid, seq, tag, payload copied) to world
+ * rank r, behind what is queued to it. 0 or an error (not connected). */
+int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
+                        uint32_t seq, uint32_t tag, const void *payload,
+                        size_t len);
+
+/* ---- shrink.c ---------------------------------------------------------------- */
+/* The net's shrink upcalls (every world net gets them at creation). */
+void uvccl__shrink_attach(net_t *net);
+void uvccl__agree_free_all(net_t *net);
+/* g is being destroyed: a pending shrink of it fails. */
+void uvccl__shrink_forget_group(group_t *g);
 
 /* ---- sched.c -------------------------------------------------------------- */
 /* A fresh schedule for a collective on g (seq assigned) or p2p. */
@@ -453,6 +471,12 @@ void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
 void uvccl__sched_reduce_in(sop_t *op, size_t off, const void *in, size_t n);
 
 /* ---- pg.c ------------------------------------------------------------------ */
+/* A subgroup of parent with these parent ranks (find-or-create tag may be
+ * NULL); UVCCL_ENOTMEMBER when this rank is not one of them. */
+int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
+                            const int *ranks, int n, const char *tag);
+/* The id every member computes for a child of parent. */
+uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
 /* Common argument checks at the call: group usable, work free. */
 int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp);
 int uvccl__pg_world(const group_t *g, int grank);

@@ -873,6 +873,19 @@ static void process_rbuf(peer_t *p) {
         uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
         return;
       }
+      if (h.kind == FRAME_AGREE && p->state == PEER_UP) {
+        net_t *net = p->net;
+        if (h.len > 8 + 2 * (uint64_t)net->size) {
+          uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "oversized agree frame");
+          return;
+        }
+        if (avail < UVCCL__FRAME_HDR + h.len) break;
+        pos += UVCCL__FRAME_HDR;
+        if (net->on_agree != NULL)
+          net->on_agree(net, p->rank, &h, (unsigned char *)p->rbuf + pos);
+        pos += (size_t)h.len;
+        continue;
+      }
       if (h.kind == FRAME_BYE && p->state == PEER_UP && h.len == 0) {
         p->left = 1;
         pos += UVCCL__FRAME_HDR;
@@ -1186,6 +1199,7 @@ static void net_apply_left(net_t *net, int r) {
              g->inv[r], r, uvccl__net_addr(net, r));
     uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
   }
+  if (net->on_failed != NULL) net->on_failed(net, r);
 }
 
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
@@ -1349,6 +1363,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     uvccl__group_break(g, UVCCL_EPEER,
                        in_group(g, net->first.rank) ? &net->first : f, msg);
   }
+  if (net->on_failed != NULL) net->on_failed(net, r);
 }
 
 static void net_on_notice(net_t *net, const uvccl__notice_t *n) {
@@ -1408,6 +1423,40 @@ static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
     net_live_closed(net);
     return;
   }
+}
+
+typedef struct {
+  uvccl__wreq_t req;
+  unsigned char buf[];
+} ctl_t;
+
+static void on_ctl_written(uvccl__wreq_t *req, int status) {
+  (void)status;
+  uvccl__free(UVCCL__CONTAINER_OF(req, ctl_t, req));
+}
+
+int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
+                        uint32_t seq, uint32_t tag, const void *payload,
+                        size_t len) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  frame_hdr_t h;
+  ctl_t *c;
+  int rc;
+  if (p == NULL || p->state != PEER_UP || !p->wq_open) return UVCCL_EPEER;
+  c = uvccl__malloc(sizeof(*c) + UVCCL__FRAME_HDR + len);
+  if (c == NULL) return UV_ENOMEM;
+  memset(&h, 0, sizeof(h));
+  h.kind = kind;
+  h.gid = gid;
+  h.seq = seq;
+  h.tag = tag;
+  h.len = len;
+  hdr_encode(c->buf, &h);
+  if (len) memcpy(c->buf + UVCCL__FRAME_HDR, payload, len);
+  rc = peer_write_ctl(p, &c->req, c->buf, UVCCL__FRAME_HDR + len,
+                      on_ctl_written);
+  if (rc != 0) uvccl__free(c);
+  return rc;
 }
 
 void uvccl__net_notify(net_t *net, const uvccl__notice_t *n) {
@@ -1474,6 +1523,7 @@ static void net_free(net_t *net) {
   uvccl__free(net->addrs);
   uvccl__free(net->fails);
   uvccl__free(net->failed);
+  uvccl__agree_free_all(net);
   uvccl__free(net);
 }
 

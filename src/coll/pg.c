@@ -480,6 +480,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net = uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
+  uvccl__shrink_attach(net);
   g = group_new(net, o->rank, o->size);
   b = uvccl__calloc(1, sizeof(*b));
   if (g == NULL || b == NULL) {
@@ -683,6 +684,7 @@ void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
     if (!b->dead) boot_fail(b, UV_ECANCELED, "group destroyed during creation");
   }
   uvccl__group_fail_all(g, UV_ECANCELED, "the group was destroyed");
+  uvccl__shrink_forget_group(g);
   group_unregister(g);
   uvccl__net_forget_group(net, g->gid);
   g->closing_parts = 1; /* the net reference */
@@ -769,7 +771,7 @@ int uvccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {
 
 /* ---- subgroups -------------------------------------------------------------------- */
 
-static uint32_t child_gid(uint32_t parent, uint32_t n, int color) {
+uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color) {
   /* A 32-bit mix of (parent, counter, color): every member computes the
    * same id without talking to anyone. */
   uint64_t x = ((uint64_t)parent << 32) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull) ^
@@ -782,8 +784,8 @@ static uint32_t child_gid(uint32_t parent, uint32_t n, int color) {
   return (uint32_t)x < 2 ? (uint32_t)x + 2 : (uint32_t)x;
 }
 
-static int make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
-                      const int *ranks, int n, const char *tag) {
+int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
+                            const int *ranks, int n, const char *tag) {
   net_t *net = parent->net;
   group_t *g;
   int i, me = -1;
@@ -805,7 +807,6 @@ static int make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   }
   g->gid = gid;
   g->pg = pg;
-  g->parent = parent;
   g->timeout_ms = parent->timeout_ms;
   g->busy_us = parent->busy_us;
   g->small_max = parent->small_max;
@@ -839,7 +840,7 @@ int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
   }
   /* Every rank of the parent calls this in the same order: the counter is
    * the same everywhere, members and non-members alike. */
-  gid = child_gid(p->gid, ++p->nchildren, 0);
+  gid = uvccl__child_gid(p->gid, ++p->nchildren, 0);
   if (tag != NULL) {
     for (g = p->net->groups; g != NULL; g = g->next) {
       if (g->tag == NULL || strcmp(g->tag, tag) != 0 || g->size != nranks ||
@@ -859,7 +860,7 @@ int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
       }
     }
   }
-  return make_child(p, pg, gid, ranks, nranks, tag);
+  return uvccl__group_make_child(p, pg, gid, ranks, nranks, tag);
 }
 
 int uvccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
@@ -946,7 +947,7 @@ static int split_finish(sched_t *s) {
       ranks[j + 1] = ranks[j];
     ranks[j + 1] = r;
   }
-  rc = make_child(p, sp->pg, child_gid(p->gid, sp->counter, color), ranks, n,
+  rc = uvccl__group_make_child(p, sp->pg, uvccl__child_gid(p->gid, sp->counter, color), ranks, n,
                   NULL);
   uvccl__free(ranks);
   return rc;

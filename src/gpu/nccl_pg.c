@@ -564,6 +564,21 @@ int uvccl__nccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
   return 1;
 }
 
+int uvccl__nccl_pg_revoke(uvccl_pg_t *pg, const char *reason) {
+  (void)pg;
+  (void)reason;
+  return UVCCL_ENOTSUP;
+}
+
+int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                          uvccl_work_t *work, uvccl_work_cb cb) {
+  (void)pg;
+  (void)newpg;
+  (void)work;
+  (void)cb;
+  return UVCCL_ENOTSUP;
+}
+
 int uvccl__nccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {
   (void)pg;
   (void)ranks;
