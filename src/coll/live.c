@@ -334,7 +334,12 @@ static void declare(uvccl__live_t *l, const uvccl__fail_t *f, int broadcast) {
       if (k != NULL && k->state == LK_UP) send_dead(k, f);
     }
   k = l->links[f->rank];
-  if (k != NULL) link_close(k);
+  if (k != NULL) {
+    /* It hears why before it sees us go (if it is alive after all, it
+     * must not take our leaving for a failure of ours). */
+    if (!broadcast && k->state == LK_UP) send_dead(k, f);
+    link_close(k);
+  }
   memset(&ev, 0, sizeof(ev));
   ev.kind = UVCCL__LIVE_DEAD;
   ev.rank = f->rank;

@@ -1314,7 +1314,9 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     int q;
     if (net->fenced) return;
     net->fenced = 1;
-    if (net->first.rank < 0) net->first = *f;
+    /* Being cut off explains everything that came before it too (a peer
+     * closing on us, say): it becomes the cause everywhere. */
+    net->first = *f;
     LOG_ERROR("coll", "rank %d: declared failed by rank %d: %s", net->rank,
               f->origin, f->detail);
     for (q = 0; q < net->size; q++) {
@@ -1328,8 +1330,10 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     uvccl__net_fail_msg(net, NULL, f, msg, sizeof(msg));
     net_creation_failed(net, UVCCL_EPEER, "process group creation failed: %s",
                         msg);
-    for (g = net->groups; g != NULL; g = g->next)
+    for (g = net->groups; g != NULL; g = g->next) {
+      g->broken = 0; /* restate the cause */
       uvccl__group_break(g, UVCCL_EPEER, f, msg);
+    }
     return;
   }
   if (net->fails[r].rank >= 0) return;
