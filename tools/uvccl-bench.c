@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <setjmp.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,6 +71,12 @@ static const char usage_text[] =
 "  --backend tcp|nccl    nccl: time an NCCL group instead (implies --gpu)\n"
 "  --budget S            seconds of timed iterations per size (0.5)\n"
 "  --timeout S           per-operation and creation timeout (120)\n"
+"  --heartbeat S         declare a silent rank failed after S seconds\n"
+"                        (default: $UVCCL_HEARTBEAT_TIMEOUT_MS, else 15)\n"
+"  --shrink-on-failure   when a rank fails, the others shrink the group\n"
+"                        and go on from where they agree (one line per\n"
+"                        shrink: \"shrunk to N ranks after losing rank R\n"
+"                        (cause)\"); every result is still checked\n"
 "  --check / --no-check  verify the last iteration (default: check)\n"
 "  --json                one JSON object per row instead of the table\n"
 "  -h, --help, -V, --version\n"
@@ -262,6 +269,14 @@ static struct {
   double *times;
   size_t times_cap;
   int failed;                /* a check failed somewhere */
+  double heartbeat_s;        /* 0: the library's default */
+  /* --shrink-on-failure: the groups made by shrinks (handles must not
+   * move), where to resume, and how often it happened */
+  int shrink;
+  uvccl_pg_t shrunk[64];
+  int nshrunk;
+  int pos_op, pos_size;      /* progress: op index, size index */
+  jmp_buf resume;
 } B;
 
 #define PREMUL_FACTOR 2.0
@@ -559,8 +574,70 @@ static void close_cb(uvccl_pg_t *pg)
   (void) pg;
 }
 
+/* The group every operation runs on: the world, or its last shrink. */
+static uvccl_pg_t *cur_pg(void)
+{
+  return B.nshrunk > 0 ? &B.shrunk[B.nshrunk - 1] : &B.pg;
+}
+
+/* --shrink-on-failure: a peer failed. Shrink to the survivors, agree on
+ * where to go on (the earliest op and size any survivor was at: they may
+ * have failed in different places), and resume there. Returns only if
+ * the shrink is not possible (the caller dies then). */
+static void shrink_and_resume(int err)
+{
+  uvccl_pg_t *old = cur_pg(), *next;
+  uvccl_pg_failure_t f;
+  uvccl_work_t w = {0};
+  int64_t pos;
+  int rc;
+
+  if (!B.shrink || B.nccl || (err != UVCCL_EPEER && err != UVCCL_EREVOKED) ||
+      B.nshrunk >= (int) (sizeof(B.shrunk) / sizeof(B.shrunk[0])))
+    return;
+  memset(&f, 0, sizeof(f));
+  uvccl_pg_get_failure(old, &f);
+  next = &B.shrunk[B.nshrunk];
+  rc = uvccl_pg_shrink(old, next, &w, NULL);
+  if (rc == 0)
+    rc = uvccl_work_wait(&w);
+  if (rc != 0) {
+    errorf("shrink failed: %s (%s)%s%s", uvccl_strerror(rc),
+           uvccl_err_name(rc), w.msg[0] ? ": " : "", w.msg);
+    return;
+  }
+  B.nshrunk++;
+  if (next->rank == 0)
+    printf("%sshrunk to %d ranks after losing rank %d (%s)\n",
+           B.json ? "# " : "", next->size, f.global_rank,
+           uvccl_fail_cause_name(f.cause));
+  if (old != &B.pg)
+    uvccl_pg_destroy(old, close_cb);
+  B.rank = next->rank;
+  B.world = next->size;
+  B.opg = next;
+  if (B.redop == UVCCL_PREMUL_SUM &&
+      uvccl_pg_premul_sum(next, PREMUL_FACTOR, &B.run_redop) != 0)
+    return;
+  pos = ((int64_t) B.pos_op << 32) | (int64_t) B.pos_size;
+  memset(&w, 0, sizeof(w));
+  rc = uvccl_allreduce(next, &w, &pos, &pos, 1, UVCCL_INT64, UVCCL_MIN, NULL);
+  if (rc == 0)
+    rc = uvccl_work_wait(&w);
+  if (rc != 0) {
+    /* another failure at once: shrink again */
+    shrink_and_resume(rc);
+    return;
+  }
+  B.pos_op = (int) (pos >> 32);
+  B.pos_size = (int) (pos & 0xffffffff);
+  longjmp(B.resume, 1);
+}
+
 static void shutdown_group(void)
 {
+  if (B.nshrunk > 0)
+    uvccl_pg_destroy(cur_pg(), close_cb);
   uvccl_pg_destroy(&B.pg, close_cb);
   uv_run(&B.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&B.loop) != 0) {
@@ -579,7 +656,7 @@ static void die_op(const char *what, int err, const uvccl_work_t *w)
          uvccl_err_name(err), w && w->msg[0] ? ": " : "",
          w && w->msg[0] ? w->msg : "");
   fflush(stdout);
-  uvccl_pg_abort(&B.pg, PROG ": an operation failed");
+  uvccl_pg_abort(cur_pg(), PROG ": an operation failed");
   shutdown_group();
   exit(1);
 }
@@ -591,15 +668,17 @@ static void finish(const char *what, int rc, uvccl_work_t *w)
     rc = uvccl_work_wait(w);
   else if (w->msg[0] == '\0')
     w = NULL; /* a call refused at once may still say why in w->msg */
-  if (rc != 0)
+  if (rc != 0) {
+    shrink_and_resume(rc); /* with --shrink-on-failure */
     die_op(what, rc, w);
+  }
 }
 
 static void barrier(void)
 {
   uvccl_work_t w = {0};
 
-  finish("barrier", uvccl_barrier(&B.pg, &w, NULL), &w);
+  finish("barrier", uvccl_barrier(cur_pg(), &w, NULL), &w);
 }
 
 /* In-place MAX over ranks of n doubles. */
@@ -608,7 +687,8 @@ static void allreduce_max(double *v, size_t n)
   uvccl_work_t w = {0};
 
   finish("allreduce (results)",
-         uvccl_allreduce(&B.pg, &w, v, v, n, UVCCL_FLOAT64, UVCCL_MAX, NULL),
+         uvccl_allreduce(cur_pg(), &w, v, v, n, UVCCL_FLOAT64, UVCCL_MAX,
+                         NULL),
          &w);
 }
 
@@ -936,12 +1016,20 @@ static void run_op(int op)
 {
   uint64_t size;
   size_t w = (size_t) B.world, n, bytes;
+  int k;
 
   if (op == OP_BARRIER) {
     run_size(op, 0, 0);
     return;
   }
-  for (size = B.min_bytes; size <= B.max_bytes; size *= B.factor) {
+  /* sizes before B.pos_size were done (a resume after a shrink) */
+  for (k = 0, size = B.min_bytes; size <= B.max_bytes; size *= B.factor, k++) {
+    if (k < B.pos_size) {
+      if (size > B.max_bytes / B.factor)
+        break;
+      continue;
+    }
+    B.pos_size = k;
     if (ops[op].split == SPLIT_BLOCKS) {
       n = (size_t) size / (B.esize * w);
       bytes = n * w * B.esize;
@@ -1087,7 +1175,7 @@ static void parse_ops(const char *s)
 
 enum {
   O_OP = 256, O_INPLACE, O_BUSY, O_BUDGET, O_TIMEOUT, O_CHECK, O_NOCHECK,
-  O_JSON, O_GPU, O_BACKEND
+  O_JSON, O_GPU, O_BACKEND, O_HEARTBEAT, O_SHRINK
 };
 
 static void parse_args(int argc, char **argv)
@@ -1113,6 +1201,8 @@ static void parse_args(int argc, char **argv)
     {"json", no_argument, NULL, O_JSON},
     {"gpu", no_argument, NULL, O_GPU},
     {"backend", required_argument, NULL, O_BACKEND},
+    {"heartbeat", required_argument, NULL, O_HEARTBEAT},
+    {"shrink-on-failure", no_argument, NULL, O_SHRINK},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -1169,6 +1259,10 @@ static void parse_args(int argc, char **argv)
     case O_NOCHECK: B.check = 0; break;
     case O_JSON: B.json = 1; break;
     case O_GPU: B.gpu = 1; break;
+    case O_HEARTBEAT:
+      B.heartbeat_s = arg_double("--heartbeat", optarg, 0.01, 86400);
+      break;
+    case O_SHRINK: B.shrink = 1; break;
     case O_BACKEND:
       if (strcmp(optarg, "nccl") == 0)
         B.nccl = B.gpu = 1;
@@ -1192,6 +1286,8 @@ static void parse_args(int argc, char **argv)
     B.min_bytes = 1;
   if (B.min_bytes > B.max_bytes)
     usage_error("--minbytes is larger than --maxbytes");
+  if (B.shrink && B.nccl)
+    usage_error("--shrink-on-failure works on TCP groups only");
 }
 
 int main(int argc, char **argv)
@@ -1222,6 +1318,8 @@ int main(int argc, char **argv)
   }
   memset(&opts, 0, sizeof(opts));
   opts.timeout_ms = (uint64_t) (B.timeout_s * 1000);
+  if (B.heartbeat_s > 0)
+    opts.heartbeat_timeout_ms = (uint64_t) (B.heartbeat_s * 1000);
   t0 = uv_hrtime();
   rc = uvccl_pg_init_url(&B.loop, &B.pg, "env://", &opts, &w, NULL);
   if (rc != 0) {
@@ -1282,8 +1380,10 @@ int main(int argc, char **argv)
   if (!B.json && B.rank == 0)
     printf("# group init (env://): %.1f ms on rank 0\n", init_ms);
 
-  for (i = 0; i < B.nselected; i++)
-    run_op(B.order[i]);
+  /* --shrink-on-failure resumes here, at the agreed op and size */
+  setjmp(B.resume);
+  for (; B.pos_op < B.nselected; B.pos_op++, B.pos_size = 0)
+    run_op(B.order[B.pos_op]);
 
   /* Nobody leaves while another rank still needs it. */
   barrier();
