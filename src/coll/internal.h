@@ -402,6 +402,9 @@ int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
  * first failed rank, from g's point of view. */
 void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
                          char *buf, size_t len);
+/* Creation failed here: every connected peer gets a REJECT with why (it
+ * fails its own creation with it). */
+void uvccl__net_reject_all(net_t *net, const char *why);
 /* A notice to every rank of the world, out of band (the monitor's
  * links): revoke, or a group given up. */
 void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);

@@ -400,10 +400,19 @@ static void link_up(link_t *k) {
 }
 
 /* The link to k->rank broke (EOF, reset, timeout). */
+static void connect_retry(link_t *k);
+
 static void link_broken(link_t *k, int err) {
   uvccl__live_t *l = k->l;
   int r = k->rank, was_up = k->state == LK_UP;
   uvccl__fail_t f;
+  if (k->outgoing && k->state == LK_CONNECTING && !l->closing) {
+    /* Refused by the other monitor (its rank is misconfigured, or not
+     * ready): try again until the deadline; the data connection reports
+     * the reason meanwhile. */
+    connect_retry(k);
+    return;
+  }
   link_close(k);
   if (r < 0 || l->closing || l->fenced) return;
   if (k->closing_bye) return;
@@ -581,6 +590,26 @@ static void on_retry_closed(uv_handle_t *h) {
   uv_timer_start(&k->timer, on_retry, k->backoff, 0);
 }
 
+/* Closes the socket and connects again after a backoff, until the
+ * deadline; then the link failed. */
+static void connect_retry(link_t *k) {
+  uvccl__live_t *l = k->l;
+  link_set_fd(k, -1);
+  k->rlen = 0;
+  if (uvccl__now_ms() < k->deadline) {
+    k->backoff = k->backoff ? k->backoff * 2 : 10;
+    if (k->backoff > 1000) k->backoff = 1000;
+    if (k->tcp_open) {
+      k->tcp_open = 0;
+      uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
+    }
+    return;
+  }
+  link_close(k);
+  post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank,
+              "the monitor of that rank refused the link until the deadline");
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   link_t *k = req->data;
   uvccl__live_t *l = k->l;
@@ -588,10 +617,7 @@ static void on_connect(uv_connect_t *req, int status) {
   if (l->closing || k->state != LK_CONNECTING) return;
   if (status < 0) {
     if (uvccl__now_ms() < k->deadline && status != UV_ECANCELED) {
-      k->backoff = k->backoff ? k->backoff * 2 : 10;
-      if (k->backoff > 1000) k->backoff = 1000;
-      k->tcp_open = 0;
-      uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
+      connect_retry(k);
       return;
     }
     {

@@ -858,8 +858,9 @@ static void process_rbuf(peer_t *p) {
         pos += (size_t)h.len;
         continue;
       }
-      if (h.kind == FRAME_REJECT && p->outgoing &&
-          p->state == PEER_CONNECTING) {
+      if (h.kind == FRAME_REJECT &&
+          ((p->outgoing && p->state == PEER_CONNECTING) ||
+           (p->state == PEER_UP && p->net->mesh_cb != NULL))) {
         size_t n = h.len < sizeof(p->reject) - 1 ? (size_t)h.len
                                                  : sizeof(p->reject) - 1;
         if (avail < UVCCL__FRAME_HDR + h.len && h.len < 4096) break;
@@ -868,8 +869,10 @@ static void process_rbuf(peer_t *p) {
         p->reject[n] = '\0';
         net_creation_failed(p->net, UV_EINVAL,
                             "process group creation failed: rank %d (%s) "
-                            "refused the connection: %s",
-                            p->rank, p->addrstr, p->reject);
+                            "%s: %s", p->rank, p->addrstr,
+                            p->state == PEER_UP ? "gave up"
+                                                : "refused the connection",
+                            p->reject);
         uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
         return;
       }
@@ -1213,6 +1216,9 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   if (r < 0) {
     /* An unnamed incoming connection: nobody depends on it. */
     peer_t **pp;
+    if (err == UVCCL_EPROTO)
+      LOG_WARN("coll", "rank %d: closing a connection from %s: not a uvccl "
+               "peer (%s)", net->rank, p->addrstr, why);
     for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
       if (*pp == p) {
         *pp = p->next_pending;
@@ -1461,6 +1467,17 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
                       on_ctl_written);
   if (rc != 0) uvccl__free(c);
   return rc;
+}
+
+void uvccl__net_reject_all(net_t *net, const char *why) {
+  size_t n = strlen(why);
+  int r;
+  if (n > 1000) n = 1000;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->state != PEER_UP) continue;
+    uvccl__net_send_ctl(net, r, FRAME_REJECT, 0, 0, 0, why, n);
+  }
 }
 
 void uvccl__net_notify(net_t *net, const uvccl__notice_t *n) {

@@ -188,8 +188,10 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   net->mesh_arg = NULL;
   if (net->live != NULL && !net->aborted && err != UV_ECANCELED) {
     /* The ranks already connected hear why at once, instead of waiting
-     * for their own timeout. */
+     * for their own timeout: on their data connections (in order, before
+     * those close) and on the monitor's links. */
     char d[UVCCL__DETAIL_LEN];
+    uvccl__net_reject_all(net, msg);
     snprintf(d, sizeof(d), "its group creation failed: %.90s", msg);
     uvccl__live_fail_self(net->live, UVCCL_FAIL_ABORTED, err, d);
     net->aborted = 1;
@@ -405,13 +407,12 @@ static void on_addr(uvccl_work_t *w, int status) {
               j, (const char *)w->value);
     return;
   }
-  if (world != net->size) {
-    boot_fail(b, UV_EINVAL,
-              "process group creation failed: world size mismatch: rank %d "
-              "(%s) was started with a world of %d, this rank (%d) with %d",
-              j, net->addrs[j], world, net->rank, net->size);
-    return;
-  }
+  /* A size mismatch is connected all the same: rank j then refuses us
+   * with the reason, so both sides report it (failing here would leave j
+   * waiting for us until its timeout). */
+  if (world != net->size)
+    LOG_DEBUG("coll", "rank %d: rank %d published a world of %d, not %d",
+              net->rank, j, world, net->size);
   rc = uvccl__net_connect(net, j, (struct sockaddr *)&ss, nonce, live_port,
                           b->deadline);
   if (rc != 0) {
