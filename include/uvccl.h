@@ -352,6 +352,14 @@ typedef struct {
    * the unprefixed key "init/", which a PyTorch master started with
    * wait_for_workers counts to world_size before it goes on. */
   int world_size;
+  /* A server that stops answering (stopped, hung, cut off) fails the
+   * pending operations after this long with UV_ETIMEDOUT ("the server
+   * stopped answering"), instead of at their own timeouts: a reply that
+   * is due must come by then, and a long WAIT is watched with PINGs (the
+   * newer dialect; the 1.13 dialect has no PING, so only keepalive finds
+   * a vanished server there). 0 = $UVCCL_HEARTBEAT_TIMEOUT_MS, else 15 s;
+   * UINT64_MAX = off. */
+  uint64_t heartbeat_timeout_ms;
 } uvccl_tcp_store_options_t;
 
 /* A client of a TCPStore server (ours or PyTorch's). It connects lazily on

@@ -141,44 +141,6 @@ static void post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-uint64_t uvccl__live_timeout(uint64_t opt) {
-  const char *v;
-  if (opt == UINT64_MAX) return 0;
-  if (opt != 0) return opt;
-  v = getenv("UVCCL_HEARTBEAT_TIMEOUT_MS");
-  if (v != NULL && *v != '\0') {
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end == '\0') return (uint64_t)x; /* 0 = off */
-  }
-  return UVCCL__HEARTBEAT_DEFAULT_MS;
-}
-
-void uvccl__live_tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {
-  int on = 1, idle, intvl, cnt = 3;
-  unsigned ut;
-  if (fd < 0 || timeout_ms == 0) return;
-  /* Keepalive finds a vanished host on an idle connection, within about
-   * the heartbeat timeout. A stopped process's kernel still answers it,
-   * so it never fires for a rank that is merely slow. */
-  idle = (int)(timeout_ms / 2000);
-  if (idle < 1) idle = 1;
-  intvl = (int)(timeout_ms / 6000);
-  if (intvl < 1) intvl = 1;
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-  /* The user timeout bounds how long sent data may stay unacknowledged,
-   * but Linux (since 5.11) also applies it to a zero window: a live peer
-   * that does not read for that long (its application computing between
-   * collectives) would lose its connection. So only the monitor's links,
-   * which their thread always reads, get it. */
-  if (!user_timeout) return;
-  ut = timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)timeout_ms;
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
-}
-
 static void fail_set(uvccl__fail_t *f, int rank, int origin, int cause,
                      int err, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
@@ -394,7 +356,7 @@ static void link_up(link_t *k) {
   k->state = LK_UP;
   k->last_rx = uvccl__now_ms();
   uv_fileno((uv_handle_t *)&k->tcp, &fd);
-  uvccl__live_tune_socket(fd, l->hb_ms, 1);
+  uvccl__tune_socket(fd, l->hb_ms, 1);
   link_set_fd(k, fd);
   post_simple(l, UVCCL__LIVE_LINK_UP, k->rank, NULL);
 }

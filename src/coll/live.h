@@ -113,14 +113,5 @@ void uvccl__live_bye(uvccl__live_t *l);
  * UVCCL__LIVE_CLOSED; l is freed after it. */
 void uvccl__live_close(uvccl__live_t *l, int bye);
 
-/* The heartbeat timeout for a group option value (0 = the environment's
- * UVCCL_HEARTBEAT_TIMEOUT_MS, else the default; UINT64_MAX = off). */
-uint64_t uvccl__live_timeout(uint64_t opt);
-#define UVCCL__HEARTBEAT_DEFAULT_MS 15000
-
-/* Keepalive (and with user_timeout, TCP_USER_TIMEOUT) for a connection
- * whose peer must be found gone within about timeout_ms (0: leave the
- * socket alone). */
-void uvccl__live_tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
 
 #endif

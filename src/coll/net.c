@@ -28,6 +28,17 @@
 
 static void peer_start_read(peer_t *p);
 static void peer_close(peer_t *p);
+
+/* Takes an unnamed incoming connection off the net's list (it is adopted
+ * as a rank, or closed). */
+static void pending_unlink(peer_t *p) {
+  peer_t **pp;
+  for (pp = &p->net->pending; *pp != NULL; pp = &(*pp)->next_pending)
+    if (*pp == p) {
+      *pp = p->next_pending;
+      break;
+    }
+}
 static void peer_wq_open(peer_t *p);
 static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
                           size_t len, void (*cb)(uvccl__wreq_t *, int));
@@ -482,7 +493,7 @@ static void peer_up(peer_t *p) {
   {
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
-      uvccl__live_tune_socket(fd, net->hb_ms, 0);
+      uvccl__tune_socket(fd, net->hb_ms, 0);
   }
   net_check_ready(net);
 }
@@ -759,7 +770,6 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
   net_t *net = p->net;
   hello_t hello;
   frame_hdr_t ack;
-  peer_t **pp;
   char why[256];
 
   if (h->kind == FRAME_HELLO_ACK && p->outgoing && p->state == PEER_CONNECTING) {
@@ -817,11 +827,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     net_misconfigured(net, why);
     return;
   }
-  for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
-    if (*pp == p) {
-      *pp = p->next_pending;
-      break;
-    }
+  pending_unlink(p);
   p->rank = (int)hello.from;
   net->peers[p->rank] = p;
   snprintf(net->addrs[p->rank], sizeof(net->addrs[p->rank]), "%s",
@@ -1215,15 +1221,9 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   p->err = err;
   if (r < 0) {
     /* An unnamed incoming connection: nobody depends on it. */
-    peer_t **pp;
     if (err == UVCCL_EPROTO)
       LOG_WARN("coll", "rank %d: closing a connection from %s: not a uvccl "
                "peer (%s)", net->rank, p->addrstr, why);
-    for (pp = &net->pending; *pp != NULL; pp = &(*pp)->next_pending)
-      if (*pp == p) {
-        *pp = p->next_pending;
-        break;
-      }
     peer_close(p);
     return;
   }
@@ -1639,6 +1639,7 @@ static void peer_close(peer_t *p) {
     peer_close_tcp(p);
     return;
   }
+  pending_unlink(p);
   peer_stop_read(p);
   peer_wq_close(p);
   if (p->tcp_open) {

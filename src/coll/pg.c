@@ -508,7 +508,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   b->getw = uvccl__calloc((size_t)(b->ngets ? b->ngets : 1),
                           sizeof(uvccl_work_t));
   rc = b->getw ? uvccl__net_listen(net, (struct sockaddr *)&addr,
-                                   uvccl__live_timeout(o->heartbeat_timeout_ms),
+                                   uvccl__heartbeat_timeout(o->heartbeat_timeout_ms),
                                    err, sizeof(err))
                : UV_ENOMEM;
   if (rc != 0) {

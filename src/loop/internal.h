@@ -162,6 +162,16 @@ int uvccl__wq_close(uvccl__wq_t *q, void (*cb)(uvccl__wq_t *q));
  * queued first. */
 int uvccl__wq_shutdown(uvccl__wq_t *q);
 
+/* ---- Liveness helpers (liveness.c) ----------------------------------------- */
+/* The heartbeat timeout for an option value: 0 = the environment's
+ * UVCCL_HEARTBEAT_TIMEOUT_MS, else the default; UINT64_MAX = off (0). */
+uint64_t uvccl__heartbeat_timeout(uint64_t opt);
+#define UVCCL__HEARTBEAT_DEFAULT_MS 15000
+/* Keepalive (and with user_timeout, TCP_USER_TIMEOUT) for a connection
+ * whose peer must be found gone within about timeout_ms (0: leave the
+ * socket alone). */
+void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
+
 /* ---- Allocation ---------------------------------------------------------- */
 void *uvccl__malloc(size_t n);
 void *uvccl__calloc(size_t n, size_t m);

@@ -15,7 +15,15 @@
  * A work that times out or is cancelled while its request is on the wire
  * leaves a placeholder, so its reply is read and dropped and the stream
  * stays in step. A lost connection fails everything pending with
- * UVCCL_ECONNLOST naming the server; the next operation reconnects. */
+ * UVCCL_ECONNLOST naming the server; the next operation reconnects.
+ *
+ * Liveness. While a reply is due, the server must send something within
+ * the heartbeat timeout; a WAIT may rightly last longer, so while one is
+ * on the wire a PING goes out when the connection has been quiet for a
+ * quarter of the timeout. Its echo may come before or after the WAIT's
+ * one-byte reply (which is 0 or 1), so its nonce starts with 0xA5, which
+ * no WAIT reply does; after the WAIT it is the very next reply, since
+ * nothing else was sent between. */
 #include "internal.h"
 #include "proto.h"
 
@@ -24,6 +32,7 @@
 #include <unistd.h>
 
 #define MAX_BACKOFF_MS 1000
+#define OOB_PING_TAG 0xA5u /* first byte of an out-of-band PING's nonce */
 
 enum { ST_IDLE, ST_RESOLVING, ST_CONNECTING, ST_HANDSHAKE, ST_READY,
        ST_CLOSED };
@@ -89,6 +98,12 @@ typedef struct {
   uint8_t *in;
   size_t in_len, in_cap;
   uint32_t nonce;
+  /* liveness */
+  uv_timer_t hb;
+  uint64_t hb_ms;            /* 0: off */
+  uint64_t last_rx;          /* ms: bytes last came (or the connection) */
+  uint64_t ping_sent;        /* ms: an out-of-band PING is due (0: none) */
+  uint32_t ping_nonce;
   int handles;               /* open handles, for close */
   uvccl_work_t *connect_work; /* uvccl_tcp_store_connect */
   char name[96];             /* "store HOST:PORT" */
@@ -428,7 +443,23 @@ static void client_parse(client_t *c) {
   inflight_t e;
   int r;
 
-  while (c->fl_len > 0) {
+  for (;;) {
+    if (c->ping_sent && off < c->in_len &&
+        (c->fl_len == 0 || fl_at(c, 0)->op != UVCCL__OP_WAIT ||
+         c->in[off] == OOB_PING_TAG)) {
+      /* The echo of the liveness PING (see the top of the file). */
+      uint32_t echo;
+      if (c->in_len - off < 4) break;
+      memcpy(&echo, c->in + off, 4);
+      if (echo != c->ping_nonce) {
+        client_lost(c, UVCCL_EPROTO, "bad reply to PING");
+        return;
+      }
+      off += 4;
+      c->ping_sent = 0;
+      continue;
+    }
+    if (c->fl_len == 0) break;
     e = *fl_at(c, 0);
     if (e.noreply) {
       /* A later reply is here or coming; everything before it is done. */
@@ -490,6 +521,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   client_t *c = s->data;
+  if (nread != 0) c->last_rx = uvccl__now_ms();
   if (nread < 0) {
     client_lost(c, nread == UV_EOF ? UVCCL_ECONNLOST : (int)nread,
                 nread == UV_EOF ? "closed by the server"
@@ -503,6 +535,42 @@ static void client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 /* ---- connection ---------------------------------------------------------------- */
 
 static void client_try_next(client_t *c);
+
+/* The heartbeat (see the top of the file). */
+static void client_hb_tick(uv_timer_t *t) {
+  client_t *c = t->data;
+  uint64_t now = uvccl__now_ms(), quiet = now - c->last_rx;
+  int waiting;
+  char why[128];
+  if (c->state != ST_READY && c->state != ST_HANDSHAKE) return;
+  if (c->fl_len == 0 && c->ping_sent == 0) return;
+  waiting = c->fl_len > 0 && fl_at(c, 0)->op == UVCCL__OP_WAIT;
+  if (c->ping_sent && now - c->ping_sent >= c->hb_ms) {
+    snprintf(why, sizeof(why), "the server stopped answering (no reply to a "
+             "PING for %.1f s: stopped, hung or unreachable)",
+             (double)(now - c->ping_sent) / 1000.0);
+    client_lost(c, UV_ETIMEDOUT, why);
+    return;
+  }
+  if (!waiting && quiet >= c->hb_ms) {
+    snprintf(why, sizeof(why), "the server stopped answering (nothing for "
+             "%.1f s while a reply was due: stopped, hung or unreachable)",
+             (double)quiet / 1000.0);
+    client_lost(c, UV_ETIMEDOUT, why);
+    return;
+  }
+  if (waiting && !c->ping_sent && quiet >= c->hb_ms / 4 &&
+      c->dialect == UVCCL_DIALECT_MODERN && c->state == ST_READY) {
+    uint32_t rnd = 0;
+    uv_random(NULL, NULL, &rnd, sizeof(rnd), 0, NULL);
+    c->ping_nonce = (rnd & ~0xffu) | OOB_PING_TAG;
+    if (uvccl__obuf_u8(&c->out, UVCCL__OP_PING) == 0 &&
+        uvccl__obuf_u32(&c->out, c->ping_nonce) == 0) {
+      c->ping_sent = now;
+      client_flush(c);
+    }
+  }
+}
 
 /* Frees the client once closed and nothing is outstanding. */
 static void client_maybe_free(client_t *c) {
@@ -567,6 +635,8 @@ static void client_lost(client_t *c, int err, const char *why) {
   LOG_INFO("store", "%s: connection lost: %s", c->name, why);
   c->state = ST_IDLE;
   c->wait_blocked = 0;
+  c->ping_sent = 0;
+  uv_timer_stop(&c->hb);
   c->in_len = 0;
   c->out.len = 0;
   client_drop_tcp(c);
@@ -601,6 +671,17 @@ static void client_on_connect(uv_connect_t *req, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  {
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+      uvccl__tune_socket(fd, c->hb_ms, 0);
+  }
+  c->last_rx = uvccl__now_ms();
+  c->ping_sent = 0;
+  if (c->hb_ms > 0) {
+    uint64_t p = c->hb_ms / 4 ? c->hb_ms / 4 : 1;
+    uv_timer_start(&c->hb, client_hb_tick, p, p);
+  }
   uvccl__wq_init(&c->wq, c->loop, &c->tcp);
   c->wq.data = c;
   c->wq_open = 1;
@@ -844,6 +925,7 @@ static void client_close(uvccl_store_t *s) {
   if (resolving) uv_cancel((uv_req_t *)&c->gai);
   client_drop_tcp(c);
   uv_close((uv_handle_t *)&c->retry, tcp_closed);
+  uv_close((uv_handle_t *)&c->hb, tcp_closed);
 }
 
 static const struct uvccl__store_vtable tcp_vtable = {tcp_submit,
@@ -876,7 +958,10 @@ int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,
   snprintf(c->name, sizeof(c->name), "store %s:%d", o->host, o->port);
   uv_timer_init(loop, &c->retry);
   c->retry.data = c;
-  c->handles = 1;
+  uv_timer_init(loop, &c->hb);
+  c->hb.data = c;
+  c->hb_ms = uvccl__heartbeat_timeout(o->heartbeat_timeout_ms);
+  c->handles = 2;
   uvccl__store_init_common(s, loop, UVCCL_STORE_TCP, &tcp_vtable, c);
   if (o->timeout_ms) s->timeout_ms_ = o->timeout_ms;
   return 0;

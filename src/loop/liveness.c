@@ -1,0 +1,47 @@
+/* Shared by everything that watches a peer: the heartbeat timeout a user
+ * asked for, and the socket options that find a vanished host. */
+#include "internal.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+uint64_t uvccl__heartbeat_timeout(uint64_t opt) {
+  const char *v;
+  if (opt == UINT64_MAX) return 0;
+  if (opt != 0) return opt;
+  v = getenv("UVCCL_HEARTBEAT_TIMEOUT_MS");
+  if (v != NULL && *v != '\0') {
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end == '\0') return (uint64_t)x; /* 0 = off */
+  }
+  return UVCCL__HEARTBEAT_DEFAULT_MS;
+}
+
+void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {
+  int on = 1, idle, intvl, cnt = 3;
+  unsigned ut;
+  if (fd < 0 || timeout_ms == 0) return;
+  /* Keepalive finds a vanished host on an idle connection, within about
+   * the heartbeat timeout. A stopped process's kernel still answers it,
+   * so it never fires for a rank that is merely slow. */
+  idle = (int)(timeout_ms / 2000);
+  if (idle < 1) idle = 1;
+  intvl = (int)(timeout_ms / 6000);
+  if (intvl < 1) intvl = 1;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  /* The user timeout bounds how long sent data may stay unacknowledged,
+   * but Linux (since 5.11) also applies it to a zero window: a live peer
+   * that does not read for that long (its application computing between
+   * collectives) would lose its connection. So only the monitor's links,
+   * which their thread always reads, get it. */
+  if (!user_timeout) return;
+  ut = timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)timeout_ms;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+}
+
