@@ -27,10 +27,10 @@
 #include <time.h>
 
 #define NRANKS 3
-#define NET "10.213.0."
-#define MASTER_PORT "29500" /* the namespaces are ours: no conflict */
 #define MAXP NRANKS
 #include "ranks.h"
+#include "netns.h"
+#define NET NET_PREFIX
 
 /* ======================================================================== */
 /* Rank side                                                                */
@@ -139,170 +139,6 @@ static int rank_main(void) {
 /* ======================================================================== */
 
 
-static const char *ipbin;
-static char ns[4][32];     /* A, B, C, S */
-static int ns_made[4];
-
-/* Runs ip with args; output into out (may be NULL). Only fork/exec/wait
- * (so the cleanup may use it from a signal handler). Returns the exit
- * status, or -1. */
-static int run_ip(const char *const *args, char *out, size_t outlen) {
-  const char *argv[24];
-  int n = 0, pfd[2] = {-1, -1}, st = 0;
-  size_t len = 0;
-  pid_t p;
-  argv[n++] = ipbin;
-  while (*args && n < 23) argv[n++] = *args++;
-  argv[n] = NULL;
-  if (out && pipe2(pfd, O_CLOEXEC) != 0) return -1;
-  p = fork();
-  if (p < 0) return -1;
-  if (p == 0) {
-    int dn = open("/dev/null", O_RDWR);
-    dup2(dn, 0);
-    dup2(out ? pfd[1] : dn, 1);
-    dup2(out ? pfd[1] : dn, 2);
-    execv(ipbin, (char *const *)argv);
-    _exit(127);
-  }
-  if (out) {
-    ssize_t r;
-    close(pfd[1]);
-    while (len + 1 < outlen &&
-           ((r = read(pfd[0], out + len, outlen - len - 1)) > 0 ||
-            (r < 0 && errno == EINTR)))
-      if (r > 0) len += (size_t)r;
-    out[len] = '\0';
-    close(pfd[0]);
-  }
-  while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void cleanup(void) {
-  int i;
-  kill_live();
-  for (i = 3; i >= 0; i--)
-    if (ns_made[i]) {
-      const char *a[] = {"netns", "del", ns[i], NULL};
-      run_ip(a, NULL, 0);
-      ns_made[i] = 0;
-    }
-}
-
-static void on_fatal_signal(int sig) {
-  static const char m[] = "not ok - test timed out or was stopped; namespaces "
-                          "removed\n";
-  cleanup();
-  if (sig == SIGALRM && write(1, m, sizeof(m) - 1) < 0) { /* nothing */ }
-  _exit(sig == SIGALRM ? 3 : 128 + sig);
-}
-
-/* Runs one setup step; on failure, says so and returns the error text. */
-static int step(char *err, size_t errlen, ...) {
-  const char *args[24];
-  char out[1024];
-  int n = 0, rc;
-  va_list ap;
-  va_start(ap, errlen);
-  while (n < 23 && (args[n] = va_arg(ap, const char *)) != NULL) n++;
-  va_end(ap);
-  args[n] = NULL;
-  rc = run_ip(args, out, sizeof(out));
-  if (rc != 0) {
-    size_t l;
-    int k;
-    snprintf(err, errlen, "ip");
-    for (k = 0; k < n; k++) {
-      l = strlen(err);
-      snprintf(err + l, errlen - l, " %s", args[k]);
-    }
-    l = strlen(err);
-    snprintf(err + l, errlen - l, ": %s", out[0] ? out : "failed");
-    for (l = 0; err[l]; l++)
-      if (err[l] == '\n') err[l] = ' ';
-  }
-  return rc;
-}
-
-static int setup(char *err, size_t errlen) {
-  static const char L[3] = {'A', 'B', 'C'};
-  char addr[32], port[16];
-  int i;
-  for (i = 0; i < 4; i++) {
-    const char *a[] = {"netns", "del", ns[i], NULL};
-    run_ip(a, NULL, 0); /* a leftover of a run with our pid, if any */
-    if (step(err, errlen, "netns", "add", ns[i], NULL) != 0) return -1;
-    ns_made[i] = 1;
-  }
-  if (step(err, errlen, "-n", ns[3], "link", "add", "br0", "type", "bridge",
-           NULL) ||
-      step(err, errlen, "-n", ns[3], "link", "set", "br0", "up", NULL))
-    return -1;
-  for (i = 0; i < 3; i++) {
-    snprintf(port, sizeof(port), "p%c", L[i]);
-    snprintf(addr, sizeof(addr), NET "%d/24", i + 1);
-    if (step(err, errlen, "-n", ns[i], "link", "add", "eth0", "type", "veth",
-             "peer", "name", port, "netns", ns[3], NULL) ||
-        step(err, errlen, "-n", ns[3], "link", "set", port, "master", "br0",
-             NULL) ||
-        step(err, errlen, "-n", ns[3], "link", "set", port, "up", NULL) ||
-        step(err, errlen, "-n", ns[i], "addr", "add", addr, "dev", "eth0",
-             NULL) ||
-        step(err, errlen, "-n", ns[i], "link", "set", "eth0", "up", NULL) ||
-        step(err, errlen, "-n", ns[i], "link", "set", "lo", "up", NULL))
-      return -1;
-  }
-  return 0;
-}
-
-static int spawn_rank(proc_t *p, int r) {
-  char e_rank[32], *argv[6];
-  int o[2], e[2], in[2];
-  pid_t parent = getpid(), pid;
-  memset(p, 0, sizeof(*p));
-  p->obuf = calloc(1, 1);
-  p->ebuf = calloc(1, 1);
-  p->out = p->err = p->in = -1;
-  if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC) || pipe2(in, O_CLOEXEC))
-    return -errno;
-  snprintf(e_rank, sizeof(e_rank), "RANK=%d", r);
-  argv[0] = (char *)ipbin;
-  argv[1] = "netns";
-  argv[2] = "exec";
-  argv[3] = ns[r];
-  argv[4] = self;
-  argv[5] = NULL;
-  fflush(stdout);
-  pid = fork();
-  if (pid < 0) return -errno;
-  if (pid == 0) {
-    dup2(in[0], 0);
-    dup2(o[1], 1);
-    dup2(e[1], 2);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    setenv("UVCCL_T_ROLE", "netns", 1);
-    setenv("RANK", e_rank + 5, 1);
-    setenv("WORLD_SIZE", "3", 1);
-    setenv("MASTER_ADDR", NET "1", 1);
-    setenv("MASTER_PORT", MASTER_PORT, 1);
-    execv(ipbin, argv); /* ip netns exec execs the program itself */
-    _exit(127);
-  }
-  close(o[1]);
-  close(e[1]);
-  close(in[0]);
-  p->pid = pid;
-  live_set(pid, 1);
-  snprintf(p->name, sizeof(p->name), "rank %d in %s", r, ns[r]);
-  p->out = o[0];
-  p->err = e[0];
-  p->in = in[1];
-  return 0;
-}
-
 static int any_failed;
 
 static void agg_ns(proc_t *ps, const char *name, const char *desc) {
@@ -323,44 +159,24 @@ static void agg_ns(proc_t *ps, const char *name, const char *desc) {
 }
 
 int main(void) {
-  static const char *cands[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip",
-                                "/bin/ip", NULL};
   proc_t ps[NRANKS];
   char err[1024] = "";
   const char *role = getenv("UVCCL_T_ROLE");
   ssize_t l;
-  int i, k;
+  int i;
   double t0;
 
   if (role != NULL && strcmp(role, "netns") == 0) return rank_main();
 
-  if (geteuid() != 0) skip_all("network namespaces need root");
-  for (k = 0; cands[k]; k++)
-    if (access(cands[k], X_OK) == 0) {
-      ipbin = cands[k];
-      break;
-    }
-  if (ipbin == NULL)
-    skip_all("no ip command (iproute2; tools/deps.sh installs it)");
   l = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
   self[l] = '\0';
-  snprintf(ns[0], sizeof(ns[0]), "uvtA%d", (int)getpid());
-  snprintf(ns[1], sizeof(ns[1]), "uvtB%d", (int)getpid());
-  snprintf(ns[2], sizeof(ns[2]), "uvtC%d", (int)getpid());
-  snprintf(ns[3], sizeof(ns[3]), "uvtS%d", (int)getpid());
-
-  /* From the first namespace on, every way out removes them. */
-  atexit(cleanup);
-  signal(SIGALRM, on_fatal_signal);
-  signal(SIGTERM, on_fatal_signal);
-  signal(SIGINT, on_fatal_signal);
-  signal(SIGHUP, on_fatal_signal);
+  if (ns_prepare(NRANKS, err, sizeof(err)) != 0) skip_all("%s", err);
   signal(SIGPIPE, SIG_IGN);
   alarm(60);
 
-  if (setup(err, sizeof(err)) != 0) {
-    cleanup();
+  if (ns_setup(err, sizeof(err)) != 0) {
+    ns_cleanup();
     skip_all("cannot build the network namespaces: %s", err);
   }
   plan(10);
@@ -370,7 +186,8 @@ int main(void) {
 
   t0 = now_s();
   for (i = 0; i < NRANKS; i++)
-    if (spawn_rank(&ps[i], i) != 0) note("spawning rank %d failed", i);
+    if (ns_spawn_rank(&ps[i], i, "netns", NULL) != 0)
+      note("spawning rank %d failed", i);
   /* all ranks done with their collectives, or one of them gone */
   while (now_s() - t0 < 30) {
     int done = 0, gone = 0;
@@ -408,28 +225,7 @@ int main(void) {
   if (any_failed) dump_procs(ps, NRANKS);
   procs_free(ps, NRANKS);
 
-  cleanup();
-  {
-    const char *a[] = {"netns", "list", NULL};
-    char out[8192];
-    int left = 0;
-    run_ip(a, out, sizeof(out));
-    for (i = 0; i < 4; i++) {
-      struct stat st;
-      char path[192];
-      snprintf(path, sizeof(path), "/run/netns/%s", ns[i]);
-      if (stat(path, &st) == 0) left++;
-      {
-        /* "uvtA123" must not prefix-match "uvtA1234": whole words only */
-        const char *p = out;
-        size_t nl = strlen(ns[i]);
-        while ((p = strstr(p, ns[i])) != NULL) {
-          if (p[nl] == ' ' || p[nl] == '\n' || p[nl] == '\0') left++;
-          p += nl;
-        }
-      }
-    }
-    ok(left == 0, "the namespaces are gone after the cleanup");
-  }
+  ns_cleanup();
+  ok(!ns_leftovers(), "the namespaces are gone after the cleanup");
   return done_testing();
 }

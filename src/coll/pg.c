@@ -383,7 +383,7 @@ static int parse_addr(const char *v, struct sockaddr_storage *ss,
 
 static void on_addr(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
-  net_t *net = b->g->net;
+  net_t *net;
   int j = (int)(w - b->getw);
   struct sockaddr_storage ss;
   uint64_t nonce;
@@ -398,6 +398,7 @@ static void on_addr(uvccl_work_t *w, int status) {
               j, w->msg);
     return;
   }
+  net = b->g->net; /* (only now: a dead boot may have lost its group) */
   memset(&ss, 0, sizeof(ss));
   if (parse_addr(w->value, &ss, &nonce, &live_port, &world, net->addrs[j],
                  sizeof(net->addrs[j]))) {
