@@ -68,7 +68,9 @@ SHARED    := $(BUILD)/libuvccl.so
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES)
+# The chaos benchmark's uvccl rank (bench/chaos/run.sh).
+CHAOS_BENCH := $(BUILD)/bench/uvccl_chaos
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(CHAOS_BENCH)
 
 # Installs what building and testing need, where it is missing (Debian).
 deps:
@@ -118,6 +120,11 @@ $(SHARED): $(LIB_OBJS)
 $(BUILD)/bin/%: tools/%.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TOOL    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+$(BUILD)/bench/uvccl_chaos: bench/chaos/uvccl_chaos.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
 $(BUILD)/bench/%: bench/gpu/%.c $(STATIC) $(HEADERS)
