@@ -68,9 +68,10 @@ SHARED    := $(BUILD)/libuvccl.so
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
-# The chaos benchmark's uvccl rank (bench/chaos/run.sh).
-CHAOS_BENCH := $(BUILD)/bench/uvccl_chaos
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(CHAOS_BENCH)
+# The chaos benchmark's uvccl rank (bench/chaos/run.sh) and the store's
+# load generator (bench/store/run.sh).
+OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES)
 
 # Installs what building and testing need, where it is missing (Debian).
 deps:
@@ -122,6 +123,11 @@ $(BUILD)/bin/%: tools/%.c $(STATIC) $(HEADERS)
 	@$(if $(Q),echo "  TOOL    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
+$(BUILD)/bench/uvccl-store-bench: bench/store/store_bench.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
 $(BUILD)/bench/uvccl_chaos: bench/chaos/uvccl_chaos.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
@@ -139,7 +145,7 @@ t/3004-gpu-abi.t: CFLAGS_ALL += $(if $(wildcard $(CUDA_INC)/nccl.h),-I$(CUDA_INC
 
 # Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
 # they link the static library of the current build flavour.
-t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES)
+t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES) $(OTHER_BENCHES)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
 	  -DUVCCL_SRC_DIR='"$(CURDIR)"' $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)

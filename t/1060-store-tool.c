@@ -1,8 +1,9 @@
 /* The uvccl-store program as a user runs it: `serve` on a free port, every
  * client command from the shell in both dialects with the exact output and
  * exit status, the error a timed-out get prints, a wait released by another
- * process, and the load generator (closed loop, open loop at a set rate,
- * rendezvous) against that server, its counts checked against the counter
+ * process, and the load generator (uvccl-store-bench: closed loop, open
+ * loop at a set rate, rendezvous) against that server, its counts checked
+ * against the counter
  * it leaves behind; usage errors exit 2; SIGTERM shuts the server down
  * cleanly. Real processes, real sockets, loopback only. */
 #define _GNU_SOURCE /* pipe2 */
@@ -18,15 +19,23 @@
 #include "child.h"
 
 #define STORE UVCCL_BUILD_DIR "/bin/uvccl-store"
+#define STORE_BENCH UVCCL_BUILD_DIR "/bench/uvccl-store-bench"
 
 static char hostport[64];
 
-/* Runs uvccl-store with args... (NULL-terminated) to the end; its output
- * (stdout and stderr together) is left in ch. Returns the exit status. */
+/* Runs uvccl-store with args... (NULL-terminated) to the end, or the load
+ * generator (bench/store, uvccl-store-bench) when args[0] is "bench"; its
+ * output (stdout and stderr together) is left in ch. Returns the exit
+ * status. */
 static int run(child_t *ch, const char *const *args) {
   const char *argv[32];
   int n = 0;
-  argv[n++] = STORE;
+  if (strcmp(args[0], "bench") == 0) {
+    argv[n++] = STORE_BENCH;
+    args++;
+  } else {
+    argv[n++] = STORE;
+  }
   while (*args && n < 31) argv[n++] = *args++;
   argv[n] = NULL;
   if (spawn_argv(ch, argv, 0) != 0) return -1;

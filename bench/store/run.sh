@@ -11,7 +11,7 @@
 #               reference for a mature single-threaded in-memory server
 #
 # Steps (STEPS, default "load rate idle rdv stall redis"):
-#   load   the same closed-loop load from `uvccl-store bench` against uvccl
+#   load   the same closed-loop load from uvccl-store-bench against uvccl
 #          (legacy and modern dialects), torch-1.13 (legacy) and bare-epoll
 #          (both): ops set, get, add, waitget at 1, 64, 1000, 4000
 #          connections, and add at 8000; REPEAT passes, and in each, for
@@ -94,6 +94,7 @@ QUIET_TOTAL=0
 TAG=${1:-${TAG:-$(date +%Y%m%d-%H%M%S)}}   # run.sh [TAG]
 PY=/usr/bin/python3   # the interpreter that sees Debian's python3-torch
 STORE=$OUT/uvccl-store   # a snapshot of build/bin/uvccl-store, see below
+LOADGEN=$OUT/uvccl-store-bench # and of build/bench/uvccl-store-bench
 BARE=$OUT/bare_epoll
 HZ=$(getconf CLK_TCK)
 
@@ -220,7 +221,7 @@ wait_quiet() {
 
 # --------------------------------------------------------------- one run
 # bench_run TEST SERVER PID PORT DIALECT OP CONNS [extra bench args...]
-# Runs `uvccl-store bench --json`, adds "test", "wall_s" and "other_cpu_s"
+# Runs `uvccl-store-bench --json`, adds "test", "wall_s" and "other_cpu_s"
 # (CPU used on the machine during the run by anything but this bench
 # process and the server) to its JSON line and appends it to $JSON.
 bench_run() {
@@ -230,7 +231,7 @@ bench_run() {
   err=$OUT/.bench.err
   [ "${SKIP_QUIET:-0}" = 1 ] || wait_quiet
   m0=$(machine_busy); s0=$(proc_ticks "$pid"); c0=$(child_ticks); t0=$(now_s)
-  line=$(timeout 300 "${CLI_PFX[@]}" "$STORE" bench --host 127.0.0.1 --port "$port" \
+  line=$(timeout 300 "${CLI_PFX[@]}" "$LOADGEN" --host 127.0.0.1 --port "$port" \
     --dialect "$dialect" --op "$op" --connections "$conns" \
     --duration "$DURATION" --warmup "$WARMUP" --server-pid "$pid" \
     --label "$server" --json "$@" 2> "$err")
@@ -269,6 +270,8 @@ log "# building (make) and $BARE"
 # Run a private copy: a `make` elsewhere must not swap the binary mid-run.
 cp "$ROOT/build/bin/uvccl-store" "$STORE.tmp" && mv "$STORE.tmp" "$STORE" ||
   { log "error: cannot copy build/bin/uvccl-store"; exit 1; }
+cp "$ROOT/build/bench/uvccl-store-bench" "$LOADGEN.tmp" && mv "$LOADGEN.tmp" "$LOADGEN" ||
+  { log "error: cannot copy build/bench/uvccl-store-bench"; exit 1; }
 GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)
 GIT_DIRTY=$(cd "$ROOT" && git status --porcelain -- src include tools Makefile 2>/dev/null | wc -l)
 log "# uvccl at git $GIT_REV ($GIT_DIRTY files modified in src/ include/ tools/ Makefile)"

@@ -340,7 +340,7 @@ for c in sorted({k[2] for k in RP}):
                          str(len(rs))])
 if body:
     tables.append(("Open loop: ADD at a set offered rate", hdr, body,
-                   "bench --rate: operations evenly spaced, the connections "
+                   "uvccl-store-bench --rate: operations evenly spaced, the connections "
                    "in turn, latency from when each was due (an operation "
                    "due while its connection still waits for a reply starts "
                    "after it: 'late ops', summed over the passes). client "
@@ -408,7 +408,7 @@ hdr = ["server", "dialect", "stall", "ops/s", "p50_us", "p99_us", "p99.9_us",
 body = []
 order = {"stall-none": 0, "stall-2s": 1, "stall-forever": 2}
 label = {"stall-none": "none", "stall-2s": "2 s, then finishes",
-         "stall-forever": "never finishes (bench --timeout 1000)"}
+         "stall-forever": "never finishes (uvccl-store-bench --timeout 1000)"}
 for r in sorted(stall, key=lambda r: (r["server"], r["dialect"],
                                       order.get(r["test"], 9))):
     if r.get("failed"):
