@@ -91,7 +91,10 @@ $(filter $(BUILD)/src/gpu/%,$(LIB_OBJS)): $(CUDA_STAMP)
 FAKE_DIR    := $(BUILD)/fake
 FAKE_CUDART := $(FAKE_DIR)/libcudart.so.13
 FAKE_NCCL   := $(if $(wildcard t/fake/nccl.c),$(FAKE_DIR)/libnccl.so.2)
-FAKES       := $(FAKE_CUDART) $(FAKE_NCCL)
+# The same fake as an older NCCL (2.26: no ncclCommRevoke, no
+# ncclCommShrink), for the UVCCL_ENOTSUP paths.
+FAKE_NCCL_OLD := $(if $(wildcard t/fake/nccl.c),$(FAKE_DIR)/old/libnccl.so.2)
+FAKES       := $(FAKE_CUDART) $(FAKE_NCCL) $(FAKE_NCCL_OLD)
 FAKE_CFLAGS  = -std=gnu11 -O2 -g -Wall -Wextra -Wno-unused-parameter -fPIC \
 	       -fvisibility=hidden -pthread -It/fake -Iinclude -Isrc $(UV_CFLAGS) $(CFLAGS)
 
@@ -109,6 +112,13 @@ $(FAKE_DIR)/libnccl.so.2: t/fake/nccl.c t/fake/fake.h $(FAKE_CUDART)
 	@$(if $(Q),echo "  FAKE    $@")
 	$(Q)$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libnccl.so.2 $(LDFLAGS) \
 	  -o $@ $< -L$(FAKE_DIR) -l:libcudart.so.13 -Wl,-rpath,'$$ORIGIN' -pthread
+
+$(FAKE_DIR)/old/libnccl.so.2: t/fake/nccl.c t/fake/fake.h $(FAKE_CUDART)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FAKE    $@")
+	$(Q)$(CC) $(FAKE_CFLAGS) -DFAKE_NCCL_NO_SHRINK -shared \
+	  -Wl,-soname,libnccl.so.2 $(LDFLAGS) -o $@ $< -L$(FAKE_DIR) \
+	  -l:libcudart.so.13 -Wl,-rpath,'$$ORIGIN/..' -pthread
 
 $(STATIC): $(LIB_OBJS)
 	@$(if $(Q),echo "  AR      $@")

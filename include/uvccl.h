@@ -694,7 +694,9 @@ UVCCL_EXTERN int uvccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks,
 /* MPIX_Comm_revoke: not collective. Every pending and future operation
  * on the group fails, here and on every other rank, with UVCCL_EREVOKED
  * ("revoked by rank R: reason"). Other groups sharing the connections are
- * untouched. The group can then only be shrunk or destroyed. */
+ * untouched. The group can then only be shrunk or destroyed. NCCL groups:
+ * ncclCommRevoke (NCCL 2.28+, else UVCCL_ENOTSUP), which is local to the
+ * rank that calls it: every rank revokes. */
 UVCCL_EXTERN int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
 /* MPIX_Comm_shrink / ncclCommShrink: collective over the surviving ranks
  * of pg. They agree on who failed (the agreement tolerates failures
@@ -703,8 +705,12 @@ UVCCL_EXTERN int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
  * store). Works on failed, revoked and healthy groups alike (a healthy
  * group's shrink keeps everyone). work->result is the number of ranks
  * removed. Subgroups of pg can be made again from *newpg. pg stays
- * unusable: destroy it. NCCL groups: through ncclCommShrink where the
- * loaded NCCL has it, else UVCCL_ENOTSUP. */
+ * unusable: destroy it. NCCL groups: ncclCommShrink (NCCL 2.27+, else
+ * UVCCL_ENOTSUP); NCCL does not say who failed, so the survivors agree
+ * through the store the group was made over (it must still be open): a
+ * rank that has not joined within the heartbeat timeout is left out.
+ * Groups made by split or new_group cannot be shrunk (no store): shrink
+ * the world, then make them again. */
 UVCCL_EXTERN int uvccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
                                  uvccl_work_t *work, uvccl_work_cb cb);
 

@@ -93,6 +93,8 @@ static int load_nccl(void) {
   SYM(h, uvccl__nccl, Recv, "ncclRecv");
   SYM(h, uvccl__nccl, RedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum");
   SYM(h, uvccl__nccl, RedOpDestroy, "ncclRedOpDestroy");
+  *(void **)&uvccl__nccl.CommRevoke = dlsym(h, "ncclCommRevoke");
+  *(void **)&uvccl__nccl.CommShrink = dlsym(h, "ncclCommShrink");
   if (uvccl__nccl.GetVersion(&uvccl__nccl.version) != 0 ||
       uvccl__nccl.version < 21800) {
     /* ncclCommSplit and the nonblocking config need 2.18 */

@@ -40,6 +40,7 @@
 #define UVCCL__NCCL_AVG 4
 
 #define UVCCL__NCCL_SPLIT_NOCOLOR (-1)
+#define UVCCL__NCCL_SHRINK_ABORT 0x01 /* NCCL_SHRINK_ABORT */
 #define UVCCL__NCCL_SCALAR_HOST_IMMEDIATE 1
 
 typedef void *uvccl__nccl_comm_t;
@@ -111,6 +112,12 @@ typedef struct {
   int (*RedOpCreatePreMulSum)(int *op, void *scalar, int datatype,
                               int residence, uvccl__nccl_comm_t comm);
   int (*RedOpDestroy)(int op, uvccl__nccl_comm_t comm);
+  /* Optional (NULL where the loaded NCCL is older): ncclCommRevoke
+   * (2.28) and ncclCommShrink (2.27). */
+  int (*CommRevoke)(uvccl__nccl_comm_t comm, int flags);
+  int (*CommShrink)(uvccl__nccl_comm_t comm, int *exclude, int nexclude,
+                    uvccl__nccl_comm_t *newcomm, uvccl__nccl_config_t *config,
+                    int flags);
   int version; /* ncclGetVersion: 22809 for 2.28.9 */
 } uvccl__nccl_api_t;
 

@@ -237,6 +237,9 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   b->work = work;
   snprintf(b->prefix, sizeof(b->prefix), "%s",
            o->prefix ? o->prefix : "uvccl/default");
+  g->store = store; /* for shrink's agreement */
+  snprintf(g->prefix, sizeof(g->prefix), "%s", b->prefix);
+  g->hb_ms = uvccl__heartbeat_timeout(o->heartbeat_timeout_ms);
   pg->loop = loop;
   pg->rank = o->rank;
   pg->size = o->size;

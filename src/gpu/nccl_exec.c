@@ -303,6 +303,57 @@ static int issue_split(nccl_op_t *op, nccl_group_t *parent) {
   return make_group_resources(op, child);
 }
 
+/* ncclCommRevoke: in-flight work stops; done once the communicator is
+ * quiescent (NCCL says success again). */
+static int issue_revoke(nccl_op_t *op, nccl_group_t *g) {
+  int r;
+  if (g->comm == NULL) return 0;
+  if (op->phase == 0) {
+    uvccl__gpu_in_call(&op->gop, "ncclCommRevoke");
+    r = NCCL.CommRevoke(g->comm, 0);
+    uvccl__gpu_in_call(&op->gop, NULL);
+    if (r != UVCCL__NCCL_SUCCESS && r != UVCCL__NCCL_IN_PROGRESS)
+      return fail_nccl(op, "ncclCommRevoke", r, g->comm);
+    op->phase = 1;
+  }
+  return poll_comm(op, "ncclCommRevoke", g->comm);
+}
+
+/* ncclCommShrink, NCCL_SHRINK_ABORT (what was in flight on the failed
+ * communicator stops first), then the child as a split makes it. */
+static int issue_shrink(nccl_op_t *op, nccl_group_t *parent) {
+  int r;
+  nccl_group_t *child = op->target;
+  if (op->phase == 0) {
+    uvccl__nccl_config_t cfg;
+    uvccl__nccl_config_init(&cfg);
+    uvccl__gpu_in_call(&op->gop, "ncclCommShrink");
+    r = NCCL.CommShrink(parent->comm, op->excl, op->nexcl, &op->newcomm, &cfg,
+                        UVCCL__NCCL_SHRINK_ABORT);
+    uvccl__gpu_in_call(&op->gop, NULL);
+    if (r != UVCCL__NCCL_SUCCESS && r != UVCCL__NCCL_IN_PROGRESS)
+      return fail_nccl(op, "ncclCommShrink", r, parent->comm);
+    op->phase = 1;
+  }
+  r = poll_comm(op, "ncclCommShrink", op->newcomm);
+  if (r == UVCCL__GPU_AGAIN) return r;
+  if (r != 0) {
+    if (op->newcomm != NULL) NCCL.CommAbort(op->newcomm);
+    op->newcomm = NULL;
+    return r;
+  }
+  NCCL.CommUserRank(op->newcomm, &op->split_rank);
+  NCCL.CommCount(op->newcomm, &op->split_size);
+  if (child == NULL) {
+    NCCL.CommDestroy(op->newcomm);
+    op->newcomm = NULL;
+    return 0;
+  }
+  child->comm = op->newcomm;
+  op->newcomm = NULL;
+  return make_group_resources(op, child);
+}
+
 static int issue_finalize(nccl_op_t *op, nccl_group_t *g) {
   int r;
   if (g->comm != NULL && op->phase == 0) {
@@ -385,6 +436,8 @@ int uvccl__nccl_issue(uvccl__gpu_op_t *gop) {
   case NOP_ABORT: return issue_abort(op, g);
   case NOP_STREAM_WAIT: return issue_stream_order(op, g, 1);
   case NOP_WAIT_STREAM: return issue_stream_order(op, g, 0);
+  case NOP_REVOKE: return issue_revoke(op, g);
+  case NOP_SHRINK: return issue_shrink(op, g);
   }
   return UV_EINVAL;
 }

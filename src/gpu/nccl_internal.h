@@ -44,6 +44,8 @@ typedef enum {
   NOP_ABORT,        /* ncclCommAbort, stream, scratch */
   NOP_STREAM_WAIT,  /* the user's stream waits for the group's */
   NOP_WAIT_STREAM,  /* the group's stream waits for the user's */
+  NOP_REVOKE,       /* ncclCommRevoke, then wait until quiescent */
+  NOP_SHRINK,       /* ncclCommShrink of the group, without excl[] */
 } nop_kind_t;
 
 struct nccl_op_s {
@@ -72,6 +74,9 @@ struct nccl_op_s {
   int color, key;
   void *user_stream;     /* STREAM_WAIT / WAIT_STREAM */
   int split_rank, split_size;
+  int *excl;             /* NOP_SHRINK: the ranks left out (owned) */
+  int nexcl;
+  struct nccl_shrink_s *shrink; /* NOP_SHRINK: its agreement */
   nccl_op_t *next, *prev; /* the group's list of live ops */
 };
 
@@ -101,6 +106,14 @@ struct nccl_group_s {
   int init_due;           /* lazy: the id is known, the init not yet queued */
   int failed;             /* creation failed: ops refused */
   int broken;             /* an async NCCL error or an abort */
+  int revoked;            /* uvccl_pg_revoke: ops refused (EREVOKED) */
+  /* shrink (nccl_shrink.c): the store the group was made over (NULL for
+   * groups made by split or new_group), the agreement's key prefix, and
+   * how long to wait for ranks that may be dead */
+  uvccl_store_t *store;
+  char prefix[200];
+  uint64_t hb_ms;
+  uint32_t nshrinks;
   char fail_msg[UVCCL_WORK_MSG_LEN]; /* why, once failed or broken */
   int destroying;
   int aborted;
@@ -172,6 +185,9 @@ int uvccl__nccl_op_submit(nccl_group_t *g, nccl_op_t *op);
 /* The communicator exists (status 0: submit the held ops) or never will
  * (fail them with status and msg). */
 void uvccl__nccl_flush_held(nccl_group_t *g, int status, const char *msg);
+/* Fails every work of the group now (live ops run on, detached), and the
+ * held ones. */
+void uvccl__nccl_fail_all_works(nccl_group_t *g, int status, const char *msg);
 /* Fails op's work (if any) with msg and detaches it. */
 void uvccl__nccl_fail_work(nccl_op_t *op, int status, const char *msg);
 extern const struct uvccl__work_ops uvccl__nccl_work_ops;
@@ -192,5 +208,12 @@ void uvccl__nccl_boot_step(nccl_group_t *g, nccl_op_t *op);
 
 /* nccl_subgroup.c: done() of a split. */
 void uvccl__nccl_split_done(nccl_op_t *op);
+/* A child group of p (not yet made: a split or shrink makes it). */
+nccl_group_t *uvccl__nccl_child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
+                                    int size, char *err, size_t errlen);
+
+/* nccl_shrink.c: done() of a shrink and of a revoke. */
+void uvccl__nccl_shrink_done(nccl_op_t *op);
+void uvccl__nccl_revoke_done(nccl_op_t *op);
 
 #endif

@@ -33,6 +33,7 @@ nccl_op_t *uvccl__nccl_op_new(nccl_group_t *g, nop_kind_t kind,
 void uvccl__nccl_op_free(nccl_op_t *op) {
   if (op == NULL) return;
   if (op->calls != op->inline_calls) uvccl__free(op->calls);
+  uvccl__free(op->excl);
   uvccl__free(op);
 }
 
@@ -119,6 +120,11 @@ int uvccl__nccl_group_check(uvccl_pg_t *pg, uvccl_work_t *work,
   g = pg->impl_;
   if (g->destroying) return UVCCL_ECLOSING;
   if (g->aborted) return UVCCL_EABORTED;
+  if (g->revoked) {
+    if (work->state != UVCCL_WORK_PENDING)
+      snprintf(work->msg, sizeof(work->msg), "%s", g->fail_msg);
+    return UVCCL_EREVOKED;
+  }
   if (g->failed || g->broken) {
     LOG_ERROR("nccl", "rank %d/%d: the group failed earlier (%s); destroy "
               "it", g->rank, g->size, g->failed ? "creation" : "NCCL error");
@@ -178,7 +184,8 @@ void uvccl__nccl_flush_held(nccl_group_t *g, int status, const char *msg) {
     int rc = status;
     list_remove(&g->held_head, &g->held_tail, op);
     if (rc == 0 && (rc = uvccl__nccl_op_submit(g, op)) == 0) continue;
-    if (op->kind == NOP_SPLIT && op->target != NULL) {
+    if ((op->kind == NOP_SPLIT || op->kind == NOP_SHRINK) &&
+        op->target != NULL) {
       /* a child waiting for this parent */
       nccl_group_t *c = op->target;
       c->creating--;
@@ -197,7 +204,7 @@ void uvccl__nccl_flush_held(nccl_group_t *g, int status, const char *msg) {
 }
 
 /* Fails every work of the group now (live ops run on, detached). */
-static void fail_all_works(nccl_group_t *g, int status, const char *msg) {
+void uvccl__nccl_fail_all_works(nccl_group_t *g, int status, const char *msg) {
   nccl_op_t *op;
   char m[UVCCL_WORK_MSG_LEN];
   for (op = g->live_head; op != NULL; op = op->next) {
@@ -218,7 +225,7 @@ static void group_break(nccl_group_t *g, int status, const char *msg) {
     snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   LOG_ERROR("nccl", "rank %d/%d (cuda:%d): %s; failing the pending work",
             g->rank, g->size, g->device, msg);
-  fail_all_works(g, status, msg);
+  uvccl__nccl_fail_all_works(g, status, msg);
   if (g->client != NULL) uvccl__gpu_client_fail_all(g->client, status, msg);
 }
 
@@ -327,6 +334,12 @@ static void op_done(uvccl__gpu_op_t *gop) {
     break;
   case NOP_SPLIT:
     uvccl__nccl_split_done(op);
+    break;
+  case NOP_SHRINK:
+    uvccl__nccl_shrink_done(op);
+    break;
+  case NOP_REVOKE:
+    uvccl__nccl_revoke_done(op);
     break;
   case NOP_DRAIN:
   case NOP_FINALIZE:
@@ -517,7 +530,7 @@ void uvccl__nccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
     uvccl__nccl_boot_fail(g, UV_ECANCELED, "group destroyed during creation");
   if (g->boot != NULL && g->boot->getw.state == UVCCL_WORK_PENDING)
     uvccl_work_cancel(&g->boot->getw);
-  fail_all_works(g, UV_ECANCELED, "the group was destroyed");
+  uvccl__nccl_fail_all_works(g, UV_ECANCELED, "the group was destroyed");
   uvccl__nccl_destroy_progress(g);
 }
 
@@ -534,7 +547,7 @@ void uvccl__nccl_pg_abort(uvccl_pg_t *pg, const char *reason) {
     snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   LOG_WARN("nccl", "rank %d/%d: %s", g->rank, g->size, msg);
   if (g->boot != NULL && !g->boot->dead) uvccl__nccl_boot_fail(g, UVCCL_EABORTED, "%s", msg);
-  fail_all_works(g, UVCCL_EABORTED, msg);
+  uvccl__nccl_fail_all_works(g, UVCCL_EABORTED, msg);
   if (g->client == NULL) return;
   /* The device thread stops polling our ops; the abort itself runs
    * there, after anything it is issuing now, never on this loop. */
@@ -562,21 +575,6 @@ int uvccl__nccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
   snprintf(f->msg, sizeof(f->msg), "%s", g->fail_msg[0] ? g->fail_msg
                                         : "the NCCL group failed");
   return 1;
-}
-
-int uvccl__nccl_pg_revoke(uvccl_pg_t *pg, const char *reason) {
-  (void)pg;
-  (void)reason;
-  return UVCCL_ENOTSUP;
-}
-
-int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
-                          uvccl_work_t *work, uvccl_work_cb cb) {
-  (void)pg;
-  (void)newpg;
-  (void)work;
-  (void)cb;
-  return UVCCL_ENOTSUP;
 }
 
 int uvccl__nccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {

@@ -9,8 +9,8 @@
 
 /* ---- subgroups -------------------------------------------------------------------- */
 
-static nccl_group_t *child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
-                               int size, char *err, size_t errlen) {
+nccl_group_t *uvccl__nccl_child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
+                                    int size, char *err, size_t errlen) {
   nccl_group_t *c = uvccl__nccl_group_new(p->loop, pg, rank, size, p->device);
   if (c == NULL) return NULL;
   c->timeout_ms = p->timeout_ms;
@@ -141,7 +141,7 @@ int uvccl__nccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg,
     }
   }
   if (me >= 0) {
-    c = child_new(p, pg, me, nranks, err, sizeof(err));
+    c = uvccl__nccl_child_new(p, pg, me, nranks, err, sizeof(err));
     if (c == NULL) {
       LOG_ERROR("nccl", "new_group: %s", err);
       return UV_ENOMEM;
@@ -201,7 +201,7 @@ int uvccl__nccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color,
   rc = uvccl__nccl_group_check(parent, work, &p);
   if (rc != 0) return rc;
   if (color >= 0) {
-    c = child_new(p, pg, -1, 0, err, sizeof(err));
+    c = uvccl__nccl_child_new(p, pg, -1, 0, err, sizeof(err));
     if (c == NULL) {
       LOG_ERROR("nccl", "split: %s", err);
       return UV_ENOMEM;

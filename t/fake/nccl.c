@@ -75,6 +75,8 @@ typedef struct comm_s {
   uint64_t busy_until_ns;   /* nonblocking: "in progress" until then */
   int async_error;
   int aborted, destroyed, finalized;
+  int revoked;               /* ncclCommRevoke: in-flight ops end, later
+                                collectives are refused */
   volatile uint32_t release; /* set by abort: ends an injected hang */
   /* Several ranks (nranks > 1): under g_lock. */
   struct clique_s *clique;  /* the ranks' shared state (NULL: one rank) */
@@ -313,6 +315,8 @@ static int check_comm(comm_t *c, const char *fn) {
     return set_error(R_INVALID_USAGE, "%s: comm was destroyed", fn);
   if (c->aborted)
     return set_error(R_INVALID_USAGE, "%s: comm was aborted", fn);
+  if (c->revoked)
+    return set_error(R_INVALID_USAGE, "%s: comm was revoked", fn);
   if (comm_pending(c))
     return set_error(R_INVALID_USAGE, "%s: called while the comm is still "
                      "being made (its peers have not all joined)", fn);
@@ -751,7 +755,8 @@ static void run_piece(void *arg) {
     r->done = 1;
     pthread_cond_broadcast(&g_cond);
   }
-  while (!r->done && !c->destroyed) pthread_cond_wait(&g_cond, &g_lock);
+  while (!r->done && !c->destroyed && !c->revoked)
+    pthread_cond_wait(&g_cond, &g_lock);
   if (r->done) r->left++;
   else { /* aborted: give up, as the kernel NCCL's abort stops */
     r->pieces[c->rank] = NULL;
@@ -883,7 +888,7 @@ static void run_gpiece(void *arg) {
   }
   for (;;) { /* a send waits for its recv too: its buffer is read then */
     for (i = ndone = 0; i < g->n; i++) ndone += g->ops[i].m->done;
-    if (ndone == g->n || c->destroyed) break;
+    if (ndone == g->n || c->destroyed || c->revoked) break;
     pthread_cond_wait(&g_cond, &g_lock);
   }
   /* Each side holds its mailbox until it leaves: the last one frees it. */
@@ -1071,7 +1076,11 @@ static int multi_split(comm_t *c, int color, int key, void **newcomm,
 
 EXPORT int ncclGetVersion(int *v) {
   if (!v) return R_INVALID_ARGUMENT;
+#ifdef FAKE_NCCL_NO_SHRINK
+  *v = 22605;
+#else
   *v = 22809;
+#endif
   return R_SUCCESS;
 }
 
@@ -1193,6 +1202,104 @@ EXPORT int ncclCommAbort(void *comm) {
   if (comm) comm_gone(comm, 1);
   return R_SUCCESS;
 }
+
+#ifndef FAKE_NCCL_NO_SHRINK /* the older NCCL (2.26) variant has neither */
+/* ncclCommRevoke: the fake stops what waits for peers (as abort does) but
+ * keeps the comm for a shrink or a destroy. */
+EXPORT int ncclCommRevoke(void *comm, int flags) {
+  comm_t *c = comm;
+  if (c == NULL || c->destroyed || c->aborted)
+    return set_error(R_INVALID_USAGE, "ncclCommRevoke: no such comm");
+  if (flags != 0)
+    return set_error(R_INVALID_ARGUMENT, "ncclCommRevoke: flags must be 0");
+  pthread_mutex_lock(&g_lock);
+  c->revoked = 1;
+  __atomic_store_n(&c->release, 1, __ATOMIC_SEQ_CST);
+  pthread_cond_broadcast(&g_cond);
+  pthread_mutex_unlock(&g_lock);
+  return R_SUCCESS;
+}
+
+/* ncclCommShrink: the ranks not excluded (every one of them calls it, with
+ * the same list) get a comm of their own, in their old order; the
+ * excluded ones (dead) never call. Made with the split machinery: the
+ * excluded ranks count as having arrived with no color. */
+EXPORT int ncclCommShrink(void *comm, int *excl, int nexcl, void **newcomm,
+                          config_head_t *cfg, int flags) {
+  comm_t *c = comm, *n;
+  clique_t *q;
+  split_t *sp, **pp;
+  int i, blocking;
+  if (c == NULL || c->destroyed || c->aborted)
+    return set_error(R_INVALID_USAGE, "ncclCommShrink: no such comm");
+  if (!newcomm || (nexcl > 0 && !excl) || nexcl < 0 || nexcl >= c->nranks ||
+      (flags != 0 && flags != 1))
+    return set_error(R_INVALID_ARGUMENT, "ncclCommShrink: bad arguments");
+  for (i = 0; i < nexcl; i++)
+    if (excl[i] < 0 || excl[i] >= c->nranks || excl[i] == c->rank)
+      return set_error(R_INVALID_ARGUMENT, "ncclCommShrink: bad rank %d in "
+                       "the exclude list", excl[i]);
+  *newcomm = NULL;
+  blocking = config_blocking(cfg, c->blocking);
+  if (flags == 1) { /* NCCL_SHRINK_ABORT: in-flight ops end first */
+    pthread_mutex_lock(&g_lock);
+    c->revoked = 1;
+    pthread_cond_broadcast(&g_cond);
+    pthread_mutex_unlock(&g_lock);
+  }
+  n = comm_new(blocking);
+  if (!n) return set_error(R_SYSTEM, "fake NCCL: out of memory");
+  if (c->nranks == 1) {
+    *newcomm = n;
+    make_busy(n);
+    return launched(c);
+  }
+  q = c->clique;
+  n->nranks = 0;
+  n->device = c->device;
+  n->child_pending = 1;
+  pthread_mutex_lock(&g_lock);
+  for (sp = q->splits; sp && sp->seq != c->nsplit; sp = sp->next) {}
+  if (!sp) {
+    sp = calloc(1, sizeof(*sp));
+    if (sp) {
+      sp->color = calloc((size_t)q->nranks, sizeof(int));
+      sp->key = calloc((size_t)q->nranks, sizeof(int));
+      sp->child = calloc((size_t)q->nranks, sizeof(comm_t *));
+    }
+    if (!sp || !sp->color || !sp->key || !sp->child) abort();
+    sp->seq = c->nsplit;
+    sp->next = q->splits;
+    q->splits = sp;
+    for (i = 0; i < nexcl; i++) { /* the dead: arrived, no color */
+      sp->color[excl[i]] = -1;
+      sp->child[excl[i]] = NULL;
+      sp->arrived++;
+    }
+  }
+  c->nsplit++;
+  c->split_busy = 1;
+  sp->color[c->rank] = 0;
+  sp->key[c->rank] = c->rank;
+  sp->child[c->rank] = n;
+  if (++sp->arrived == q->nranks) {
+    split_finish_locked(q, sp);
+    for (pp = &q->splits; *pp != sp; pp = &(*pp)->next) {}
+    *pp = sp->next;
+    free(sp->color);
+    free(sp->key);
+    free(sp->child);
+    free(sp);
+  }
+  while (blocking && c->split_busy && !c->destroyed)
+    pthread_cond_wait(&g_cond, &g_lock);
+  pthread_mutex_unlock(&g_lock);
+  *newcomm = n;
+  make_busy(n);
+  c->revoked = 0; /* quiescent again, as NCCL after a shrink */
+  return launched(c);
+}
+#endif
 
 EXPORT int ncclCommSplit(void *comm, int color, int key, void **newcomm,
                          config_head_t *cfg) {
