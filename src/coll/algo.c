@@ -17,9 +17,6 @@
  * Tags only need to be unique per (peer, direction) within one operation;
  * each builder numbers its messages explicitly. */
 #include "internal.h"
-#include "../gpu/nccl.h"
-#include "stage.h"
-#include "../store/internal.h"
 
 #include <stdio.h>
 
@@ -253,20 +250,9 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
   return allreduce_ring(s, src, buf, count, dep0);
 }
 
-int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                    void *recvbuf, size_t count, uvccl_dtype_t dtype,
-                    uvccl_redop_t op, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_allreduce(pg, work, sendbuf, recvbuf, count, dtype, op,
-                                 cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0
-                 ? st
-                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLREDUCE,
-                                     sendbuf, recvbuf, count, dtype, op, 0, cb);
-  }
+int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                          uvccl_redop_t op, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -287,23 +273,10 @@ int uvccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 
 static void free_user(sched_t *s) { uvccl__free(s->user); }
 
-int uvccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
-                              const uvccl_buf_t *bufs, size_t nbufs,
-                              uvccl_dtype_t dtype, uvccl_redop_t op,
-                              uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_allreduce_coalesced(pg, work, bufs, nbufs, dtype, op,
-                                           cb);
-  if (bufs != NULL) {
-    int dev = -1, st = 0;
-    size_t k;
-    for (k = 0; k < nbufs; k++)
-      uvccl__stage_check_more(bufs[k].base, &st, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coalesced(pg, work, dev, bufs, nbufs, dtype,
-                                             op, cb);
-  }
+int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
+                                    const uvccl_buf_t *bufs, size_t nbufs,
+                                    uvccl_dtype_t dtype, uvccl_redop_t op,
+                                    uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   size_t i, total = 0, off = 0, es = uvccl_dtype_size(dtype);
@@ -446,40 +419,18 @@ static int reduce_scatter_common(uvccl_pg_t *pg, uvccl_work_t *work,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
-                         const void *sendbuf, void *recvbuf, size_t count,
-                         uvccl_dtype_t dtype, uvccl_redop_t op,
-                         uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_reduce_scatter(pg, work, sendbuf, recvbuf, count, dtype,
-                                      op, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0
-                 ? st
-                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE_SCATTER,
-                                     sendbuf, recvbuf, count, dtype, op, 0, cb);
-  }
+int uvccl__host_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
+                               const void *sendbuf, void *recvbuf, size_t count,
+                               uvccl_dtype_t dtype, uvccl_redop_t op,
+                               uvccl_work_cb cb) {
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, NULL, count, dtype,
                                op, cb);
 }
 
-int uvccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
-                          const void *sendbuf, void *recvbuf,
-                          const size_t *recvcounts, uvccl_dtype_t dtype,
-                          uvccl_redop_t op, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_reduce_scatterv(pg, work, sendbuf, recvbuf, recvcounts,
-                                       dtype, op, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_reduce_scatterv(pg, work, dev, sendbuf,
-                                                   recvbuf, recvcounts, dtype,
-                                                   op, cb);
-  }
+int uvccl__host_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                const void *sendbuf, void *recvbuf,
+                                const size_t *recvcounts, uvccl_dtype_t dtype,
+                                uvccl_redop_t op, uvccl_work_cb cb) {
   if (recvcounts == NULL) return UV_EINVAL;
   return reduce_scatter_common(pg, work, sendbuf, recvbuf, recvcounts, 0,
                                dtype, op, cb);
@@ -526,19 +477,9 @@ static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
   }
 }
 
-int uvccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
-                    size_t count, uvccl_dtype_t dtype, int root,
-                    uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_broadcast(pg, work, buf, count, dtype, root, cb);
-  {
-    int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0)
-      return st < 0
-                 ? st
-                 : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_BROADCAST, buf,
-                                     buf, count, dtype, UVCCL_SUM, root, cb);
-  }
+int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
+                          size_t count, uvccl_dtype_t dtype, int root,
+                          uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   size_t n;
@@ -617,20 +558,9 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
   return 0;
 }
 
-int uvccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                 void *recvbuf, size_t count, uvccl_dtype_t dtype,
-                 uvccl_redop_t op, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_reduce(pg, work, sendbuf, recvbuf, count, dtype, op,
-                              root, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_REDUCE,
-                                        sendbuf, recvbuf, count, dtype, op,
-                                        root, cb);
-  }
+int uvccl__host_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                       uvccl_redop_t op, int root, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -772,42 +702,18 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                    void *recvbuf, size_t count, uvccl_dtype_t dtype,
-                    uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_allgather(pg, work, sendbuf, recvbuf, count, dtype, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLGATHER,
-                                        sendbuf, recvbuf, count, dtype,
-                                        UVCCL_SUM, 0, cb);
-  }
+int uvccl__host_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                          uvccl_work_cb cb) {
   if (count > 0 && recvbuf == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, count, recvbuf, NULL, NULL,
                           dtype, cb);
 }
 
-int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                     size_t sendcount, void *const *recvbufs,
-                     const size_t *recvcounts, uvccl_dtype_t dtype,
-                     uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_allgatherv(pg, work, sendbuf, sendcount, recvbufs,
-                                  recvcounts, dtype, cb);
-  {
-    int dev = -1, st = 0, i;
-    uvccl__stage_check_more(sendbuf, &st, &dev);
-    for (i = 0; recvbufs != NULL && pg != NULL && i < pg->size; i++)
-      uvccl__stage_check_more(recvbufs[i], &st, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_allgatherv(pg, work, dev, sendbuf,
-                                              sendcount, recvbufs, recvcounts,
-                                              dtype, cb);
-  }
+int uvccl__host_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                           size_t sendcount, void *const *recvbufs,
+                           const size_t *recvcounts, uvccl_dtype_t dtype,
+                           uvccl_work_cb cb) {
   if (recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
   return allgather_common(pg, work, sendbuf, sendcount, NULL, recvbufs,
                           recvcounts, dtype, cb);
@@ -815,20 +721,9 @@ int uvccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 
 /* ---- gather / scatter --------------------------------------------------------------- */
 
-int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                 void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
-                 uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_gather(pg, work, sendbuf, recvbuf, count, dtype, root,
-                              cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_GATHER,
-                                        sendbuf, recvbuf, count, dtype,
-                                        UVCCL_SUM, root, cb);
-  }
+int uvccl__host_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
+                       uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   size_t n;
@@ -856,20 +751,9 @@ int uvccl_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                  void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
-                  uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_scatter(pg, work, sendbuf, recvbuf, count, dtype, root,
-                               cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_SCATTER,
-                                        sendbuf, recvbuf, count, dtype,
-                                        UVCCL_SUM, root, cb);
-  }
+int uvccl__host_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                        void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
+                        uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   size_t n;
@@ -963,38 +847,17 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                   void *recvbuf, size_t count, uvccl_dtype_t dtype,
-                   uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_alltoall(pg, work, sendbuf, recvbuf, count, dtype, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_coll(pg, work, dev, UVCCL__STAGE_ALLTOALL,
-                                        sendbuf, recvbuf, count, dtype,
-                                        UVCCL_SUM, 0, cb);
-  }
+int uvccl__host_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                         void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                         uvccl_work_cb cb) {
   return alltoall_common(pg, work, sendbuf, NULL, recvbuf, NULL, count, dtype,
                          cb);
 }
 
-int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
-                    const size_t *sendcounts, void *recvbuf,
-                    const size_t *recvcounts, uvccl_dtype_t dtype,
-                    uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_alltoallv(pg, work, sendbuf, sendcounts, recvbuf,
-                                 recvcounts, dtype, cb);
-  {
-    int dev, st = uvccl__stage_check(sendbuf, recvbuf, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_alltoallv(pg, work, dev, sendbuf,
-                                             sendcounts, recvbuf, recvcounts,
-                                             dtype, cb);
-  }
+int uvccl__host_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          const size_t *sendcounts, void *recvbuf,
+                          const size_t *recvcounts, uvccl_dtype_t dtype,
+                          uvccl_work_cb cb) {
   if (sendcounts == NULL || recvcounts == NULL) return UV_EINVAL;
   return alltoall_common(pg, work, sendbuf, sendcounts, recvbuf, recvcounts, 0,
                          dtype, cb);
@@ -1002,8 +865,7 @@ int uvccl_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
 
 /* ---- barriers --------------------------------------------------------------------------- */
 
-int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_barrier(pg, work, cb);
+int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g), dist, k = 0;
@@ -1028,10 +890,8 @@ int uvccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,
-                            uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_monitored_barrier(pg, work, wait_all, cb);
+int uvccl__host_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,
+                                  uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g), i;
@@ -1082,17 +942,8 @@ static int p2p_peer_ok(group_t *g, int peer, int any_ok) {
   return 0;
 }
 
-int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
-               size_t len, int dst, int tag, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_send(pg, work, buf, len, dst, tag, cb);
-  {
-    int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_p2p(pg, work, dev, 1, (void *)buf, len, dst,
-                                       tag, cb);
-  }
+int uvccl__host_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                     size_t len, int dst, int tag, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -1105,17 +956,8 @@ int uvccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
-               int src, int tag, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_recv(pg, work, buf, len, src, tag, cb);
-  {
-    int dev, st = uvccl__stage_check(buf, NULL, &dev);
-    if (st != 0)
-      return st < 0
-                 ? st
-                 : uvccl__stage_p2p(pg, work, dev, 0, buf, len, src, tag, cb);
-  }
+int uvccl__host_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
+                     int src, int tag, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   int rc = uvccl__pg_check(pg, work, &g);
@@ -1129,17 +971,8 @@ int uvccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
   return uvccl__sched_start(s, work, cb);
 }
 
-int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
-                    size_t nops, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg)) return uvccl__nccl_p2p_batch(pg, work, ops, nops, cb);
-  if (ops != NULL) {
-    int dev = -1, st = 0;
-    size_t k;
-    for (k = 0; k < nops; k++) uvccl__stage_check_more(ops[k].buf, &st, &dev);
-    if (st != 0)
-      return st < 0 ? st
-                    : uvccl__stage_p2p_batch(pg, work, dev, ops, nops, cb);
-  }
+int uvccl__host_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
+                          size_t nops, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   size_t i;

@@ -5,8 +5,6 @@
  * work) and points the second phase's receives at them, and the payloads
  * travel straight into place. */
 #include "internal.h"
-#include "../gpu/nccl.h"
-#include "stage.h"
 
 #include <stdio.h>
 
@@ -85,12 +83,6 @@ static void patch_ops(sched_t *s, bytes_t *b) {
   }
 }
 
-/* Byte payloads live in host memory: GPU buffers are refused. */
-static int on_device(const void *p) {
-  int dev;
-  return uvccl__stage_check(p, NULL, &dev) != 0;
-}
-
 /* ---- broadcast_bytes ---------------------------------------------------- */
 
 /* Binomial tree; returns the receive (or dep0 at the root). Every op it
@@ -143,11 +135,8 @@ static int bcast_finish(sched_t *s) {
   return 0;
 }
 
-int uvccl_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
-                          size_t len, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_broadcast_bytes(pg, work, buf, len, root, cb);
-  if (on_device(buf)) return UV_ENOTSUP;
+int uvccl__host_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                                size_t len, int root, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -190,11 +179,8 @@ static int values_alloc(sched_t *s, sop_t *op) {
   return 0;
 }
 
-int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
-                          size_t len, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_allgather_bytes(pg, work, buf, len, cb);
-  if (on_device(buf)) return UV_ENOTSUP;
+int uvccl__host_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                                size_t len, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -246,11 +232,8 @@ int uvccl_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
 /* ---- gather_bytes / scatter_bytes ---------------------------------------------- */
 
 
-int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
-                       size_t len, int root, uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_gather_bytes(pg, work, buf, len, root, cb);
-  if (on_device(buf)) return UV_ENOTSUP;
+int uvccl__host_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                             size_t len, int root, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   bytes_t *b;
@@ -309,12 +292,9 @@ static int scatter_alloc(sched_t *s, sop_t *op) {
   return 0;
 }
 
-int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
-                        const uvccl_buf_t *bufs, size_t nbufs, int root,
-                        uvccl_work_cb cb) {
-  if (UVCCL__IS_NCCL(pg))
-    return uvccl__nccl_scatter_bytes(pg, work, bufs, nbufs, root, cb);
-  if (on_device(bufs && nbufs ? bufs[0].base : NULL)) return UV_ENOTSUP;
+int uvccl__host_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                              const uvccl_buf_t *bufs, size_t nbufs, int root,
+                              uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
   bytes_t *b;

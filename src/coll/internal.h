@@ -473,6 +473,70 @@ void uvccl__sched_reduce(sched_t *s, void *dst, const void *src, size_t n);
 /* A reducing receive's n bytes that arrived for offset off of op. */
 void uvccl__sched_reduce_in(sop_t *op, size_t off, const void *in, size_t n);
 
+/* ---- algo.c, algo_bytes.c: the host collectives ---------------------------
+ * What the public calls (ops.c) run for host buffers on TCP groups, and
+ * what GPU staging (stage.c) runs on its pinned copies: same arguments,
+ * same contract. */
+int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                          uvccl_redop_t op, uvccl_work_cb cb);
+int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
+                                    const uvccl_buf_t *bufs, size_t nbufs,
+                                    uvccl_dtype_t dtype, uvccl_redop_t op,
+                                    uvccl_work_cb cb);
+int uvccl__host_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
+                               const void *sendbuf, void *recvbuf, size_t count,
+                               uvccl_dtype_t dtype, uvccl_redop_t op,
+                               uvccl_work_cb cb);
+int uvccl__host_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                const void *sendbuf, void *recvbuf,
+                                const size_t *recvcounts, uvccl_dtype_t dtype,
+                                uvccl_redop_t op, uvccl_work_cb cb);
+int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
+                          size_t count, uvccl_dtype_t dtype, int root,
+                          uvccl_work_cb cb);
+int uvccl__host_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                       uvccl_redop_t op, int root, uvccl_work_cb cb);
+int uvccl__host_allgather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                          uvccl_work_cb cb);
+int uvccl__host_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                           size_t sendcount, void *const *recvbufs,
+                           const size_t *recvcounts, uvccl_dtype_t dtype,
+                           uvccl_work_cb cb);
+int uvccl__host_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
+                       uvccl_work_cb cb);
+int uvccl__host_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                        void *recvbuf, size_t count, uvccl_dtype_t dtype, int root,
+                        uvccl_work_cb cb);
+int uvccl__host_alltoall(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                         void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                         uvccl_work_cb cb);
+int uvccl__host_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                          const size_t *sendcounts, void *recvbuf,
+                          const size_t *recvcounts, uvccl_dtype_t dtype,
+                          uvccl_work_cb cb);
+int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb);
+int uvccl__host_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,
+                                  uvccl_work_cb cb);
+int uvccl__host_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                     size_t len, int dst, int tag, uvccl_work_cb cb);
+int uvccl__host_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
+                     int src, int tag, uvccl_work_cb cb);
+int uvccl__host_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *ops,
+                          size_t nops, uvccl_work_cb cb);
+int uvccl__host_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                                size_t len, int root, uvccl_work_cb cb);
+int uvccl__host_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                                size_t len, uvccl_work_cb cb);
+int uvccl__host_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
+                             size_t len, int root, uvccl_work_cb cb);
+int uvccl__host_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
+                              const uvccl_buf_t *bufs, size_t nbufs, int root,
+                              uvccl_work_cb cb);
+
 /* ---- pg.c ------------------------------------------------------------------ */
 /* A subgroup of parent with these parent ranks (find-or-create tag may be
  * NULL); UVCCL_ENOTMEMBER when this rank is not one of them. */

@@ -358,53 +358,53 @@ static int start_inner(gstage_t *st) {
   w->timeout_ms = st->user->timeout_ms;
   switch (st->kind) {
   case UVCCL__STAGE_ALLREDUCE:
-    return uvccl_allreduce(pg, w, a, b ? b : a, st->count, st->dtype, st->op,
+    return uvccl__host_allreduce(pg, w, a, b ? b : a, st->count, st->dtype, st->op,
                            inner_done);
   case UVCCL__STAGE_BROADCAST:
-    return uvccl_broadcast(pg, w, a, st->count, st->dtype, st->root,
+    return uvccl__host_broadcast(pg, w, a, st->count, st->dtype, st->root,
                            inner_done);
   case UVCCL__STAGE_REDUCE:
-    return uvccl_reduce(pg, w, a, b ? b : a, st->count, st->dtype, st->op,
+    return uvccl__host_reduce(pg, w, a, b ? b : a, st->count, st->dtype, st->op,
                         st->root, inner_done);
   case UVCCL__STAGE_ALLGATHER:
-    return uvccl_allgather(pg, w, a, b, st->count, st->dtype, inner_done);
+    return uvccl__host_allgather(pg, w, a, b, st->count, st->dtype, inner_done);
   case UVCCL__STAGE_REDUCE_SCATTER:
-    return uvccl_reduce_scatter(pg, w, a, b, st->count, st->dtype, st->op,
+    return uvccl__host_reduce_scatter(pg, w, a, b, st->count, st->dtype, st->op,
                                 inner_done);
   case UVCCL__STAGE_ALLTOALL:
-    return uvccl_alltoall(pg, w, a, b, st->count, st->dtype, inner_done);
+    return uvccl__host_alltoall(pg, w, a, b, st->count, st->dtype, inner_done);
   case UVCCL__STAGE_GATHER:
-    return uvccl_gather(pg, w, a, b, st->count, st->dtype, st->root,
+    return uvccl__host_gather(pg, w, a, b, st->count, st->dtype, st->root,
                         inner_done);
   case UVCCL__STAGE_SCATTER:
-    return uvccl_scatter(pg, w, a, b, st->count, st->dtype, st->root,
+    return uvccl__host_scatter(pg, w, a, b, st->count, st->dtype, st->root,
                          inner_done);
   case UVCCL__STAGE_SEND:
-    return uvccl_send(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
+    return uvccl__host_send(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
   case UVCCL__STAGE_RECV:
-    return uvccl_recv(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
+    return uvccl__host_recv(pg, w, a, st->b[0].len, st->root, st->tag, inner_done);
   case UVCCL__STAGE_ALLGATHERV: {
     int i;
     for (i = 1; i < st->nb; i++) st->hostv[i - 1] = st->b[i].host;
-    return uvccl_allgatherv(pg, w, a, st->count, st->hostv, st->counts_a,
+    return uvccl__host_allgatherv(pg, w, a, st->count, st->hostv, st->counts_a,
                             st->dtype, inner_done);
   }
   case UVCCL__STAGE_REDUCE_SCATTERV:
-    return uvccl_reduce_scatterv(pg, w, a, b, st->counts_a, st->dtype,
+    return uvccl__host_reduce_scatterv(pg, w, a, b, st->counts_a, st->dtype,
                                  st->op, inner_done);
   case UVCCL__STAGE_ALLTOALLV:
-    return uvccl_alltoallv(pg, w, a, st->counts_a, b, st->counts_b,
+    return uvccl__host_alltoallv(pg, w, a, st->counts_a, b, st->counts_b,
                            st->dtype, inner_done);
   case UVCCL__STAGE_COALESCED: {
     int i;
     for (i = 0; i < st->nb; i++) st->hbufs[i].base = st->b[i].host;
-    return uvccl_allreduce_coalesced(pg, w, st->hbufs, (size_t)st->nb,
+    return uvccl__host_allreduce_coalesced(pg, w, st->hbufs, (size_t)st->nb,
                                      st->dtype, st->op, inner_done);
   }
   case UVCCL__STAGE_P2P_BATCH: {
     size_t k;
     for (k = 0; k < st->nops; k++) st->hops[k].buf = st->b[k].host;
-    return uvccl_p2p_batch(pg, w, st->hops, st->nops, inner_done);
+    return uvccl__host_p2p_batch(pg, w, st->hops, st->nops, inner_done);
   }
   }
   return UV_EINVAL;
