@@ -28,8 +28,8 @@ static int rank_main(void) {
   sigpipe_default();
   alarm(90);
   unsetenv("UVCCL_SOCKET_IFNAME");
-  R = env_int("RANK", -1);
-  P = env_int("WORLD_SIZE", 0);
+  R = ft_env_int("RANK", -1);
+  P = ft_env_int("WORLD_SIZE", 0);
   rank_init(30000);
   ft_rank();
   return rank_destroy();

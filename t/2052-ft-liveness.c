@@ -75,8 +75,8 @@ static int rank_main(const char *role) {
   sigpipe_default();
   alarm(90);
   unsetenv("UVCCL_SOCKET_IFNAME");
-  R = env_int("RANK", -1);
-  P = env_int("WORLD_SIZE", 0);
+  R = ft_env_int("RANK", -1);
+  P = ft_env_int("WORLD_SIZE", 0);
   if (strcmp(role, "idle") == 0) return role_idle();
   return role_ft();
 }

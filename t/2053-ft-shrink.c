@@ -79,7 +79,7 @@ static int members_mask(uvccl_pg_t *cur, unsigned *mask) {
 }
 
 static int role_shrink(void) {
-  int final_size = env_int("T_FINAL", 3), iter = 0, bad = 0, shrinks = 0;
+  int final_size = ft_env_int("T_FINAL", 3), iter = 0, bad = 0, shrinks = 0;
   int after_final = 0, rc;
   uvccl_pg_t *cur;
   unsigned mask;
@@ -219,8 +219,8 @@ static int rank_main(const char *role) {
   sigpipe_default();
   alarm(120);
   unsetenv("UVCCL_SOCKET_IFNAME");
-  R = env_int("RANK", -1);
-  P = env_int("WORLD_SIZE", 0);
+  R = ft_env_int("RANK", -1);
+  P = ft_env_int("WORLD_SIZE", 0);
   if (strcmp(role, "revoke") == 0) return role_revoke();
   return role_shrink();
 }

@@ -313,7 +313,7 @@ static int role_create(void) {
   int rc;
   double t0 = now_s();
   memset(&o, 0, sizeof(o));
-  o.timeout_ms = (uint64_t)env_int("T_TIMEOUT_MS", 3000);
+  o.timeout_ms = (uint64_t)ft_env_int("T_TIMEOUT_MS", 3000);
   uv_loop_init(&loop);
   uv_timer_init(&loop, &guard);
   val("started", 1);
@@ -425,7 +425,7 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     sigpipe_default();
     alarm(60);
-    R = env_int("RANK", -1);
+    R = ft_env_int("RANK", -1);
     return role_create();
   }
   tap_alarm(300);

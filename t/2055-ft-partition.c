@@ -162,8 +162,8 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     sigpipe_default();
     alarm(60);
-    R = env_int("RANK", -1);
-    P = env_int("WORLD_SIZE", 0);
+    R = ft_env_int("RANK", -1);
+    P = ft_env_int("WORLD_SIZE", 0);
     return role_part();
   }
   l = readlink("/proc/self/exe", self, sizeof(self) - 1);

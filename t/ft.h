@@ -20,7 +20,7 @@
 
 #include <signal.h>
 
-static inline int env_int(const char *name, int dflt) {
+static inline int ft_env_int(const char *name, int dflt) {
   const char *v = getenv(name);
   return v && *v ? atoi(v) : dflt;
 }
@@ -114,10 +114,10 @@ static inline size_t ft_bad(ftop_t *o) {
  * failure status (0: none). */
 static inline int ft_rank(void) {
   ftop_t o;
-  size_t bytes = (size_t)env_int("T_SIZE", 4096), bad_total = 0;
-  int iters = env_int("T_ITERS", 0), start = env_int("T_START", -1);
-  int cascade = env_int("T_CASCADE", -1), busy_ms = env_int("T_BUSY_MS", 0);
-  int busy_every = env_int("T_BUSY_EVERY", 1), rc = 0;
+  size_t bytes = (size_t)ft_env_int("T_SIZE", 4096), bad_total = 0;
+  int iters = ft_env_int("T_ITERS", 0), start = ft_env_int("T_START", -1);
+  int cascade = ft_env_int("T_CASCADE", -1), busy_ms = ft_env_int("T_BUSY_MS", 0);
+  int busy_every = ft_env_int("T_BUSY_EVERY", 1), rc = 0;
   const char *busy_ranks = getenv("T_BUSY_RANKS");
   double t0 = now_s();
   uvccl_work_t w = {0};

@@ -175,6 +175,25 @@ struct stage_s {
   char data[];
 };
 
+/* ---- What the transport tells the layer above ------------------------------
+ * The transport (net.c) never calls the schedules by name: it reports
+ * through this table, which sched.c fills (uvccl__sched_upcalls) and pg.c
+ * hands to each net, so the layers point one way (operations -> schedules
+ * -> transport), and another transport can plug in beside TCP. */
+typedef struct {
+  void (*op_done)(sop_t *op);           /* a send or receive finished */
+  void (*send_lost)(sop_t *op);         /* a send's connection broke */
+  void (*op_fail)(sched_t *s, int err, const char *msg);
+  /* n bytes arrived for offset off of a reducing receive */
+  void (*reduce_in)(sop_t *op, size_t off, const void *in, size_t n);
+  int (*slice)(sop_t *op);              /* next slice of a local op: 1 done */
+  void (*group_fail_all)(group_t *g, int err, const char *msg);
+  void (*group_fail_peer)(group_t *g, int world_rank, int err,
+                          const char *msg);
+  void (*group_break)(group_t *g, int err, const uvccl__fail_t *culprit,
+                      const char *msg);
+} net_upcalls_t;
+
 /* ---- Connections ---------------------------------------------------------- */
 typedef enum {
   RS_HDR = 0, RS_DIRECT, RS_REDUCE, RS_STAGE, RS_DISCARD
@@ -236,6 +255,7 @@ struct peer_s {
 
 struct net_s {
   uv_loop_t *loop;
+  const net_upcalls_t *up;  /* the schedules' (see above) */
   int rank, size;
   int refs;              /* groups using it */
   uv_tcp_t listener;
@@ -267,6 +287,7 @@ struct net_s {
                    const unsigned char *payload);
   void (*on_failed)(net_t *net, int world_rank);
   struct agree_s *agrees;  /* shrink agreements (shrink.c) */
+  void (*agrees_free)(net_t *net);
   group_t *groups;       /* every group on this net */
   uint64_t arrivals;     /* counter for stage/recv ordering */
   uint64_t stage_limit;
@@ -325,10 +346,11 @@ struct group_s {
   int closing_parts;      /* destroy: net, store, server still closing */
   void *boot;             /* creation in progress */
   struct uvccl__stager_s *stager; /* GPU buffers: staging (stage.c) */
+  /* pg.c's: the last schedule of a group being destroyed is gone */
+  void (*on_sched_gone)(group_t *g);
 };
 
-/* Group life cycle hooks for sched.c. */
-void uvccl__group_sched_gone(group_t *g);
+
 
 static inline void sop_list_push(sop_list_t *l, sop_t *op) {
   op->next = NULL;
@@ -390,8 +412,6 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *net), void *arg);
 void uvccl__net_kick_spin(net_t *net);
 void uvccl__net_slice_add(net_t *net, sop_t *op);
 void uvccl__net_slice_remove(net_t *net, sop_t *op);
-/* Runs the next slice of a local op; returns 1 when the op is finished. */
-int uvccl__sched_slice(sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);
 const char *uvccl__net_addr(net_t *net, int world_rank);
 /* A peer usable for traffic? 0; 1 when its connection broke and the
@@ -422,6 +442,9 @@ void uvccl__agree_free_all(net_t *net);
 void uvccl__shrink_forget_group(group_t *g);
 
 /* ---- sched.c -------------------------------------------------------------- */
+/* Common argument checks at the call: group usable, work free. */
+int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp);
+int uvccl__pg_world(const group_t *g, int grank);
 /* A fresh schedule for a collective on g (seq assigned) or p2p. */
 sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p);
 void uvccl__sched_free(sched_t *s);
@@ -452,7 +475,10 @@ int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op);
 /* Starts the schedule on work (work must not be pending). Returns 0 or an
  * error (then s is freed and the callback never runs). */
 int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb);
-/* Called by the transport. */
+/* The transport's upcalls (net_upcalls_t). */
+extern const net_upcalls_t uvccl__sched_upcalls;
+/* Runs the next slice of a local op; returns 1 when the op is finished. */
+int uvccl__sched_slice(sop_t *op);
 void uvccl__sched_op_done(sop_t *op);
 /* A send's connection broke: its buffer is back, but the op is not done
  * (the schedule waits for the monitor's verdict to fail it). */
@@ -537,16 +563,22 @@ int uvccl__host_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                               const uvccl_buf_t *bufs, size_t nbufs, int root,
                               uvccl_work_cb cb);
 
-/* ---- pg.c ------------------------------------------------------------------ */
+/* ---- group.c: group objects ------------------------------------------------- */
+/* A group of rank `rank` of `size` on net (ranks and inv to be filled;
+ * counts as a reference to net). NULL on ENOMEM. */
+group_t *uvccl__group_new(net_t *net, int rank, int size);
+void uvccl__group_register(group_t *g);
+void uvccl__group_unregister(group_t *g);
+void uvccl__group_free(group_t *g);
 /* A subgroup of parent with these parent ranks (find-or-create tag may be
  * NULL); UVCCL_ENOTMEMBER when this rank is not one of them. */
 int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
                             const int *ranks, int n, const char *tag);
 /* The id every member computes for a child of parent. */
 uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
-/* Common argument checks at the call: group usable, work free. */
-int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp);
-int uvccl__pg_world(const group_t *g, int grank);
+
+/* ---- pg.c ------------------------------------------------------------------ */
+/* (pg_check and pg_world are sched.c's: every operation's first step) */
 
 /* ---- tuning defaults -------------------------------------------------------- */
 #define UVCCL__SMALL_MAX (64u * 1024)

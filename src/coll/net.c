@@ -240,8 +240,8 @@ static void on_slice(uv_idle_t *h) {
   }
   /* round robin: one slice of the head, then it goes to the back */
   uvccl__net_slice_remove(net, op);
-  if (uvccl__sched_slice(op)) {
-    uvccl__sched_op_done(op);
+  if (net->up->slice(op)) {
+    net->up->op_done(op);
   } else {
     uvccl__net_slice_add(net, op);
   }
@@ -547,22 +547,20 @@ static void peer_stop_read(peer_t *p) {
 }
 
 static void op_recv_done(peer_t *p, sop_t *op) {
-  (void)p;
   op->got = op->len;
-  uvccl__sched_op_done(op);
+  p->net->up->op_done(op);
 }
 
 /* Delivers a complete staged frame to the receive that claimed it. */
 static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
-  (void)net;
   op->source = st->from;
   if (op->type == SOP_RECV_RED)
-    uvccl__sched_reduce_in(op, 0, st->data, (size_t)st->len);
+    net->up->reduce_in(op, 0, st->data, (size_t)st->len);
   else if (st->len > 0)
     memcpy(op->buf, st->data, (size_t)st->len);
   op->got = st->len;
   if (op->p2p) op->len = (size_t)st->len;
-  uvccl__sched_op_done(op);
+  net->up->op_done(op);
 }
 
 static void stage_unlink(peer_t *p, stage_t *st) {
@@ -603,21 +601,20 @@ static sop_t *match_frame(peer_t *p, const frame_hdr_t *h, group_t **gp) {
  * operation with a message naming the sender (the caller drops the data). */
 static int frame_misfit(peer_t *p, sop_t *op, uint64_t len, uint32_t tag) {
   group_t *g = op->s->g;
+  char msg[UVCCL_WORK_MSG_LEN];
   if (op->p2p && len > op->len) {
-    uvccl__sched_fail(op->s, UVCCL_ELIMIT,
-                      "recv: rank %d (%s) sent %llu bytes with tag %u, more "
-                      "than the %zu-byte buffer",
-                      g->inv[p->rank], p->addrstr, (unsigned long long)len,
-                      tag, op->len);
+    snprintf(msg, sizeof(msg), "recv: rank %d (%s) sent %llu bytes with tag "
+             "%u, more than the %zu-byte buffer", g->inv[p->rank], p->addrstr,
+             (unsigned long long)len, tag, op->len);
+    p->net->up->op_fail(op->s, UVCCL_ELIMIT, msg);
     return 1;
   }
   if (!op->p2p && len != op->len) {
-    uvccl__sched_fail(op->s, UVCCL_EPROTO,
-                      "%s: rank %d (%s) sent %llu bytes where %zu were "
-                      "expected (mismatched collective or arguments across "
-                      "ranks?)",
-                      op->s->name, g->inv[p->rank], p->addrstr,
-                      (unsigned long long)len, op->len);
+    snprintf(msg, sizeof(msg), "%s: rank %d (%s) sent %llu bytes where %zu "
+             "were expected (mismatched collective or arguments across "
+             "ranks?)", op->s->name, g->inv[p->rank], p->addrstr,
+             (unsigned long long)len, op->len);
+    p->net->up->op_fail(op->s, UVCCL_EPROTO, msg);
     return 1;
   }
   return 0;
@@ -924,7 +921,7 @@ static void process_rbuf(peer_t *p) {
         p->rlen = avail;
         pos = 0;
       }
-      uvccl__sched_reduce_in(op, (size_t)p->cur_got, p->rbuf + pos, whole);
+      p->net->up->reduce_in(op, (size_t)p->cur_got, p->rbuf + pos, whole);
       pos += whole;
       p->cur_got += whole;
       if (p->cur_got == p->cur.len && frame_end(p) != 0) return;
@@ -1123,11 +1120,11 @@ static void on_write(uvccl__wreq_t *req, int status) {
      * this schedule with the right culprit; only the buffer is back. */
     if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)
       uvccl__net_peer_fail(net, p, status, "send failed");
-    uvccl__sched_send_lost(op);
+    net->up->send_lost(op);
     return;
   }
   uvccl__net_kick_spin(s->g->net);
-  uvccl__sched_op_done(op);
+  s->g->net->up->op_done(op);
 }
 
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
@@ -1206,7 +1203,7 @@ static void net_apply_left(net_t *net, int r) {
     if (g->inv[r] < 0) continue;
     snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
              g->inv[r], r, uvccl__net_addr(net, r));
-    uvccl__group_fail_peer(g, r, UVCCL_EPEER, msg);
+    net->up->group_fail_peer(g, r, UVCCL_EPEER, msg);
   }
   if (net->on_failed != NULL) net->on_failed(net, r);
 }
@@ -1338,7 +1335,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
                         msg);
     for (g = net->groups; g != NULL; g = g->next) {
       g->broken = 0; /* restate the cause */
-      uvccl__group_break(g, UVCCL_EPEER, f, msg);
+      net->up->group_break(g, UVCCL_EPEER, f, msg);
     }
     return;
   }
@@ -1370,7 +1367,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
   for (g = net->groups; g != NULL; g = g->next) {
     if (!in_group(g, r)) continue;
     uvccl__net_fail_msg(net, g, f, msg, sizeof(msg));
-    uvccl__group_break(g, UVCCL_EPEER,
+    net->up->group_break(g, UVCCL_EPEER,
                        in_group(g, net->first.rank) ? &net->first : f, msg);
   }
   if (net->on_failed != NULL) net->on_failed(net, r);
@@ -1393,11 +1390,11 @@ static void net_on_notice(net_t *net, const uvccl__notice_t *n) {
              n->detail);
     f.rank = -1;
     f.cause = UVCCL_FAIL_REVOKED;
-    uvccl__group_break(g, UVCCL_EREVOKED, &f, msg);
+    net->up->group_break(g, UVCCL_EREVOKED, &f, msg);
   } else {
     snprintf(msg, sizeof(msg), "rank %d (global %d) gave up: %s",
              g->inv[n->origin], n->origin, n->detail);
-    uvccl__group_break(g, n->err ? n->err : UVCCL_EPEER, &f, msg);
+    net->up->group_break(g, n->err ? n->err : UVCCL_EPEER, &f, msg);
   }
 }
 
@@ -1496,7 +1493,7 @@ void uvccl__net_abort(net_t *net, int err, const char *why) {
   }
   net->aborted = 1;
   for (g = net->groups; g != NULL; g = g->next)
-    uvccl__group_fail_all(g, err, why);
+    net->up->group_fail_all(g, err, why);
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
     if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
@@ -1544,7 +1541,7 @@ static void net_free(net_t *net) {
   uvccl__free(net->addrs);
   uvccl__free(net->fails);
   uvccl__free(net->failed);
-  uvccl__agree_free_all(net);
+  if (net->agrees_free != NULL) net->agrees_free(net);
   uvccl__free(net);
 }
 

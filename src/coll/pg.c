@@ -13,22 +13,7 @@
 
 /* ---- small utilities ------------------------------------------------------ */
 
-int uvccl__pg_world(const group_t *g, int grank) {
-  return grank >= 0 && grank < g->size ? g->ranks[grank] : -1;
-}
 
-int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp) {
-  group_t *g;
-  if (pg == NULL || w == NULL) return UV_EINVAL;
-  g = pg->impl_;
-  if (g == NULL) return pg->rank < 0 ? UVCCL_ENOTMEMBER : UV_EINVAL;
-  if (g->destroying) return UVCCL_ECLOSING;
-  if (g->boot != NULL) return UV_EINVAL; /* still being created */
-  if (g->net->aborted) return UVCCL_EABORTED;
-  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
-  *gp = g;
-  return 0;
-}
 
 /* Runs fn(arg) from a callback, never inside the caller. */
 typedef struct {
@@ -63,60 +48,9 @@ static uint64_t env_u64(const char *name) {
   return *end == '\0' ? (uint64_t)x : 0;
 }
 
-static group_t *group_new(net_t *net, int rank, int size) {
-  group_t *g = uvccl__calloc(1, sizeof(*g));
-  int i;
-  if (g == NULL) return NULL;
-  g->ranks = uvccl__malloc((size_t)size * sizeof(int));
-  g->inv = uvccl__malloc((size_t)net->size * sizeof(int));
-  if (g->ranks == NULL || g->inv == NULL) {
-    uvccl__free(g->ranks);
-    uvccl__free(g->inv);
-    uvccl__free(g);
-    return NULL;
-  }
-  for (i = 0; i < net->size; i++) g->inv[i] = -1;
-  g->culprit.rank = -1;
-  g->net = net;
-  g->rank = rank;
-  g->size = size;
-  g->handles = 1;
-  net->refs++;
-  return g;
-}
 
-static void group_register(group_t *g) {
-  g->next = g->net->groups;
-  g->net->groups = g;
-}
 
-static void group_unregister(group_t *g) {
-  group_t **pp;
-  for (pp = &g->net->groups; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == g) {
-      *pp = g->next;
-      return;
-    }
-}
 
-static void group_free(group_t *g) {
-  sched_t *s, *next;
-  for (s = g->free_scheds; s != NULL; s = next) {
-    next = s->free_next;
-    uvccl__free(s->ops);
-    uvccl__free(s->edges);
-    uvccl__free(s->succ);
-    uvccl__free(s->tmp);
-    uvccl__free(s);
-  }
-  uvccl__free(g->ranks);
-  uvccl__free(g->inv);
-  uvccl__free(g->premul);
-  uvccl__free(g->tag);
-  uvccl__free(g->own_store);
-  uvccl__free(g->own_server);
-  uvccl__free(g);
-}
 
 static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
   uint64_t busy;
@@ -131,6 +65,8 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
   if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
   if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
 }
+
+static void group_sched_gone(group_t *g);
 
 /* ---- creation over a store -------------------------------------------------- */
 
@@ -482,12 +418,14 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net = uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
+  net->up = &uvccl__sched_upcalls;
   uvccl__shrink_attach(net);
-  g = group_new(net, o->rank, o->size);
+  g = uvccl__group_new(net, o->rank, o->size);
+  if (g != NULL) g->on_sched_gone = group_sched_gone;
   b = uvccl__calloc(1, sizeof(*b));
   if (g == NULL || b == NULL) {
     uvccl__free(b);
-    if (g) group_free(g);
+    if (g) uvccl__group_free(g);
     net->refs = 1;
     uvccl__net_release(net, NULL, NULL);
     return UV_ENOMEM;
@@ -516,11 +454,11 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     LOG_ERROR("coll", "rank %d: %s", o->rank, err);
     uvccl__free(b->getw);
     uvccl__free(b);
-    group_free(g);
+    uvccl__group_free(g);
     uvccl__net_release(net, NULL, NULL);
     return rc;
   }
-  group_register(g);
+  uvccl__group_register(g);
   g->boot = b;
   pg->loop = loop;
   pg->rank = o->rank;
@@ -558,12 +496,12 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   if (out) *out = g;
   return 0;
 fail:
-  group_unregister(g);
+  uvccl__group_unregister(g);
   uvccl__free(b->getw);
   uvccl__free(b);
   g->boot = NULL;
   pg->impl_ = NULL;
-  group_free(g);
+  uvccl__group_free(g);
   uvccl__net_release(net, NULL, NULL);
   return rc;
 }
@@ -612,7 +550,7 @@ static void group_finish_close(void *arg) {
   uvccl_pg_close_cb cb = g->close_cb;
   g->own_store = NULL;   /* freed by their close callbacks */
   g->own_server = NULL;
-  group_free(g);
+  uvccl__group_free(g);
   if (pg != NULL) pg->impl_ = NULL;
   if (cb != NULL) cb(pg);
 }
@@ -622,7 +560,7 @@ static void group_part_closed(group_t *g) {
   group_finish_close(g);
 }
 
-void uvccl__group_sched_gone(group_t *g) {
+static void group_sched_gone(group_t *g) {
   if (g->closing_parts == 0 && g->destroying == 2) group_finish_close(g);
 }
 
@@ -687,7 +625,7 @@ void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
   }
   uvccl__group_fail_all(g, UV_ECANCELED, "the group was destroyed");
   uvccl__shrink_forget_group(g);
-  group_unregister(g);
+  uvccl__group_unregister(g);
   uvccl__net_forget_group(net, g->gid);
   g->closing_parts = 1; /* the net reference */
   if (g->stager != NULL) {
@@ -773,55 +711,7 @@ int uvccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max) {
 
 /* ---- subgroups -------------------------------------------------------------------- */
 
-uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color) {
-  /* A 32-bit mix of (parent, counter, color): every member computes the
-   * same id without talking to anyone. */
-  uint64_t x = ((uint64_t)parent << 32) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull) ^
-               ((uint64_t)(uint32_t)color * 0xc2b2ae3d27d4eb4full);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return (uint32_t)x < 2 ? (uint32_t)x + 2 : (uint32_t)x;
-}
 
-int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
-                            const int *ranks, int n, const char *tag) {
-  net_t *net = parent->net;
-  group_t *g;
-  int i, me = -1;
-  for (i = 0; i < n; i++)
-    if (ranks[i] == parent->rank) me = i;
-  if (me < 0) {
-    pg->loop = net->loop;
-    pg->rank = -1;
-    pg->size = n;
-    pg->impl_ = NULL;
-    return UVCCL_ENOTMEMBER;
-  }
-  if (uvccl__net_group(net, gid) != NULL) return UV_EEXIST;
-  g = group_new(net, me, n);
-  if (g == NULL) return UV_ENOMEM;
-  for (i = 0; i < n; i++) {
-    g->ranks[i] = parent->ranks[ranks[i]];
-    g->inv[g->ranks[i]] = i;
-  }
-  g->gid = gid;
-  g->pg = pg;
-  g->timeout_ms = parent->timeout_ms;
-  g->busy_us = parent->busy_us;
-  g->small_max = parent->small_max;
-  g->segment = parent->segment;
-  if (tag != NULL) g->tag = uvccl__strdup(tag);
-  group_register(g);
-  pg->loop = net->loop;
-  pg->rank = me;
-  pg->size = n;
-  pg->impl_ = g;
-  pg->backend_ = UVCCL_BACKEND_TCP;
-  return 0;
-}
 
 int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
                        int nranks, const char *tag) {
@@ -949,7 +839,9 @@ static int split_finish(sched_t *s) {
       ranks[j + 1] = ranks[j];
     ranks[j + 1] = r;
   }
-  rc = uvccl__group_make_child(p, sp->pg, uvccl__child_gid(p->gid, sp->counter, color), ranks, n,
+  rc = uvccl__group_make_child(p, sp->pg,
+                               uvccl__child_gid(p->gid, sp->counter, color),
+                               ranks, n,
                   NULL);
   uvccl__free(ranks);
   return rc;

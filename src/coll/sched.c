@@ -80,7 +80,25 @@ void uvccl__sched_free(sched_t *s) {
     s->free_next = g->free_scheds;
     g->free_scheds = s;
   }
-  if (g->destroying && g->nsched == 0) uvccl__group_sched_gone(g);
+  if (g->destroying && g->nsched == 0 && g->on_sched_gone != NULL)
+    g->on_sched_gone(g);
+}
+
+int uvccl__pg_world(const group_t *g, int grank) {
+  return grank >= 0 && grank < g->size ? g->ranks[grank] : -1;
+}
+
+int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp) {
+  group_t *g;
+  if (pg == NULL || w == NULL) return UV_EINVAL;
+  g = pg->impl_;
+  if (g == NULL) return pg->rank < 0 ? UVCCL_ENOTMEMBER : UV_EINVAL;
+  if (g->destroying) return UVCCL_ECLOSING;
+  if (g->boot != NULL) return UV_EINVAL; /* still being created */
+  if (g->net->aborted) return UVCCL_EABORTED;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  *gp = g;
+  return 0;
 }
 
 /* ---- building ------------------------------------------------------------ */
@@ -784,3 +802,14 @@ void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
   }
   fail_matching(g, -1, err, msg);
 }
+
+/* ---- the transport's upcalls -------------------------------------------- */
+
+static void up_op_fail(sched_t *s, int err, const char *msg) {
+  uvccl__sched_fail(s, err, "%s", msg);
+}
+
+const net_upcalls_t uvccl__sched_upcalls = {
+    uvccl__sched_op_done,    uvccl__sched_send_lost, up_op_fail,
+    uvccl__sched_reduce_in,  uvccl__sched_slice,     uvccl__group_fail_all,
+    uvccl__group_fail_peer,  uvccl__group_break};

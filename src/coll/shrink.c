@@ -267,7 +267,7 @@ static void agree_progress(agree_t *a) {
 }
 
 /* A FRAME_AGREE from world rank `from` (the net's upcall). */
-static void on_agree(net_t *net, int from, const frame_hdr_t *h,
+static void agree_on_frame(net_t *net, int from, const frame_hdr_t *h,
                      const unsigned char *p) {
   agree_t *a = agree_find(net, h->gid, h->seq);
   uint32_t n, flags;
@@ -308,7 +308,7 @@ static void on_agree(net_t *net, int from, const frame_hdr_t *h,
 
 /* A verdict on world rank r (the net's upcall): agreements in progress
  * move on (a new coordinator, one fewer member to wait for). */
-static void on_failed(net_t *net, int r) {
+static void agree_on_verdict(net_t *net, int r) {
   agree_t *a;
   (void)r;
   for (a = net->agrees; a != NULL; a = a->next)
@@ -316,8 +316,9 @@ static void on_failed(net_t *net, int r) {
 }
 
 void uvccl__shrink_attach(net_t *net) {
-  net->on_agree = on_agree;
-  net->on_failed = on_failed;
+  net->on_agree = agree_on_frame;
+  net->on_failed = agree_on_verdict;
+  net->agrees_free = uvccl__agree_free_all;
 }
 
 /* ---- shrink --------------------------------------------------------------- */

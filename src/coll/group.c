@@ -1,0 +1,113 @@
+/* Group objects: making, registering on their net, freeing, and the
+ * subgroups every member makes alike without talking (new_group, split,
+ * shrink). Below pg.c (creation over a store, destroy, the API) and
+ * shrink.c. */
+#include "internal.h"
+
+#include <stdio.h>
+
+group_t *uvccl__group_new(net_t *net, int rank, int size) {
+  group_t *g = uvccl__calloc(1, sizeof(*g));
+  int i;
+  if (g == NULL) return NULL;
+  g->ranks = uvccl__malloc((size_t)size * sizeof(int));
+  g->inv = uvccl__malloc((size_t)net->size * sizeof(int));
+  if (g->ranks == NULL || g->inv == NULL) {
+    uvccl__free(g->ranks);
+    uvccl__free(g->inv);
+    uvccl__free(g);
+    return NULL;
+  }
+  for (i = 0; i < net->size; i++) g->inv[i] = -1;
+  g->culprit.rank = -1;
+  g->net = net;
+  g->rank = rank;
+  g->size = size;
+  g->handles = 1;
+  net->refs++;
+  return g;
+}
+
+void uvccl__group_register(group_t *g) {
+  g->next = g->net->groups;
+  g->net->groups = g;
+}
+
+void uvccl__group_unregister(group_t *g) {
+  group_t **pp;
+  for (pp = &g->net->groups; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == g) {
+      *pp = g->next;
+      return;
+    }
+}
+
+void uvccl__group_free(group_t *g) {
+  sched_t *s, *next;
+  for (s = g->free_scheds; s != NULL; s = next) {
+    next = s->free_next;
+    uvccl__free(s->ops);
+    uvccl__free(s->edges);
+    uvccl__free(s->succ);
+    uvccl__free(s->tmp);
+    uvccl__free(s);
+  }
+  uvccl__free(g->ranks);
+  uvccl__free(g->inv);
+  uvccl__free(g->premul);
+  uvccl__free(g->tag);
+  uvccl__free(g->own_store);
+  uvccl__free(g->own_server);
+  uvccl__free(g);
+}
+
+uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color) {
+  /* A 32-bit mix of (parent, counter, color): every member computes the
+   * same id without talking to anyone. */
+  uint64_t x = ((uint64_t)parent << 32) ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull) ^
+               ((uint64_t)(uint32_t)color * 0xc2b2ae3d27d4eb4full);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return (uint32_t)x < 2 ? (uint32_t)x + 2 : (uint32_t)x;
+}
+
+int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
+                            const int *ranks, int n, const char *tag) {
+  net_t *net = parent->net;
+  group_t *g;
+  int i, me = -1;
+  for (i = 0; i < n; i++)
+    if (ranks[i] == parent->rank) me = i;
+  if (me < 0) {
+    pg->loop = net->loop;
+    pg->rank = -1;
+    pg->size = n;
+    pg->impl_ = NULL;
+    return UVCCL_ENOTMEMBER;
+  }
+  if (uvccl__net_group(net, gid) != NULL) return UV_EEXIST;
+  g = uvccl__group_new(net, me, n);
+  if (g == NULL) return UV_ENOMEM;
+  for (i = 0; i < n; i++) {
+    g->ranks[i] = parent->ranks[ranks[i]];
+    g->inv[g->ranks[i]] = i;
+  }
+  g->gid = gid;
+  g->pg = pg;
+  g->on_sched_gone = parent->on_sched_gone;
+  g->timeout_ms = parent->timeout_ms;
+  g->busy_us = parent->busy_us;
+  g->small_max = parent->small_max;
+  g->segment = parent->segment;
+  if (tag != NULL) g->tag = uvccl__strdup(tag);
+  uvccl__group_register(g);
+  pg->loop = net->loop;
+  pg->rank = me;
+  pg->size = n;
+  pg->impl_ = g;
+  pg->backend_ = UVCCL_BACKEND_TCP;
+  return 0;
+}
