@@ -33,9 +33,13 @@ void uvccl__nccl_boot_fail(nccl_group_t *g, int status, const char *fmt, ...) {
   uvccl__nccl_flush_held(g, status, "the group's creation failed");
 }
 
+static void boot_step_done(nccl_op_t *op) { uvccl__nccl_boot_step(op->g, op); }
+
 static void boot_submit(nccl_group_t *g, nop_kind_t kind, const char *name) {
   nccl_op_t *op = uvccl__nccl_op_new(g, kind, name);
-  int rc = op ? uvccl__nccl_op_submit(g, op) : UV_ENOMEM;
+  int rc;
+  if (op != NULL) op->done_fn = boot_step_done;
+  rc = op ? uvccl__nccl_op_submit(g, op) : UV_ENOMEM;
   if (rc != 0) {
     uvccl__nccl_op_free(op);
     uvccl__nccl_boot_fail(g, rc, "%s: %s", name, uvccl_strerror(rc));
@@ -58,6 +62,7 @@ static void id_known(nccl_group_t *g) {
     return;
   }
   g->init_due = 1;
+  g->lazy_init = uvccl__nccl_boot_init;
   LOG_DEBUG("nccl", "rank %d/%d: NCCL id known; the communicator comes "
             "with the first operation (lazy init)", g->rank, g->size);
   if (b->work != NULL && uvccl__work_is_live(b->work)) {

@@ -77,6 +77,9 @@ struct nccl_op_s {
   int *excl;             /* NOP_SHRINK: the ranks left out (owned) */
   int nexcl;
   struct nccl_shrink_s *shrink; /* NOP_SHRINK: its agreement */
+  /* done() of the kinds that belong to a layer above nccl_pg.c (init,
+   * unique id, split, shrink, revoke): set by who makes the op */
+  void (*done_fn)(nccl_op_t *op);
   nccl_op_t *next, *prev; /* the group's list of live ops */
 };
 
@@ -104,6 +107,7 @@ struct nccl_group_s {
   int ready;              /* the communicator exists */
   int lazy;               /* opts->lazy_init */
   int init_due;           /* lazy: the id is known, the init not yet queued */
+  void (*lazy_init)(nccl_group_t *g); /* nccl_boot.c's, for init_due */
   int failed;             /* creation failed: ops refused */
   int broken;             /* an async NCCL error or an abort */
   int revoked;            /* uvccl_pg_revoke: ops refused (EREVOKED) */

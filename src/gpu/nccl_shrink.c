@@ -42,6 +42,7 @@ int uvccl__nccl_pg_revoke(uvccl_pg_t *pg, const char *reason) {
   uvccl__gpu_client_fail_all(g->client, UVCCL_EREVOKED, msg);
   if (g->comm == NULL && !g->ready) return 0; /* nothing made yet */
   op = uvccl__nccl_op_new(g, NOP_REVOKE, "ncclCommRevoke");
+  if (op != NULL) op->done_fn = uvccl__nccl_revoke_done;
   if (op == NULL || uvccl__nccl_op_submit(g, op) != 0) {
     LOG_ERROR("nccl", "rank %d/%d: could not queue ncclCommRevoke", g->rank,
               g->size);
@@ -183,6 +184,7 @@ static void sh_decided(nshrink_t *s, const char *d, size_t len) {
            g->nshrinks);
   op->target = c;
   op->shrink = s;
+  op->done_fn = uvccl__nccl_shrink_done;
   s->newpg->loop = g->loop;
   s->newpg->rank = me;
   s->newpg->size = n;

@@ -68,6 +68,7 @@ static int queue_split(nccl_group_t *p, nccl_group_t *c, int color, int key,
   nccl_op_t *op = uvccl__nccl_op_new(p, NOP_SPLIT, "split");
   int rc;
   if (op == NULL) return UV_ENOMEM;
+  op->done_fn = uvccl__nccl_split_done;
   op->target = c;
   op->color = color;
   op->key = key;
