@@ -672,7 +672,11 @@ static void on_tick(uv_timer_t *t) {
       fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
                "its monitor stopped reading (stopped or hung)");
       declare(l, &f, 1);
-    } else if (l->hb_ms > 0 && now - k->last_rx > l->hb_ms) {
+    } else if (l->hb_ms > 0 && now - k->last_rx > l->hb_ms + l->period_ms) {
+      /* Silence is counted from the last heartbeat, which came up to a
+       * period before the rank stopped: one period more, so a rank
+       * stopped for less than the timeout is never declared failed, and
+       * one stopped for good is, within the timeout plus two periods. */
       uvccl__fail_t f;
       fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
                "no heartbeat for %.1f s (stopped, hung or unreachable)",
@@ -844,7 +848,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   l->size = size;
   l->nonce = nonce;
   l->hb_ms = hb_timeout_ms;
-  l->period_ms = hb_timeout_ms ? hb_timeout_ms / 5 : 1000;
+  l->period_ms = hb_timeout_ms ? hb_timeout_ms / 10 : 1000;
   if (l->period_ms < 20) l->period_ms = 20;
   l->grace_ms = hb_timeout_ms ? hb_timeout_ms / 4 : 1000;
   if (l->grace_ms > 1000) l->grace_ms = 1000;
