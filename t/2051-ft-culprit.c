@@ -47,32 +47,32 @@ static int checks_for(proc_t *ps, int n, int r, const char *op, size_t size,
          strstr(det, "rank 2 (global 2,") != NULL &&
          (strstr(det, "exited or was killed") != NULL ||
           strstr(det, "connection reset (its process was killed") != NULL);
-  if (!all) note("rank %d failed: %s", r, det);
+  if (!all) diag("rank %d failed: %s", r, det);
   find_check(ps, n, r, "fail_api", &okv, det, sizeof(det));
   if (okv != 1 || !find_val(ps, n, r, "culprit", &v) || v != 2 ||
       !find_val(ps, n, r, "cause", &v) ||
       (v != UVCCL_FAIL_EXITED && v != UVCCL_FAIL_RESET) ||
       !find_val(ps, n, r, "first_failed", &v) || v != 2) {
-    note("rank %d fail_api: %s", r, det);
+    diag("rank %d fail_api: %s", r, det);
     all = 0;
   }
   find_check(ps, n, r, "later", &okv, det, sizeof(det));
   if (okv != 1) {
-    note("rank %d later: %s", r, det);
+    diag("rank %d later: %s", r, det);
     all = 0;
   }
   find_check(ps, n, r, "ops", &okv, det, sizeof(det));
   if (okv != 1) {
-    note("rank %d ops: %s", r, det);
+    diag("rank %d ops: %s", r, det);
     all = 0;
   }
   find_check(ps, n, r, "destroy", &okv, det, sizeof(det));
   if (okv != 1) {
-    note("rank %d destroy: %s", r, det);
+    diag("rank %d destroy: %s", r, det);
     all = 0;
   }
   if (ps[r].status != 0) {
-    note("rank %d exit status %d", r, ps[r].status);
+    diag("rank %d exit status %d", r, ps[r].status);
     all = 0;
   }
   (void)op;

@@ -110,7 +110,7 @@ static int all_ok(proc_t *ps, int n, unsigned mask, const char *name) {
     if (!(mask & (1u << r))) continue;
     find_check(ps, n, r, name, &okv, det, sizeof(det));
     if (okv != 1) {
-      note("rank %d %s: %s", r, name, okv < 0 ? "no report" : det);
+      diag("rank %d %s: %s", r, name, okv < 0 ? "no report" : det);
       all = 0;
     }
   }
@@ -124,7 +124,7 @@ static int any_check(proc_t *ps, int n, const char *name) {
   for (r = 0; r < n; r++) {
     find_check(ps, n, r, name, &okv, det, sizeof(det));
     if (okv >= 0) {
-      note("rank %d %s: %s", r, name, det);
+      diag("rank %d %s: %s", r, name, det);
       return 1;
     }
   }
@@ -175,7 +175,7 @@ static void scenario_stop_forever(void) {
     if (okv != 1 || strstr(det, "rank 2 (global 2,") == NULL ||
         strstr(det, "no heartbeat") == NULL) {
       named = 0;
-      note("rank %d: %s", r, det);
+      diag("rank %d: %s", r, det);
     }
     if (find_val(ps, 4, r, "end", &v) && v - t_stop > worst) worst = v - t_stop;
     if (!find_val(ps, 4, r, "cause", &v) || v != UVCCL_FAIL_HEARTBEAT)

@@ -23,8 +23,8 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "ranks.h"
+#include "logcap.h"
 #include "ft.h"
-#include "world.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -33,17 +33,6 @@
 
 static uv_loop_t L;
 
-/* ---- log capture ---------------------------------------------------------- */
-static char logbuf[8192];
-static void sink(uvccl_log_level_t lvl, const char *comp, const char *line,
-                 void *arg) {
-  size_t l = strlen(logbuf);
-  (void)lvl;
-  (void)comp;
-  (void)arg;
-  if (l + strlen(line) + 2 < sizeof(logbuf))
-    snprintf(logbuf + l, sizeof(logbuf) - l, "%s\n", line);
-}
 
 static void run_ms(int ms) {
   double t0 = now_s();
@@ -75,7 +64,7 @@ static int destroy_all(uvccl_pg_t *pgs, int n) {
 
 static void store_closed(uvccl_store_t *s) { (void)s; }
 
-static int init_rank(uvccl_pg_t *pg, uvccl_store_t *st, int rank, int size,
+static int init_rank(uvccl_pg_t *gp, uvccl_store_t *st, int rank, int size,
                      const char *prefix, uint64_t timeout, uvccl_work_t *w) {
   uvccl_pg_options_t o;
   memset(&o, 0, sizeof(o));
@@ -84,7 +73,7 @@ static int init_rank(uvccl_pg_t *pg, uvccl_store_t *st, int rank, int size,
   o.prefix = prefix;
   o.timeout_ms = timeout;
   o.host = "127.0.0.1";
-  return uvccl_pg_init(&L, pg, st, &o, w, NULL);
+  return uvccl_pg_init(&L, gp, st, &o, w, NULL);
 }
 
 static int wait_all(uvccl_work_t *w, int n, int ms) {
@@ -100,7 +89,7 @@ static int wait_all(uvccl_work_t *w, int n, int ms) {
 }
 
 static void test_unreachable(void) {
-  uvccl_pg_t pg;
+  uvccl_pg_t gp;
   uvccl_work_t w = {0};
   uvccl_pg_options_t o;
   char url[128];
@@ -109,38 +98,38 @@ static void test_unreachable(void) {
   memset(&o, 0, sizeof(o));
   o.timeout_ms = 500;
   snprintf(url, sizeof(url), "tcp://127.0.0.1:%d?rank=1&world_size=2", port);
-  rc = uvccl_pg_init_url(&L, &pg, url, &o, &w, NULL);
+  rc = uvccl_pg_init_url(&L, &gp, url, &o, &w, NULL);
   if (rc == 0) rc = uvccl_work_wait(&w);
   ok(rc < 0 && strstr(w.msg, "store") != NULL &&
          strstr(w.msg, "never answered") != NULL && now_s() - t0 < 5,
      "a: unreachable store: %s after %.2f s: %s", uvccl_err_name(rc),
      now_s() - t0, w.msg);
-  ok(destroy_all(&pg, 1), "a: destroy after the failed creation completes");
+  ok(destroy_all(&gp, 1), "a: destroy after the failed creation completes");
 }
 
 static void test_missing(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg[1];
+  uvccl_pg_t gp[1];
   uvccl_work_t w[1] = {{0}};
   uvccl_hash_store_init(&L, &st);
-  init_rank(&pg[0], &st, 0, 3, "missing", 400, &w[0]);
+  init_rank(&gp[0], &st, 0, 3, "missing", 400, &w[0]);
   wait_all(w, 1, 5000);
   ok(w[0].status == UV_ETIMEDOUT && strstr(w[0].msg, "ranks 1, 2") != NULL,
      "b: ranks 1 and 2 never come: %s", w[0].msg);
-  ok(destroy_all(pg, 1), "b: destroy completes");
+  ok(destroy_all(gp, 1), "b: destroy completes");
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
 
 static void test_destroy_during(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg[2];
+  uvccl_pg_t gp[2];
   uvccl_work_t w[2] = {{0}};
   uvccl_hash_store_init(&L, &st);
-  init_rank(&pg[0], &st, 0, 2, "during", 5000, &w[0]);
-  init_rank(&pg[1], &st, 1, 2, "during", 5000, &w[1]);
+  init_rank(&gp[0], &st, 0, 2, "during", 5000, &w[0]);
+  init_rank(&gp[1], &st, 1, 2, "during", 5000, &w[1]);
   uv_run(&L, UV_RUN_NOWAIT);
-  ok(destroy_all(pg, 2), "c: destroy during creation completes");
+  ok(destroy_all(gp, 2), "c: destroy during creation completes");
   ok(w[0].state != UVCCL_WORK_PENDING && w[1].state != UVCCL_WORK_PENDING &&
          (w[0].status == UV_ECANCELED || w[0].status == 0) &&
          (w[1].status == UV_ECANCELED || w[1].status == 0),
@@ -152,12 +141,12 @@ static void test_destroy_during(void) {
 
 static void test_size_mismatch(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg[2];
+  uvccl_pg_t gp[2];
   uvccl_work_t w[2] = {{0}};
   double t0 = now_s();
   uvccl_hash_store_init(&L, &st);
-  init_rank(&pg[0], &st, 0, 2, "mismatch", 5000, &w[0]);
-  init_rank(&pg[1], &st, 1, 3, "mismatch", 5000, &w[1]);
+  init_rank(&gp[0], &st, 0, 2, "mismatch", 5000, &w[0]);
+  init_rank(&gp[1], &st, 1, 3, "mismatch", 5000, &w[1]);
   wait_all(w, 2, 8000);
   ok(w[0].status != 0 && w[1].status != 0 && now_s() - t0 < 4,
      "d: sizes 2 vs 3: both fail fast (%.2f s)", now_s() - t0);
@@ -166,21 +155,21 @@ static void test_size_mismatch(void) {
      "d: rank 0 says: %s", w[0].msg);
   ok(strstr(w[1].msg, "world size mismatch") != NULL,
      "d: rank 1 says: %s", w[1].msg);
-  ok(destroy_all(pg, 2), "d: destroy completes");
+  ok(destroy_all(gp, 2), "d: destroy completes");
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
 
 static void test_duplicate(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg[3];
+  uvccl_pg_t gp[3];
   uvccl_work_t w[3] = {{0}};
   double t0 = now_s();
   int i, named = 0, all_failed = 1;
   uvccl_hash_store_init(&L, &st);
-  init_rank(&pg[0], &st, 0, 3, "dup", 3000, &w[0]);
-  init_rank(&pg[1], &st, 1, 3, "dup", 3000, &w[1]);
-  init_rank(&pg[2], &st, 1, 3, "dup", 3000, &w[2]);
+  init_rank(&gp[0], &st, 0, 3, "dup", 3000, &w[0]);
+  init_rank(&gp[1], &st, 1, 3, "dup", 3000, &w[1]);
+  init_rank(&gp[2], &st, 1, 3, "dup", 3000, &w[2]);
   wait_all(w, 3, 8000);
   for (i = 0; i < 3; i++) {
     if (w[i].status == 0) all_failed = 0;
@@ -192,21 +181,20 @@ static void test_duplicate(void) {
      now_s() - t0);
   ok(named >= 2, "e: rank 0 and the refused one say two processes claim "
      "rank 1 (%d of 3 say so)", named);
-  ok(destroy_all(pg, 3), "e: destroy completes");
+  ok(destroy_all(gp, 3), "e: destroy completes");
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
 
 static void test_outside(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg;
+  uvccl_pg_t gp;
   uvccl_work_t w = {0};
   int rc;
   uvccl_hash_store_init(&L, &st);
-  logbuf[0] = '\0';
-  uvccl_log_set_sink(sink, NULL);
-  rc = init_rank(&pg, &st, 5, 4, "outside", 1000, &w);
-  uvccl_log_set_sink(NULL, NULL);
+  logcap_start();
+  rc = init_rank(&gp, &st, 5, 4, "outside", 1000, &w);
+  logcap_stop();
   ok(rc == UV_EINVAL && strstr(logbuf, "rank 5 is outside a world of 4"),
      "f: rank 5 of 4: %s, log: %.100s", uvccl_err_name(rc), logbuf);
   uvccl_store_close(&st, store_closed);
@@ -254,22 +242,21 @@ static int poke(const char *hostport, const void *bytes, size_t n, char *reply,
 
 static void test_stray(void) {
   uvccl_store_t st;
-  uvccl_pg_t pg[2];
+  uvccl_pg_t gp[2];
   uvccl_work_t w[2] = {{0}};
   uvccl_work_t g = {0};
   unsigned char garbage[64], hello[24 + 96];
   char reply[512], addr[128];
   int closed, rc;
   uvccl_hash_store_init(&L, &st);
-  init_rank(&pg[0], &st, 0, 2, "stray", 10000, &w[0]);
+  init_rank(&gp[0], &st, 0, 2, "stray", 10000, &w[0]);
   run_ms(50);
   rc = uvccl_store_get(&st, &g, "stray/addr/0", NULL);
   if (rc == 0) uvccl_work_wait(&g);
   snprintf(addr, sizeof(addr), "%.*s", (int)g.value_len, (char *)g.value);
   uvccl_work_cleanup(&g);
   memset(garbage, 0xab, sizeof(garbage));
-  logbuf[0] = '\0';
-  uvccl_log_set_sink(sink, NULL);
+  logcap_start();
   closed = poke(addr, garbage, sizeof(garbage), reply, sizeof(reply));
   ok(closed == 1 && strstr(logbuf, "not a uvccl peer") != NULL,
      "g: garbage to rank 0's listener: closed, logged: %.80s", logbuf);
@@ -290,17 +277,17 @@ static void test_stray(void) {
   }
   logbuf[0] = '\0';
   closed = poke(addr, hello, sizeof(hello), reply, sizeof(reply));
-  uvccl_log_set_sink(NULL, NULL);
+  logcap_stop();
   ok(closed == 1 && strstr(reply + 24, "stale or foreign") != NULL &&
          strstr(logbuf, "stale or foreign") != NULL,
      "g: a hello with a wrong nonce is refused with the reason: %.80s",
      reply + 24);
-  init_rank(&pg[1], &st, 1, 2, "stray", 10000, &w[1]);
+  init_rank(&gp[1], &st, 1, 2, "stray", 10000, &w[1]);
   wait_all(w, 2, 10000);
   ok(w[0].status == 0 && w[1].status == 0,
      "g: the group is created all the same (%s, %s)",
      uvccl_err_name(w[0].status), uvccl_err_name(w[1].status));
-  ok(destroy_all(pg, 2), "g: destroy completes");
+  ok(destroy_all(gp, 2), "g: destroy completes");
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
@@ -404,7 +391,7 @@ static void test_procs_store_host_killed(int delay_ms) {
     find_check(ps, 12, r, "created", &okv, d, sizeof(d));
     if (okv == 1 && strstr(d, " 0 after") == NULL) errs++;
     if (ps[r].status != 0 || okv != 1) {
-      note("rank %d: exit %d: %s", r, ps[r].status, d);
+      diag("rank %d: exit %d: %s", r, ps[r].status, d);
       good = 0;
     }
     find_check(ps, 12, r, "closed", &okv, d, sizeof(d));

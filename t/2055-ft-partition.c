@@ -124,7 +124,7 @@ static void scenario(const char *name, int drops) {
     if (r == 2) continue;
     find_check(ps, N, r, "failed", &okv, det, sizeof(det));
     if (okv != 1 || strstr(det, "rank 2 (global 2") == NULL) {
-      note("rank %d: %s", r, det);
+      diag("rank %d: %s", r, det);
       named = 0;
     }
     if (find_val(ps, N, r, "fail_t", &v) && v - t_cut > worst)

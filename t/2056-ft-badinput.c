@@ -10,6 +10,7 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
+#include "logcap.h"
 #include "loop_helpers.h"
 #include "coll/internal.h"
 
@@ -17,17 +18,6 @@
 #include <unistd.h>
 
 static uv_loop_t L;
-static char logbuf[8192];
-
-static void sink(uvccl_log_level_t lvl, const char *comp, const char *line,
-                 void *arg) {
-  size_t l = strlen(logbuf);
-  (void)lvl;
-  (void)comp;
-  (void)arg;
-  if (l + strlen(line) + 2 < sizeof(logbuf))
-    snprintf(logbuf + l, sizeof(logbuf) - l, "%s\n", line);
-}
 
 /* Writes raw bytes into rank `from`'s connection to rank `to`. */
 static int inject(world_t *W, int from, int to, const void *p, size_t n) {
@@ -55,7 +45,7 @@ static int allreduce_ok(uvccl_pg_t *pgs, unsigned mask, int want) {
   for (r = 0; r < 3; r++) {
     if (!(mask & (1u << r))) continue;
     if (uvccl_work_wait(&w[r]) != 0) {
-      note("rank %d: %s", r, w[r].msg);
+      diag("rank %d: %s", r, w[r].msg);
       good = 0;
       continue;
     }
@@ -99,12 +89,11 @@ int main(void) {
     uvccl_work_t w = {0};
     int32_t v = 1;
     memset(junk, 0xab, sizeof(junk));
-    logbuf[0] = '\0';
-    uvccl_log_set_sink(sink, NULL);
+    logcap_start();
     ok(inject(&W, 0, 1, junk, sizeof(junk)) == 0,
        "b: rank 0 writes garbage to rank 1");
     loop_run_for(&L, 300);
-    uvccl_log_set_sink(NULL, NULL);
+    logcap_stop();
     ok(strstr(logbuf, "rank 0") != NULL &&
            strstr(logbuf, "bad frame") != NULL,
        "b: rank 1 logs why it drops rank 0: %.160s", logbuf);

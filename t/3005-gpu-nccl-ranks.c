@@ -87,20 +87,9 @@ static void destroy_groups(uvccl_pg_t *g, int n) {
 
 static int make_world(int n, const char *prefix) {
   uvccl_work_t w[MAXR];
-  uvccl_pg_options_t o;
-  int r, good = 1;
-  memset(w, 0, sizeof(w));
+  int r, good;
   nr = n;
-  for (r = 0; r < n; r++) {
-    memset(&o, 0, sizeof(o));
-    o.rank = r;
-    o.size = n;
-    o.backend = UVCCL_BACKEND_NCCL;
-    o.device = r;
-    o.prefix = prefix;
-    o.timeout_ms = 10000;
-    if (uvccl_pg_init(loop, &pgs[r], &store, &o, &w[r], NULL) != 0) good = 0;
-  }
+  good = nccl_ranks_start(loop, &store, pgs, w, n, prefix, NULL);
   good &= wait_all(w, n, 0, "pg_init");
   for (r = 0; r < n; r++)
     good &= pgs[r].rank == r && pgs[r].size == n;
@@ -750,22 +739,13 @@ static void test_lazy(int n) {
   uvccl_work_t w[MAXR];
   uvccl_pg_options_t o;
   void *in[MAXR], *out[MAXR];
-  int r, good = 1, base = f_live_comms ? f_live_comms() : 0;
+  int r, good, base = f_live_comms ? f_live_comms() : 0;
   char prefix[32];
-  memset(w, 0, sizeof(w));
   snprintf(prefix, sizeof(prefix), "lazy%d", n);
   nr = n;
-  for (r = 0; r < n; r++) {
-    memset(&o, 0, sizeof(o));
-    o.rank = r;
-    o.size = n;
-    o.backend = UVCCL_BACKEND_NCCL;
-    o.device = r;
-    o.prefix = prefix;
-    o.timeout_ms = 10000;
-    o.lazy_init = 1;
-    if (uvccl_pg_init(loop, &pgs[r], &store, &o, &w[r], NULL) != 0) good = 0;
-  }
+  memset(&o, 0, sizeof(o));
+  o.lazy_init = 1;
+  good = nccl_ranks_start(loop, &store, pgs, w, n, prefix, &o);
   good &= wait_all(w, n, 0, "lazy pg_init");
   ok(good, "%d ranks, lazy init: creation completes", n);
   if (f_live_comms)

@@ -44,19 +44,10 @@ static void destroy(uvccl_pg_t *g) {
 static int make_world(int n, const char *prefix) {
   uvccl_work_t w[3];
   uvccl_pg_options_t o;
-  int r, good = 1;
-  memset(w, 0, sizeof(w));
-  for (r = 0; r < n; r++) {
-    memset(&o, 0, sizeof(o));
-    o.rank = r;
-    o.size = n;
-    o.backend = UVCCL_BACKEND_NCCL;
-    o.device = r;
-    o.prefix = prefix;
-    o.timeout_ms = 10000;
-    o.heartbeat_timeout_ms = 300;
-    if (uvccl_pg_init(loop, &pgs[r], &store, &o, &w[r], NULL) != 0) good = 0;
-  }
+  int r, good;
+  memset(&o, 0, sizeof(o));
+  o.heartbeat_timeout_ms = 300;
+  good = nccl_ranks_start(loop, &store, pgs, w, n, prefix, &o);
   for (r = 0; r < n; r++)
     if (uvccl_work_wait(&w[r]) != 0) {
       note("init rank %d: %s", r, w[r].msg);

@@ -1,10 +1,12 @@
 /* Helpers for the GPU tests (t/3003, t/3005, t/3010): device buffers
- * through uvccl's blocking helpers, and running a loop for a while.
+ * through uvccl's blocking helpers, running a loop for a while, making
+ * NCCL ranks.
  * Header-only; include after tap.h and uvccl.h. */
 #ifndef UVCCL_T_GPU_H
 #define UVCCL_T_GPU_H
 
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 static inline double now_s(void) {
@@ -41,6 +43,33 @@ static inline void put(void *d, const void *h, size_t n) {
 
 static inline void get(void *h, const void *d, size_t n) {
   if (uvccl_gpu_memcpy(h, d, n) != 0) printf("# memcpy from device failed\n");
+}
+
+/* Starts the creation of n NCCL ranks in this process, rank r on device r,
+ * through one store: pgs[r] with work w[r]; other options from base (may
+ * be NULL; timeout 10 s unless it says). 1 if every call started; the
+ * caller waits for w. */
+static inline int nccl_ranks_start(uv_loop_t *loop, uvccl_store_t *store,
+                                   uvccl_pg_t *pgs, uvccl_work_t *w, int n,
+                                   const char *prefix,
+                                   const uvccl_pg_options_t *base) {
+  uvccl_pg_options_t o;
+  int r, good = 1;
+  memset(w, 0, sizeof(*w) * (size_t)n);
+  for (r = 0; r < n; r++) {
+    if (base != NULL)
+      o = *base;
+    else
+      memset(&o, 0, sizeof(o));
+    o.rank = r;
+    o.size = n;
+    o.backend = UVCCL_BACKEND_NCCL;
+    o.device = r;
+    o.prefix = prefix;
+    if (o.timeout_ms == 0) o.timeout_ms = 10000;
+    if (uvccl_pg_init(loop, &pgs[r], store, &o, &w[r], NULL) != 0) good = 0;
+  }
+  return good;
 }
 
 #endif

@@ -325,11 +325,11 @@ static inline void dump_procs(proc_t *ps, int n) {
     int k;
     for (k = 0; k < 2; k++) {
       const char *b = k ? ps[i].ebuf : ps[i].obuf, *e = b + (k ? ps[i].elen : ps[i].olen);
-      note("%s (exit %d) %s:", ps[i].name, ps[i].status, k ? "stderr" : "stdout");
+      diag("%s (exit %d) %s:", ps[i].name, ps[i].status, k ? "stderr" : "stdout");
       while (b < e) {
         const char *nl = memchr(b, '\n', (size_t)(e - b));
         size_t l = nl ? (size_t)(nl - b) : (size_t)(e - b);
-        note("  %.*s", (int)(l > 400 ? 400 : l), b);
+        diag("  %.*s", (int)(l > 400 ? 400 : l), b);
         b += l + 1;
       }
     }

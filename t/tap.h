@@ -103,6 +103,19 @@ static inline void note(const char *fmt, ...) {
   fflush(stdout);
 }
 
+/* Failure details go to stderr: prove shows it, so a red CI log explains
+ * itself. */
+static inline void diag(const char *fmt, ...) {
+  va_list ap;
+  fflush(stdout);
+  va_start(ap, fmt);
+  fprintf(stderr, "# ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  fflush(stderr);
+}
+
 static inline void skip_all(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

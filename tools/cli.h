@@ -1,7 +1,9 @@
 /* Helpers shared by the command-line programs (tools/uvccl-store.c,
- * bench/store/store_bench.c): messages, errors, option parsing. Include
- * after defining PROG (the program's name) and usage_text. Not every
- * program uses every helper. */
+ * tools/uvccl-bench.c, bench/store/store_bench.c): messages, errors,
+ * option parsing. Include after defining PROG (the program's name). A
+ * program whose copies all parse the same command line (the ranks of a
+ * world) defines CLI_USAGE_SPEAKS() to let only one of them complain. Not
+ * every program uses every helper. */
 #ifndef UVCCL_TOOLS_CLI_H
 #define UVCCL_TOOLS_CLI_H
 
@@ -22,6 +24,10 @@
 #define CLI_UNUSED
 #endif
 
+#ifndef CLI_USAGE_SPEAKS
+#define CLI_USAGE_SPEAKS() 1
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 
@@ -32,11 +38,13 @@ static void usage_error(const char *fmt, ...)
 {
   va_list ap;
 
-  fprintf(stderr, PROG ": ");
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
+  if (CLI_USAGE_SPEAKS()) {
+    fprintf(stderr, PROG ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
+  }
   exit(2);
 }
 
@@ -131,14 +139,31 @@ static CLI_UNUSED uint64_t arg_size(const char *what, const char *s, uint64_t ma
 {
   uint64_t v;
 
-  if (parse_size_arg(s, max, &v) != 0)
-    usage_error("invalid %s '%s' (at most %" PRIu64 ")", what, s, max);
+  static const char suffix[] = "KMGT";
+  char most[32];
+  int k = 0;
+
+  if (parse_size_arg(s, max, &v) != 0) {
+    /* say the limit the way it would be typed: 1T, not 1099511627776 */
+    v = max;
+    while (k < 4 && v >= 1024 && v % 1024 == 0) {
+      v /= 1024;
+      k++;
+    }
+    if (k > 0)
+      snprintf(most, sizeof(most), "%" PRIu64 "%c", v, suffix[k - 1]);
+    else
+      snprintf(most, sizeof(most), "%" PRIu64, v);
+    usage_error("invalid %s '%s' (at most %s)", what, s, most);
+  }
   return v;
 }
 
 
-static CLI_UNUSED double arg_seconds(const char *what, const char *s, double min,
-                          double max)
+/* A number in [min, max]; unit names it in the complaint ("a number",
+ * "seconds"). */
+static CLI_UNUSED double arg_number(const char *what, const char *s,
+                                    double min, double max, const char *unit)
 {
   char *end;
   double v;
@@ -146,8 +171,15 @@ static CLI_UNUSED double arg_seconds(const char *what, const char *s, double min
   errno = 0;
   v = strtod(s, &end);
   if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
-    usage_error("invalid %s '%s' (seconds in [%g, %g])", what, s, min, max);
+    usage_error("invalid %s '%s' (%s in [%g, %g])", what, s, unit, min, max);
   return v;
+}
+
+
+static CLI_UNUSED double arg_seconds(const char *what, const char *s,
+                                     double min, double max)
+{
+  return arg_number(what, s, min, max, "seconds");
 }
 
 #endif

@@ -90,26 +90,19 @@ static const char usage_text[] =
 
 static int g_rank = -1;
 
-static void usage_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2), noreturn));
-
-static void usage_error(const char *fmt, ...)
+/* Every rank parses the same command line: before the group exists only
+ * the first rank complains. */
+static int usage_speaks(void)
 {
   const char *r = getenv("RANK");
-  va_list ap;
 
   if (r == NULL)
     r = getenv("OMPI_COMM_WORLD_RANK");
-  /* before the group exists: only the first rank complains */
-  if (g_rank == 0 || (g_rank < 0 && (r == NULL || atoi(r) == 0))) {
-    fprintf(stderr, PROG ": ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
-  }
-  exit(2);
+  return g_rank == 0 || (g_rank < 0 && (r == NULL || atoi(r) == 0));
 }
+
+#define CLI_USAGE_SPEAKS() usage_speaks()
+#include "cli.h"
 
 static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -133,43 +126,6 @@ static void errorf(const char *fmt, ...)
   fflush(stdout);
   if (write(STDERR_FILENO, line, (size_t) n) < 0)
     (void) 0;
-}
-
-static int64_t arg_int(const char *what, const char *s, int64_t min,
-                       int64_t max)
-{
-  char *end;
-  long long v;
-
-  errno = 0;
-  v = strtoll(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-    usage_error("invalid %s '%s' (an integer in [%" PRId64 ", %" PRId64
-                "])", what, s, min, max);
-  return v;
-}
-
-/* A byte count with an optional binary suffix: 4, 64K, 512M, 1G. */
-static uint64_t arg_size(const char *what, const char *s)
-{
-  uint64_t v;
-
-  if (parse_size_arg(s, (uint64_t) 1 << 40, &v) != 0)
-    usage_error("invalid %s '%s' (at most 1T)", what, s);
-  return v;
-}
-
-static double arg_double(const char *what, const char *s, double min,
-                         double max)
-{
-  char *end;
-  double v;
-
-  errno = 0;
-  v = strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
-    usage_error("invalid %s '%s' (a number in [%g, %g])", what, s, min, max);
-  return v;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1224,8 +1180,8 @@ static void parse_args(int argc, char **argv)
   while ((c = getopt_long(argc, argv, "b:e:f:n:w:d:o:r:hV", lopts, NULL)) !=
          -1) {
     switch (c) {
-    case 'b': B.min_bytes = arg_size("--minbytes", optarg); break;
-    case 'e': B.max_bytes = arg_size("--maxbytes", optarg); break;
+    case 'b': B.min_bytes = arg_size("--minbytes", optarg, (uint64_t) 1 << 40); break;
+    case 'e': B.max_bytes = arg_size("--maxbytes", optarg, (uint64_t) 1 << 40); break;
     case 'f':
       B.factor = (uint64_t) arg_int("--stepfactor", optarg, 2, 1 << 20);
       break;
@@ -1250,17 +1206,17 @@ static void parse_args(int argc, char **argv)
                            : 50;
       break;
     case O_BUDGET:
-      B.budget = arg_double("--budget", optarg, 0, 3600);
+      B.budget = arg_seconds("--budget", optarg, 0, 3600);
       break;
     case O_TIMEOUT:
-      B.timeout_s = arg_double("--timeout", optarg, 0.001, 86400);
+      B.timeout_s = arg_seconds("--timeout", optarg, 0.001, 86400);
       break;
     case O_CHECK: B.check = 1; break;
     case O_NOCHECK: B.check = 0; break;
     case O_JSON: B.json = 1; break;
     case O_GPU: B.gpu = 1; break;
     case O_HEARTBEAT:
-      B.heartbeat_s = arg_double("--heartbeat", optarg, 0.01, 86400);
+      B.heartbeat_s = arg_seconds("--heartbeat", optarg, 0.01, 86400);
       break;
     case O_SHRINK: B.shrink = 1; break;
     case O_BACKEND:

@@ -397,7 +397,7 @@ static void link_broken(link_t *k, int err) {
            err == UV_ENETUNREACH)
     fail_set(&f, r, l->rank, UVCCL_FAIL_UNREACHABLE, err, "unreachable: %s",
              uvccl_strerror(err));
-  else if (err == UV_ECONNRESET)
+  else if (err == UV_ECONNRESET || err == UV_EPIPE)
     fail_set(&f, r, l->rank, UVCCL_FAIL_RESET, err, "connection reset (its "
              "process was killed, or the network reset it)");
   else

@@ -1251,7 +1251,8 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   if (cause == UVCCL_FAIL_EXITED)
     snprintf(detail, sizeof(detail),
              "its process exited or was killed (connection closed)");
-  else if (err == UV_ECONNRESET)
+  else if (err == UV_ECONNRESET || err == UV_EPIPE)
+    /* EPIPE: a send after the peer's reset arrived; the same event */
     snprintf(detail, sizeof(detail), "connection reset (its process was "
              "killed, or the network reset it)");
   else
