@@ -15,7 +15,8 @@
  * Each rank prints "shrunk to N ranks after losing rank R (reason)", as
  * uvccl-bench --shrink-on-failure does, and the members of each new group
  * (an allgather of world ranks), which the parent compares with who it
- * killed. */
+ * killed; after each shrink it rebuilds a subgroup from the new group
+ * (split into even and odd ranks) and checks an allreduce there. */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -59,6 +60,28 @@ static int checked_allreduce(uvccl_pg_t *cur, int iter, int *bad) {
   return rc;
 }
 
+/* Rebuilds a subgroup from cur as an application would after a shrink (its
+ * even and odd ranks, by split) and checks an allreduce on it; destroyed
+ * at the end with the other groups. 0 if right. */
+static int subgroup_ok(uvccl_pg_t *cur, int iter) {
+  uvccl_pg_t *sub = &groups[ngroups];
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  int rc, bad = 0;
+  w.data = &c;
+  rc = uvccl_pg_split(cur, sub, cur->rank % 2, cur->rank, &w, on_work);
+  rc = finish_work(&c, rc, 20000);
+  if (rc != 0) printf("@note %d split: %s %s\n", R, ename(rc), w.msg);
+  else if (sub->size != (cur->size + 1 - cur->rank % 2) / 2) rc = UV_EINVAL;
+  else if ((rc = checked_allreduce(sub, iter, &bad)) == 0 && bad != 0)
+    rc = UV_EINVAL;
+  if (sub->impl_ != NULL) {
+    ngroups++;
+    uvccl_pg_destroy(sub, on_group_closed);
+  }
+  return rc;
+}
+
 /* The world ranks of cur's members, as a bit mask, by allgather. */
 static int members_mask(uvccl_pg_t *cur, unsigned *mask) {
   int32_t me = R, all[64];
@@ -80,7 +103,7 @@ static int members_mask(uvccl_pg_t *cur, unsigned *mask) {
 
 static int role_shrink(void) {
   int final_size = ft_env_int("T_FINAL", 3), iter = 0, bad = 0, shrinks = 0;
-  int after_final = 0, rc;
+  int after_final = 0, subs = 0, rc;
   uvccl_pg_t *cur;
   unsigned mask;
   double t0 = now_s();
@@ -129,6 +152,13 @@ static int role_shrink(void) {
         if (rc == 0) iter = (int)it;
       }
       rc = members_mask(cur, &mask);
+      /* before reporting the new size: the parent strikes after that */
+      if (rc == 0) {
+        int src = subgroup_ok(cur, iter);
+        if (src == 0) subs++;
+        else rep(0, "subgroup", "split of the group of %d after shrink %d: "
+                 "%s", cur->size, shrinks, ename(src));
+      }
       printf("@val %d members_%d %u\n@val %d size %d\n@val %d rank_%d %d\n", R,
              shrinks, mask, R, cur->size, R, shrinks, cur->rank);
       if (rc != 0) {
@@ -141,7 +171,7 @@ static int role_shrink(void) {
   rep(bad == 0 && cur->size == final_size, "done",
       "%d allreduces, %d shrinks, final size %d, %d wrong values", iter,
       shrinks, cur->size, bad);
-  printf("@val %d shrinks %d\n", R, shrinks);
+  printf("@val %d shrinks %d\n@val %d subgroups %d\n", R, shrinks, R, subs);
   uvccl_pg_destroy(cur, on_group_closed);
   run_until(&pg_closed, 100); /* let the destroys go */
   {
@@ -260,7 +290,7 @@ static void chain(const char *name, int n, const int *victims, int nv,
     while (!live_at_size(ps, n, alive, size) && now_s() - t0 < 30)
       pump(ps, n, 10);
     if (!live_at_size(ps, n, alive, size)) {
-      note("%s: the survivors never reported size %d", name, size);
+      diag("%s: the survivors never reported size %d", name, size);
       good = 0;
       break;
     }
@@ -278,18 +308,20 @@ static void chain(const char *name, int n, const int *victims, int nv,
     if (!(alive & (1u << r))) continue;
     find_check(ps, n, r, "done", &okv, det, sizeof(det));
     if (okv != 1) {
-      note("%s: rank %d: %s", name, r, det);
+      diag("%s: rank %d: %s", name, r, det);
       good = 0;
     }
     find_check(ps, n, r, "shrink", &okv, det, sizeof(det));
     if (okv == 0) good = 0;
+    find_check(ps, n, r, "subgroup", &okv, det, sizeof(det));
+    if (okv == 0) good = 0;
     find_check(ps, n, r, "destroy", &okv, det, sizeof(det));
     if (okv != 1) {
-      note("%s: rank %d destroy: %s", name, r, det);
+      diag("%s: rank %d destroy: %s", name, r, det);
       good = 0;
     }
     if (ps[r].status != 0) {
-      note("%s: rank %d exit status %d", name, r, ps[r].status);
+      diag("%s: rank %d exit status %d", name, r, ps[r].status);
       good = 0;
     }
     /* the last group has exactly the survivors, renumbered in order */
@@ -298,13 +330,19 @@ static void chain(const char *name, int n, const int *victims, int nv,
       double m = -1;
       snprintf(key, sizeof(key), "members_%d", (int)v);
       if (!find_val(ps, n, r, key, &m) || (unsigned)m != alive) {
-        note("%s: rank %d's last group has members 0x%x, want 0x%x", name, r,
+        diag("%s: rank %d's last group has members 0x%x, want 0x%x", name, r,
              (unsigned)m, alive);
+        good = 0;
+      }
+      /* a subgroup rebuilt from every new group, its allreduce right */
+      if (!find_val(ps, n, r, "subgroups", &m) || m != v) {
+        diag("%s: rank %d rebuilt %g subgroups after %g shrinks", name, r, m,
+             v);
         good = 0;
       }
     }
   }
-  ok(good, "%s", name);
+  ok(good, "%s; a subgroup split from each new group works", name);
   if (!good) dump_procs(ps, n);
   else
     for (r = 0; r < n; r++)
