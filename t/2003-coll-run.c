@@ -1,6 +1,7 @@
 /* uvccl-run, the torchrun --standalone of uvccl: the environment each rank
  * gets, prefixed whole lines on stdout and stderr, a failing rank stopping
- * the others quickly, signals forwarded, SIGKILL after the grace period,
+ * the others quickly (or not, with --keep-going; --kill), signals
+ * forwarded, SIGKILL after the grace period,
  * and no process left behind (this test is a child subreaper, so anything
  * uvccl-run orphans would become its child and be seen). */
 #define _GNU_SOURCE
@@ -321,6 +322,37 @@ static void test_failure(void) {
   res_free(&r);
 }
 
+/* --keep-going: a failing rank leaves the others running; --kill R@S
+ * kills a rank on purpose, which does not count as a failure. */
+static void test_keep_going(void) {
+  result_t r;
+  const char *kg[] = {"--keep-going", "-n", "3", "/bin/sh", "-c",
+                      "if [ $RANK = 1 ]; then exit 3; fi; sleep 0.5; "
+                      "echo done $RANK", NULL};
+  const char *kl[] = {"-n", "3", "--kill", "1@0.3", "/bin/sh", "-c",
+                      "echo ready; sleep 1; echo done $RANK", NULL};
+  run(&r, kg);
+  ok(r.status == 3 && has_line(r.out, "[0] done 0") &&
+         has_line(r.out, "[2] done 2") &&
+         strstr(r.err, "rank 1 exited with status 3") != NULL &&
+         strstr(r.err, "stopping") == NULL,
+     "--keep-going: rank 1 fails, ranks 0 and 2 finish; exit status 3 (%d)",
+     r.status);
+  if (r.status != 3) show(&r);
+  ok(no_leftovers(), "nothing left behind");
+  res_free(&r);
+  run(&r, kl);
+  ok(r.status == 0 && has_line(r.out, "[0] done 0") &&
+         has_line(r.out, "[2] done 2") && !has_line(r.out, "[1] done 1") &&
+         strstr(r.err, "killing rank 1 (--kill)") != NULL &&
+         strstr(r.err, "rank 1 killed (--kill), as asked") != NULL,
+     "--kill 1@0.3: rank 1 killed, the others finish, exit status 0 (%d)",
+     r.status);
+  if (r.status != 0) show(&r);
+  ok(no_leftovers(), "nothing left behind");
+  res_free(&r);
+}
+
 static void test_signals(void) {
   result_t r;
   const char *a1[] = {"-n", "2", "/bin/sh", "-c",
@@ -376,6 +408,9 @@ static void test_usage(void) {
   const char *bad_opt[] = {"--frobnicate", "true", NULL};
   const char *missing[] = {"-n", "2", "/nonexistent/prog", NULL};
   const char *missing2[] = {"uvccl-no-such-command", NULL};
+  const char *kill_out[] = {"-n", "2", "--kill", "2@1", "true", NULL};
+  const char *kill_bad[] = {"--kill", "1", "true", NULL};
+  const char *kill_bad2[] = {"--kill=1@soon", "true", NULL};
 
   run(&r, h);
   ok(r.status == 0 && strstr(r.out, "usage: uvccl-run") &&
@@ -398,6 +433,16 @@ static void test_usage(void) {
   ok(r.status == 127 && strstr(r.err, "/nonexistent/prog"),
      "missing program: exit 127");
   res_free(&r);
+  run(&r, kill_out);
+  ok(r.status == 2 && strstr(r.err, "rank 2 is outside a world of 2"),
+     "--kill of a rank outside the world: exit 2");
+  res_free(&r);
+  run(&r, kill_bad);
+  ok(r.status == 2 && strstr(r.err, "RANK@SECONDS"), "--kill 1: exit 2");
+  res_free(&r);
+  run(&r, kill_bad2);
+  ok(r.status == 2 && strstr(r.err, "seconds"), "--kill=1@soon: exit 2");
+  res_free(&r);
   run(&r, missing2);
   ok(r.status == 127 && strstr(r.err, "command not found"),
      "command not in PATH: exit 127");
@@ -419,6 +464,7 @@ int main(void) {
   test_streams();
   test_no_interleave();
   test_failure();
+  test_keep_going();
   test_signals();
   test_usage();
   return done_testing();

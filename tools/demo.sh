@@ -4,9 +4,11 @@
 #     from env:// (rank 0 hosts the store server itself), then uvccl-bench
 #     runs every collective over a size sweep, checks every result and
 #     prints nccl-tests-style timings;
-#  2. the store: worker processes rendezvous through an embedded TCPStore
+#  2. a rank dies: uvccl-run SIGKILLs rank 2 of 4 mid-run; the survivors
+#     name it, shrink to a group of 3 and finish the sweep, results checked;
+#  3. the store: worker processes rendezvous through an embedded TCPStore
 #     server and put a short load on it;
-#  3. the GPU, where there is one: 2 ranks sharing it through a TCP group
+#  4. the GPU, where there is one: 2 ranks sharing it through a TCP group
 #     (buffers staged through pinned memory) and a 1-rank NCCL group;
 #     elsewhere the reason there is none.
 set -e
@@ -18,6 +20,10 @@ echo
 echo "== uvccl-run -n 2 uvccl-bench: allreduce, 2 ranks, 4 B .. 64 MiB"
 "$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --op allreduce -b 4 -e 64M -f 16 \
   --budget 0.2
+echo
+echo "== a rank dies: uvccl-run -n 4 --kill 2@0.3 uvccl-bench --shrink-on-failure"
+"$BUILD/bin/uvccl-run" -n 4 --kill 2@0.3 "$BUILD/bin/uvccl-bench" \
+  --op allreduce,allgather -b 4 -e 4M -f 16 --budget 0.1 --shrink-on-failure
 echo
 echo "== uvccl-demo: the store, 4 worker processes"
 "$BUILD/bin/uvccl-demo" -n 4 --ops 3000

@@ -2,7 +2,7 @@
  * `torchrun --standalone --nproc-per-node N` does.
  *
  *   uvccl-run [-n N] [--master-port P] [--tag-output|--no-prefix]
- *             [--] PROGRAM [ARGS...]
+ *             [--keep-going] [--kill R@SECONDS]... [--] PROGRAM [ARGS...]
  *
  * Each rank is a child process (uv_spawn on a libuv loop) with RANK,
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
@@ -12,7 +12,9 @@
  *
  * No rank outlives the run: each one leads its own process group (so
  * whatever it starts goes with it), the first failure stops the others
- * (SIGTERM to every group, SIGKILL 5 s later), SIGINT/SIGTERM/SIGHUP are
+ * (SIGTERM to every group, SIGKILL 5 s later) unless --keep-going says
+ * the program survives failures (then --kill can cause one: SIGKILL to a
+ * rank at a given moment, to see it done), SIGINT/SIGTERM/SIGHUP are
  * forwarded, and each rank is started through a small trampoline (this
  * binary again) that asks the kernel to SIGKILL it if uvccl-run itself
  * dies without a chance to clean up. */
@@ -46,6 +48,7 @@
 #define DRAIN_GRACE_MS 1000 /* after SIGKILL, wait this long for EOFs */
 #define READ_CHUNK (64 * 1024)
 #define MAX_LINE (64 * 1024) /* longer lines are printed in pieces */
+#define MAX_KILLS 16
 
 extern char **environ;
 
@@ -62,6 +65,12 @@ static const char usage_text[] =
 "                            (the default)\n"
 "  --no-prefix               let the ranks write to our stdout and stderr\n"
 "                            directly\n"
+"  --keep-going              a rank that fails does not stop the others\n"
+"                            (for programs that survive failures, such as\n"
+"                            uvccl-bench --shrink-on-failure)\n"
+"  --kill R@SECONDS          SIGKILL rank R that long after the start, to\n"
+"                            see the others survive it (implies\n"
+"                            --keep-going; may be repeated)\n"
 "  -h, --help                this text\n"
 "  --                        ends the options (the first argument that is\n"
 "                            not an option does too)\n"
@@ -73,9 +82,10 @@ static const char usage_text[] =
 "stderr lines to stderr, whole lines at a time.\n"
 "\n"
 "If a rank exits non-zero or is killed, the others get SIGTERM, and\n"
-"SIGKILL 5 s later. SIGINT, SIGTERM and SIGHUP are forwarded to every rank\n"
-"(a second one sends SIGKILL). Exit status: 0 when every rank exits 0;\n"
-"else the first failing rank's status (128+N for signal N), or 128+N\n"
+"SIGKILL 5 s later (not with --keep-going). SIGINT, SIGTERM and SIGHUP are\n"
+"forwarded to every rank (a second one sends SIGKILL). Exit status: 0 when\n"
+"every rank exits 0 (ranks killed by --kill aside); else the first failing\n"
+"rank's status (128+N for signal N), or 128+N\n"
 "when " PROG " was stopped by signal N; 2 for usage errors, 127 when\n"
 "PROGRAM is not found.\n";
 
@@ -98,6 +108,7 @@ struct rank_s {
   int pid;      /* also its process group */
   int spawned;  /* proc handle initialised (needs closing) */
   int running;  /* not yet exited */
+  int killed;   /* by --kill: its death is not a failure */
   stream_t out, err;
   char prefix[24];
   size_t plen;
@@ -107,6 +118,13 @@ static uv_loop_t *loop;
 static rank_t *ranks;
 static int nranks = 1;
 static int prefix_on = 1;
+static int keep_going;    /* a failed rank does not stop the others */
+static struct {
+  int rank;
+  uint64_t ms;
+  uv_timer_t timer;
+} kills[MAX_KILLS];
+static int nkills;
 static int live;          /* ranks not yet exited */
 static int open_streams;  /* pipes not yet closed */
 static int stop_sig;      /* signal sent to stop the ranks, 0 = running */
@@ -204,6 +222,7 @@ static void check_done(void) {
   uv_close((uv_handle_t *)&kill_timer, NULL);
   uv_close((uv_handle_t *)&drain_timer, NULL);
   for (i = 0; i < 3; i++) uv_close((uv_handle_t *)&sig_handles[i], NULL);
+  for (i = 0; i < nkills; i++) uv_close((uv_handle_t *)&kills[i].timer, NULL);
 }
 
 /* Signals every rank's process group (exited ranks too: what they started
@@ -269,17 +288,23 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal) {
   rk->running = 0;
   live--;
   uv_close((uv_handle_t *)p, NULL);
-  if ((status != 0 || term_signal != 0) && !stop_sig) {
+  if (rk->killed && term_signal == SIGKILL) {
+    msg("rank %d killed (--kill), as asked", rk->rank);
+  } else if ((status != 0 || term_signal != 0) && !stop_sig) {
     if (term_signal)
       msg("rank %d exited with status %d (signal %d: %s)", rk->rank,
           128 + term_signal, term_signal, strsignal(term_signal));
     else
       msg("rank %d exited with status %d", rk->rank, (int)status);
-    exit_code = term_signal ? 128 + term_signal : (int)(status & 0xff);
-    if (exit_code == 0) exit_code = 1;
-    if (live > 0)
-      msg("stopping the other %d rank%s", live, live == 1 ? "" : "s");
-    stop_all(SIGTERM);
+    if (exit_code == 0) {
+      exit_code = term_signal ? 128 + term_signal : (int)(status & 0xff);
+      if (exit_code == 0) exit_code = 1;
+    }
+    if (!keep_going) {
+      if (live > 0)
+        msg("stopping the other %d rank%s", live, live == 1 ? "" : "s");
+      stop_all(SIGTERM);
+    }
   }
   if (live == 0 && !stop_sig) {
     /* Every rank is done: whatever they left behind in their groups goes,
@@ -287,6 +312,15 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal) {
     stop_all(SIGTERM);
   }
   check_done();
+}
+
+static void on_kill_rank(uv_timer_t *t) {
+  rank_t *rk = &ranks[kills[(int)(uintptr_t)t->data].rank];
+  if (rk->running && !stop_sig) {
+    msg("killing rank %d (--kill)", rk->rank);
+    rk->killed = 1;
+    kill(-rk->pid, SIGKILL);
+  }
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -511,6 +545,26 @@ static int parse_count(const char *opt, const char *v, int min, int max) {
   return (int)x;
 }
 
+/* --kill R@SECONDS */
+static void parse_kill(const char *v) {
+  char *end;
+  double sec;
+  long r;
+  if (v == NULL) usage_error("--kill needs a value: RANK@SECONDS");
+  if (nkills == MAX_KILLS) usage_error("at most %d --kill options", MAX_KILLS);
+  errno = 0;
+  r = strtol(v, &end, 10);
+  if (end == v || *end != '@' || errno || r < 0 || r >= MAX_RANKS)
+    usage_error("--kill: '%s' is not RANK@SECONDS", v);
+  v = end + 1;
+  sec = strtod(v, &end);
+  if (end == v || *end != '\0' || !(sec >= 0 && sec <= 86400))
+    usage_error("--kill: '%s' is not a number of seconds in [0, 86400]", v);
+  kills[nkills].rank = (int)r;
+  kills[nkills].ms = (uint64_t)(sec * 1000.0 + 0.5);
+  nkills++;
+}
+
 /* "--name VALUE" or "--name=VALUE" (names: '-' or '_' alike). */
 static int opt_val(int argc, char **argv, int *i, const char *name,
                    const char **val) {
@@ -565,11 +619,20 @@ int main(int argc, char **argv) {
       prefix_on = 1;
     } else if (strcmp(a, "--no-prefix") == 0) {
       prefix_on = 0;
+    } else if (strcmp(a, "--keep-going") == 0) {
+      keep_going = 1;
+    } else if (opt_val(argc, argv, &i, "--kill", &v)) {
+      parse_kill(v);
+      keep_going = 1;
     } else {
       usage_error("unknown option '%s'", a);
     }
   }
   if (i >= argc) usage_error("no PROGRAM to run");
+  for (k = 0; k < nkills; k++)
+    if (kills[k].rank >= nranks)
+      usage_error("--kill: rank %d is outside a world of %d", kills[k].rank,
+                  nranks);
   nprog = argc - i;
 
   if ((r = find_program(argv[i])) != 0) {
@@ -608,6 +671,10 @@ int main(int argc, char **argv) {
     uv_signal_init(loop, &sig_handles[k]);
     uv_signal_start(&sig_handles[k], on_signal, sig_nums[k]);
   }
+  for (k = 0; k < nkills; k++) {
+    uv_timer_init(loop, &kills[k].timer);
+    kills[k].timer.data = (void *)(uintptr_t)k;
+  }
   timers_on = 1;
 
   ranks = xrealloc(NULL, sizeof(*ranks) * (size_t)nranks);
@@ -626,6 +693,8 @@ int main(int argc, char **argv) {
     }
   }
   if (live == 0) stop_all(SIGTERM); /* nothing started: let it wind down */
+  for (k = 0; k < nkills && !stop_sig; k++)
+    uv_timer_start(&kills[k].timer, on_kill_rank, kills[k].ms, 0);
   check_done();
   uv_run(loop, UV_RUN_DEFAULT);
   if (uv_loop_close(loop) != 0) msg("warning: handles left open at exit");
