@@ -53,7 +53,7 @@ endif
 CUDA_STAMP := $(BUILD)/cuda-mode
 $(shell mkdir -p $(BUILD) && (echo '$(CUDA_MODE)' | cmp -s - $(CUDA_STAMP) || echo '$(CUDA_MODE)' > $(CUDA_STAMP)))
 
-LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
+LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/diag/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
@@ -77,7 +77,9 @@ all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES)
 deps:
 	$(Q)./tools/deps.sh
 
-$(BUILD)/%.o: %.c $(HEADERS)
+# deps is order-only: with make -j on a fresh machine nothing compiles
+# before the headers it needs are installed.
+$(BUILD)/%.o: %.c $(HEADERS) | deps
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@

@@ -149,6 +149,10 @@ struct uvccl_work_s {
   /* in: per-operation timeout of collectives and point-to-point
    * operations; 0 = the group's. Left as set. */
   uint64_t timeout_ms;
+  /* in: a label for the flight recorder's entry of the operation started
+   * on this work (a training step, a request id; up to 31 bytes are
+   * kept), or NULL. Left as set. */
+  const char *tag;
   /* private */
   uv_loop_t *loop_;
   uvccl_work_cb cb_;
@@ -590,6 +594,11 @@ typedef struct {
    * $UVCCL_HEARTBEAT_TIMEOUT_MS, else 15 s; UINT64_MAX = no heartbeats
    * (failures are then seen when connections break, and at timeouts). */
   uint64_t heartbeat_timeout_ms;
+  /* Flight recorder (uvccl_trace_dump): the process's ring holds the last
+   * this many operations of all its groups. 0 = $UVCCL_TRACE_BUFFER_SIZE,
+   * else 2000; UVCCL_TRACE_OFF: this group's operations are not recorded.
+   * The ring is one per process: it grows to the largest size asked. */
+  uint32_t trace_buffer_size;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0
@@ -871,6 +880,33 @@ UVCCL_EXTERN int uvccl_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
 UVCCL_EXTERN int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
                                      const uvccl_buf_t *bufs, size_t nbufs,
                                      int root, uvccl_work_cb cb);
+
+/* ------------------------------------------------------------------------ */
+/* Flight recorder                                                          */
+
+/* Every process records the last operations of all its groups, TCP and
+ * NCCL (UVCCL_TRACE_BUFFER_SIZE entries, default 2000; 0 turns it off):
+ * group, sequence number (collectives and point-to-point counted apart),
+ * op, dtype, counts, root or peer, reduce op, work->tag, state (queued,
+ * started, completed, failed, timed_out, cancelled) with its times and
+ * error, and, for a pending TCP operation, the peers it still waits for.
+ * A dump is one JSON document (format "uvccl-flight-recorder", version 1:
+ * docs/trace-format.md). With UVCCL_TRACE_DIR set, every rank dumps there
+ * by itself when one of its operations times out or fails because of a
+ * peer (uvccl-trace.RANK.PID.json, at most every 200 ms). */
+#define UVCCL_TRACE_OFF UINT32_MAX
+
+/* Writes a dump to path (NULL: $UVCCL_TRACE_DIR/uvccl-trace.RANK.PID.json;
+ * UV_EINVAL when that is unset), through a temporary file renamed into
+ * place. loop: the loop the caller runs on, or NULL; pending operations of
+ * the groups on that loop also list the peers they wait for. reason is
+ * written into the dump ("requested" when NULL). Thread-safe; returns 0 or
+ * an error (the file's). */
+UVCCL_EXTERN int uvccl_trace_dump(uv_loop_t *loop, const char *path,
+                                  const char *reason);
+/* The same document in *json (malloc'ed, NUL-terminated; free() it). */
+UVCCL_EXTERN int uvccl_trace_json(uv_loop_t *loop, const char *reason,
+                                  char **json, size_t *len);
 
 /* ------------------------------------------------------------------------ */
 /* GPU                                                                      */

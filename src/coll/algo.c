@@ -268,6 +268,7 @@ int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbu
     return rc;
   }
   allreduce_build(s, sendbuf, recvbuf, count, NONE);
+  uvccl__sched_describe(s, -1, count, count, -1);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -318,6 +319,7 @@ int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
     uvccl__sop_dep(s, done, c);
     off += bufs[i].len;
   }
+  uvccl__sched_describe(s, -1, total / es, total / es, -1);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -411,6 +413,7 @@ static int reduce_scatter_common(uvccl_pg_t *pg, uvccl_work_t *work,
   }
   rc = uvccl__sched_set_op(s, dtype, op);
   if (rc == 0) rc = reduce_scatter_build(s, sendbuf, recvbuf, c);
+  uvccl__sched_describe(s, -1, total, c[g->rank], -1);
   uvccl__free(c);
   if (rc != 0) {
     uvccl__sched_free(s);
@@ -497,6 +500,7 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
     else
       bcast_chain(s, buf, n, root);
   }
+  uvccl__sched_describe(s, (int)dtype, count, count, root);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -578,6 +582,7 @@ int uvccl__host_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
     uvccl__sched_free(s);
     return rc;
   }
+  uvccl__sched_describe(s, -1, count, g->rank == root ? count : 0, root);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -693,6 +698,7 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
   s = rc == 0 ? uvccl__sched_new(g, "allgather", 0) : NULL;
   if (rc == 0 && s == NULL) rc = UV_ENOMEM;
   if (rc == 0) rc = uvccl__allgather_build(s, sendbuf, bufs, lens);
+  if (rc == 0) uvccl__sched_describe(s, (int)dtype, sendcount, total, -1);
   uvccl__free(bufs);
   uvccl__free(lens);
   if (rc != 0) {
@@ -748,6 +754,8 @@ int uvccl__host_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
   } else {
     send_segs(s, root, sendbuf, n);
   }
+  uvccl__sched_describe(s, (int)dtype, count,
+                        g->rank == root ? count * (size_t)g->size : 0, root);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -779,6 +787,9 @@ int uvccl__host_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
   } else {
     recv_segs(s, root, recvbuf, n);
   }
+  uvccl__sched_describe(s, (int)dtype,
+                        g->rank == root ? count * (size_t)g->size : 0, count,
+                        root);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -844,6 +855,7 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
     uvccl__sched_free(s);
     return rc;
   }
+  uvccl__sched_describe(s, (int)dtype, st, rt, -1);
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -953,6 +965,8 @@ int uvccl__host_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
   s = uvccl__sched_new(g, "send", 1);
   if (s == NULL) return UV_ENOMEM;
   uvccl__sop_send(s, dst, (uint32_t)tag, buf, len);
+  uvccl__sched_describe(s, -1, len, 0, -1);
+  s->desc.peer = dst;
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -968,6 +982,8 @@ int uvccl__host_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
   if (s == NULL) return UV_ENOMEM;
   uvccl__sop_recv(s, src, (uint32_t)tag, buf, len);
   s->finish = p2p_finish;
+  uvccl__sched_describe(s, -1, 0, len, -1);
+  s->desc.peer = src;
   return uvccl__sched_start(s, work, cb);
 }
 
@@ -995,5 +1011,13 @@ int uvccl__host_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_p2p_op_t *op
   }
   s->user = ops;
   s->finish = p2p_finish;
+  {
+    uint64_t in = 0, out = 0;
+    for (i = 0; i < nops; i++) {
+      if (ops[i].is_send) in += ops[i].len;
+      else out += ops[i].len;
+    }
+    uvccl__sched_describe(s, -1, in, out, -1);
+  }
   return uvccl__sched_start(s, work, cb);
 }

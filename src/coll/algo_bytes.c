@@ -146,6 +146,7 @@ int uvccl__host_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *
   if (root < 0 || root >= g->size) return UV_EINVAL;
   if (g->rank == root && len > 0 && buf == NULL) return UV_EINVAL;
   s = uvccl__sched_new(g, "broadcast_bytes", 0);
+  if (s != NULL) uvccl__sched_describe(s, -1, len, 0, root);
   if (s == NULL) return UV_ENOMEM;
   b = bytes_new(s, 1);
   if (b == NULL) {
@@ -191,6 +192,7 @@ int uvccl__host_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *
   P = g->size;
   r = g->rank;
   s = uvccl__sched_new(g, "allgather_bytes", 0);
+  if (s != NULL) uvccl__sched_describe(s, -1, len, 0, -1);
   if (s == NULL) return UV_ENOMEM;
   b = bytes_new(s, P);
   if (b == NULL) {
@@ -242,6 +244,7 @@ int uvccl__host_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf
   if (root < 0 || root >= g->size || (len > 0 && buf == NULL))
     return UV_EINVAL;
   s = uvccl__sched_new(g, "gather_bytes", 0);
+  if (s != NULL) uvccl__sched_describe(s, -1, len, 0, root);
   if (s == NULL) return UV_ENOMEM;
   b = bytes_new(s, g->size);
   if (b == NULL) {
@@ -309,6 +312,13 @@ int uvccl__host_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
   }
   s = uvccl__sched_new(g, "scatter_bytes", 0);
   if (s == NULL) return UV_ENOMEM;
+  if (g->rank == root) {
+    uint64_t total = 0;
+    for (i = 0; i < g->size; i++) total += bufs[i].len;
+    uvccl__sched_describe(s, -1, total, 0, root);
+  } else {
+    uvccl__sched_describe(s, -1, 0, 0, root);
+  }
   b = bytes_new(s, g->size);
   if (b == NULL) {
     uvccl__sched_free(s);

@@ -28,13 +28,44 @@ group_t *uvccl__group_new(net_t *net, int rank, int size) {
   return g;
 }
 
+/* A pending operation's peers it still waits for (the flight recorder
+ * asks on the group's loop thread): the group ranks its active receives
+ * expect. */
+static int group_waiting(void *ctx, uint64_t id, int *ranks, int max) {
+  group_t *g = ctx;
+  sched_t *s;
+  uint32_t i;
+  int n = 0, k;
+  for (s = g->pend_head; s != NULL; s = s->next) {
+    if (s->fid != id) continue;
+    for (i = 0; i < s->nops && n < max; i++) {
+      const sop_t *op = &s->ops[i];
+      int r;
+      if (op->state != SOP_ACTIVE ||
+          (op->type != SOP_RECV && op->type != SOP_RECV_RED))
+        continue;
+      r = op->peer >= 0 ? g->inv[op->peer] : -1; /* -1: any source */
+      for (k = 0; k < n && ranks[k] != r; k++) {
+      }
+      if (k == n) ranks[n++] = r;
+    }
+    break;
+  }
+  return n;
+}
+
 void uvccl__group_register(group_t *g) {
   g->next = g->net->groups;
   g->net->groups = g;
+  g->fg = uvccl__flight_group_add("tcp", g->trace_name, g->gid, g->rank,
+                                  g->size, g->ranks, g->trace_size,
+                                  g->net->loop, group_waiting, g);
 }
 
 void uvccl__group_unregister(group_t *g) {
   group_t **pp;
+  uvccl__flight_group_remove(g->fg);
+  g->fg = NULL;
   for (pp = &g->net->groups; *pp != NULL; pp = &(*pp)->next)
     if (*pp == g) {
       *pp = g->next;
@@ -75,7 +106,8 @@ uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color) {
 }
 
 int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
-                            const int *ranks, int n, const char *tag) {
+                            const int *ranks, int n, const char *tag,
+                            const char *kind) {
   net_t *net = parent->net;
   group_t *g;
   int i, me = -1;
@@ -103,6 +135,9 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   g->small_max = parent->small_max;
   g->segment = parent->segment;
   if (tag != NULL) g->tag = uvccl__strdup(tag);
+  g->trace_size = parent->trace_size;
+  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
+           tag != NULL ? tag : kind);
   uvccl__group_register(g);
   pg->loop = net->loop;
   pg->rank = me;

@@ -17,6 +17,7 @@
 #include "../loop/internal.h"
 #include "reduce.h"
 #include "live.h"
+#include "../diag/flight.h"
 
 #include <string.h>
 
@@ -158,6 +159,8 @@ struct sched_s {
   int (*finish)(sched_t *s); /* runs before the work completes (ok);
                                 nonzero fails the work with that code */
   void (*release)(sched_t *s); /* frees user */
+  uvccl__fdesc_t desc;   /* what the flight recorder says of it */
+  uint64_t fid;          /* its flight recorder entry (0: none) */
   sched_t *next;         /* group's pending list, in start order */
   sched_t *prev;
   sched_t *free_next;
@@ -246,6 +249,7 @@ struct peer_s {
   peer_t *next_pending;  /* net's accepted-but-unnamed list */
   int nclosing;          /* unnamed peers: handles still closing */
   int left;              /* said BYE: its EOF is a clean leave */
+  int left_applied;      /* ... and the monitor confirmed it (groups told) */
   unsigned char bye_hdr[UVCCL__FRAME_HDR];
   uvccl__wreq_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
@@ -348,6 +352,12 @@ struct group_s {
   struct uvccl__stager_s *stager; /* GPU buffers: staging (stage.c) */
   /* pg.c's: the last schedule of a group being destroyed is gone */
   void (*on_sched_gone)(group_t *g);
+  /* Flight recorder: the group's record (NULL: not recorded), its
+   * point-to-point count, and what it registers with. */
+  uvccl__fgroup_t *fg;
+  uint32_t p2p_seq;
+  uint32_t trace_size;    /* the option (children inherit it) */
+  char trace_name[64];    /* world: the store prefix; else set by kind */
 };
 
 
@@ -470,6 +480,10 @@ uint32_t uvccl__sop_nop(sched_t *s);
 void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 /* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */
 void *uvccl__sched_tmp(sched_t *s, size_t len);
+/* What the flight recorder says of s: dtype (-1: none, or already set by
+ * set_op), element counts in and out, root (group rank or -1). */
+void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
+                           uint64_t count_out, int root);
 /* Checks the reduce op and sets the kernel and final scaling. */
 int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op);
 /* Starts the schedule on work (work must not be pending). Returns 0 or an
@@ -571,9 +585,12 @@ void uvccl__group_register(group_t *g);
 void uvccl__group_unregister(group_t *g);
 void uvccl__group_free(group_t *g);
 /* A subgroup of parent with these parent ranks (find-or-create tag may be
- * NULL); UVCCL_ENOTMEMBER when this rank is not one of them. */
+ * NULL; kind names it in the flight recorder when there is no tag:
+ * "new_group", "split", "shrink"); UVCCL_ENOTMEMBER when this rank is not
+ * one of them. */
 int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
-                            const int *ranks, int n, const char *tag);
+                            const int *ranks, int n, const char *tag,
+                            const char *kind);
 /* The id every member computes for a child of parent. */
 uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
 

@@ -577,6 +577,7 @@ static void on_connect(uv_connect_t *req, int status) {
   uvccl__live_t *l = k->l;
   wire_hello_t hw;
   if (l->closing || k->state != LK_CONNECTING) return;
+  if (status == 0 && uvccl__tcp_is_self(&k->tcp)) status = UV_ECONNREFUSED;
   if (status < 0) {
     if (uvccl__now_ms() < k->deadline && status != UV_ECANCELED) {
       connect_retry(k);

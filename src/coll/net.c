@@ -89,11 +89,13 @@ group_t *uvccl__net_group(net_t *net, uint32_t gid) {
 
 /* The connection to r broke and the monitor has not yet said who failed
  * first: work involving r waits for that verdict (which fails it with the
- * right culprit) instead of failing now with whatever the socket said. */
+ * right culprit) instead of failing now with whatever the socket said.
+ * The same for a rank that left: it may have left because a third rank
+ * failed, which the monitor tells before it confirms the leave. */
 static int awaiting_verdict(net_t *net, int r) {
   peer_t *p = net->peers[r];
   return net->live != NULL && !net->fenced && !net->closing && p != NULL &&
-         p->state == PEER_DEAD && !p->left && net->fails[r].rank < 0;
+         p->state == PEER_DEAD && !p->left_applied && net->fails[r].rank < 0;
 }
 
 int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
@@ -350,6 +352,7 @@ static void on_connect(uv_connect_t *req, int status) {
   int rc;
 
   if (net->closing || p->state != PEER_CONNECTING) return;
+  if (status == 0 && uvccl__tcp_is_self(&p->tcp)) status = UV_ECONNREFUSED;
   if (status < 0) {
     /* Until the deadline, a refused or unreachable peer is one that has
      * not started listening yet: try again with backoff (10 ms .. 1 s). */
@@ -1199,6 +1202,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f);
 static void net_apply_left(net_t *net, int r) {
   group_t *g;
   char msg[200];
+  if (net->peers[r] != NULL) net->peers[r]->left_applied = 1;
   for (g = net->groups; g != NULL; g = g->next) {
     if (g->inv[r] < 0) continue;
     snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",

@@ -119,6 +119,7 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   b->g->broken = 1;
   b->g->broken_err = err;
   snprintf(b->g->broken_msg, sizeof(b->g->broken_msg), "%s", msg);
+  uvccl__flight_group_broken(b->g->fg, err, msg);
   net = b->g->net;
   net->mesh_cb = NULL; /* b goes: nothing may call back with it */
   net->mesh_arg = NULL;
@@ -437,6 +438,9 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   g->gid = 1;
   g->pg = pg;
   apply_options(g, o);
+  g->trace_size = o->trace_buffer_size;
+  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
   b->g = g;
   b->pg = pg;
   b->store = store;
@@ -752,7 +756,8 @@ int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
       }
     }
   }
-  return uvccl__group_make_child(p, pg, gid, ranks, nranks, tag);
+  return uvccl__group_make_child(p, pg, gid, ranks, nranks, tag,
+                                 "new_group");
 }
 
 int uvccl_pg_global_rank(const uvccl_pg_t *pg, int group_rank) {
@@ -841,8 +846,7 @@ static int split_finish(sched_t *s) {
   }
   rc = uvccl__group_make_child(p, sp->pg,
                                uvccl__child_gid(p->gid, sp->counter, color),
-                               ranks, n,
-                  NULL);
+                               ranks, n, NULL, "split");
   uvccl__free(ranks);
   return rc;
 }

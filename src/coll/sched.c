@@ -52,7 +52,19 @@ sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
   s->p2p = p2p;
   s->esize = 1;
   s->scale = 1.0;
+  s->desc.op = name;
+  s->desc.p2p = p2p;
+  s->desc.root = -1;
+  s->desc.peer = -1;
   return s;
+}
+
+void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
+                           uint64_t count_out, int root) {
+  if (dtype >= 0) s->desc.dtype = uvccl_dtype_name((uvccl_dtype_t)dtype);
+  s->desc.count_in = count_in;
+  s->desc.count_out = count_out;
+  s->desc.root = root;
 }
 
 static void sched_destroy(sched_t *s) {
@@ -251,6 +263,8 @@ int uvccl__sched_set_op(sched_t *s, uvccl_dtype_t dtype, uvccl_redop_t op) {
   s->dtype = dtype;
   s->op = base;
   s->esize = uvccl_dtype_size(dtype);
+  s->desc.dtype = uvccl_dtype_name(dtype);
+  s->desc.redop = uvccl_redop_name(base);
   if (base == UVCCL_AVG) s->divisor = g->size;
   return 0;
 }
@@ -323,11 +337,18 @@ static void sched_complete(sched_t *s, int status) {
   s->completed = 1;
   if (status == 0 && s->finish != NULL) {
     int rc = s->finish(s);
-    if (rc != 0 && uvccl__work_is_live(s->w))
+    if (rc != 0 && uvccl__work_is_live(s->w)) {
       uvccl__work_fail(s->w, rc, "%s: %s", s->name, uvccl_strerror(rc));
+      status = rc;
+    }
   }
   if (status == 0) uvccl__work_complete(s->w, 0);
   /* (failures were completed with their message by sched_fail) */
+  if (s->fid != 0) {
+    uvccl__flight_end(g->fg, s->fid, status, s->w->msg);
+    if (status != 0 && status != UV_ECANCELED)
+      uvccl__flight_dump_on_error(NULL, s->w->msg);
+  }
   group_unlink(g, s);
   if (net->inflight > 0) net->inflight--;
   if (s->nwriting == 0) uvccl__sched_free(s);
@@ -558,6 +579,11 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     return rc;
   }
   if (!s->p2p) s->seq = g->seq++;
+  if (g->fg != NULL) {
+    s->desc.tag = w->tag;
+    s->fid = uvccl__flight_begin(g->fg, s->p2p ? g->p2p_seq++ : s->seq,
+                                 &s->desc, 1);
+  }
   s->w = w;
   s->remaining = s->nops;
   s->prev = g->pend_tail;
@@ -609,6 +635,7 @@ static void sched_break_group(sched_t *s, const char *msg) {
   g->broken = 1;
   g->broken_err = s->fail_status ? s->fail_status : UVCCL_EPEER;
   snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+  uvccl__flight_group_broken(g->fg, g->broken_err, msg);
   uvccl__net_forget_group(g->net, g->gid);
 }
 
@@ -685,6 +712,76 @@ void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...) {
   s->failing = 1;
 }
 
+/* "30 s", "1.5 s", "250 ms" */
+static void fmt_duration(uint64_t ms, char *buf, size_t len) {
+  if (ms < 1000)
+    snprintf(buf, len, "%llu ms", (unsigned long long)ms);
+  else if (ms % 1000 == 0)
+    snprintf(buf, len, "%llu s", (unsigned long long)(ms / 1000));
+  else
+    snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
+}
+
+/* Why a schedule is stuck, as far as this rank can know: the peers whose
+ * messages have not (fully) arrived, with the step (the message's tag in
+ * the schedule) and how much of it came; else the peers still taking
+ * what it sends; else its own local steps. */
+static void timeout_why(sched_t *s, char *buf, size_t len) {
+  net_t *net = s->g->net;
+  size_t off = 0;
+  int peers[4], n = 0, more = 0, k;
+  uint32_t i;
+  buf[0] = '\0';
+  for (i = 0; i < s->nops; i++) {
+    const sop_t *op = &s->ops[i];
+    if (op->state != SOP_ACTIVE ||
+        (op->type != SOP_RECV && op->type != SOP_RECV_RED))
+      continue;
+    for (k = 0; k < n && peers[k] != op->peer; k++) {
+    }
+    if (k < n) continue;
+    if (n == 4) {
+      more++;
+      continue;
+    }
+    peers[n++] = op->peer;
+    if (op->peer < 0) {
+      off += (size_t)snprintf(buf + off, len - off, "%sa message from any "
+                              "rank (tag %u)", n > 1 ? "; " : "waiting for ",
+                              op->tag);
+    } else {
+      char step[32];
+      if (s->p2p)
+        snprintf(step, sizeof(step), "tag %u", op->tag);
+      else if (op->tag == 0xffff) /* the algorithms' "final result" */
+        snprintf(step, sizeof(step), "the result");
+      else
+        snprintf(step, sizeof(step), "step %u", op->tag);
+      off += (size_t)snprintf(
+          buf + off, len - off, "%srank %d (%s), which has not sent %s "
+          "(%llu of %zu bytes arrived)", n > 1 ? "; " : "waiting for ",
+          s->g->inv[op->peer], uvccl__net_addr(net, op->peer), step,
+          (unsigned long long)op->got, op->len);
+    }
+    if (off >= len) return;
+  }
+  if (more > 0) {
+    snprintf(buf + off, len - off, "; and %d more rank%s", more,
+             more > 1 ? "s" : "");
+    return;
+  }
+  if (n > 0) return;
+  for (i = 0; i < s->nops; i++) {
+    const sop_t *op = &s->ops[i];
+    if (op->state != SOP_ACTIVE || op->type != SOP_SEND) continue;
+    snprintf(buf, len, "waiting for rank %d (%s) to take step %u of %zu "
+             "bytes (it is not reading)", s->g->inv[op->peer],
+             uvccl__net_addr(net, op->peer), op->tag, op->len);
+    return;
+  }
+  snprintf(buf, len, "no peer is awaited (its own steps are still running)");
+}
+
 /* The work timed out or was cancelled. */
 static void sched_abandon(uvccl_work_t *w, int status) {
   sched_t *s = w->owner_;
@@ -722,20 +819,20 @@ static void sched_abandon(uvccl_work_t *w, int status) {
                               uvccl__net_addr(net, op->peer));
       n++;
     }
-    uvccl__work_fail(w, status, "%s timed out after %llu ms: rank%s %s did "
-                     "not arrive", s->name,
+    uvccl__work_fail(w, status, "%s (group \"%s\") timed out after %llu ms: "
+                     "rank%s %s did not arrive", s->name, s->g->trace_name,
                      (unsigned long long)w->timeout_ms_, n > 1 ? "s" : "",
                      list);
   } else if (status == UV_ETIMEDOUT) {
-    if (waiting >= 0)
-      uvccl__work_fail(w, status,
-                       "%s (seq %u) timed out after %llu ms waiting for rank "
-                       "%d (%s)",
-                       s->name, s->seq, (unsigned long long)w->timeout_ms_,
-                       s->g->inv[waiting], uvccl__net_addr(net, waiting));
+    char why[UVCCL_WORK_MSG_LEN], dur[32];
+    timeout_why(s, why, sizeof(why));
+    fmt_duration(w->timeout_ms_, dur, sizeof(dur));
+    if (s->p2p)
+      uvccl__work_fail(w, status, "%s (group \"%s\") timed out after %s: "
+                       "%s", s->name, s->g->trace_name, dur, why);
     else
-      uvccl__work_fail(w, status, "%s (seq %u) timed out after %llu ms",
-                       s->name, s->seq, (unsigned long long)w->timeout_ms_);
+      uvccl__work_fail(w, status, "%s #%u (group \"%s\") timed out after "
+                       "%s: %s", s->name, s->seq, s->g->trace_name, dur, why);
   }
   s->status = status;
   s->fail_status = status;
@@ -796,6 +893,7 @@ void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
     g->broken = 1;
     g->broken_err = err;
     snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+    uvccl__flight_group_broken(g->fg, err, msg);
     if (culprit != NULL) g->culprit = *culprit;
     else g->culprit.rank = -1;
     uvccl__net_forget_group(g->net, g->gid);

@@ -221,7 +221,7 @@ static void agree_complete(agree_t *a) {
   rc = uvccl__group_make_child(a->g, a->newpg,
                                uvccl__child_gid(a->gid, 0x40000000u | a->epoch,
                                                 0x5348),
-                               keep, n, NULL);
+                               keep, n, NULL, "shrink");
   uvccl__free(keep);
   if (rc != 0) {
     agree_finish(a, rc, "shrink: making the new group: %s",

@@ -171,6 +171,11 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt);
  * whose peer must be found gone within about timeout_ms (0: leave the
  * socket alone). */
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
+/* Nonzero when a connection to a local port nobody listens on met itself
+ * (TCP simultaneous open: the kernel picked the destination port as the
+ * source port). It is then no peer at all: callers treat it as refused,
+ * else a client would read its own request as the answer. */
+int uvccl__tcp_is_self(const uv_tcp_t *tcp);
 
 /* ---- Allocation ---------------------------------------------------------- */
 void *uvccl__malloc(size_t n);

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 uint64_t uvccl__heartbeat_timeout(uint64_t opt) {
@@ -18,6 +19,15 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt) {
     if (*end == '\0') return (uint64_t)x; /* 0 = off */
   }
   return UVCCL__HEARTBEAT_DEFAULT_MS;
+}
+
+int uvccl__tcp_is_self(const uv_tcp_t *tcp) {
+  struct sockaddr_storage a, b;
+  int la = sizeof(a), lb = sizeof(b);
+  if (uv_tcp_getsockname(tcp, (struct sockaddr *)&a, &la) != 0 ||
+      uv_tcp_getpeername(tcp, (struct sockaddr *)&b, &lb) != 0)
+    return 0;
+  return la == lb && memcmp(&a, &b, (size_t)la) == 0;
 }
 
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {

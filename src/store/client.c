@@ -664,6 +664,7 @@ static void client_on_connect(uv_connect_t *req, int status) {
   uvccl__store_req_t q = {0};
   inflight_t e = {0};
   if (c->state != ST_CONNECTING) return; /* closing */
+  if (status == 0 && uvccl__tcp_is_self(&c->tcp)) status = UV_ECONNREFUSED;
   if (status < 0) {
     c->last_err = status;
     client_drop_tcp(c);
