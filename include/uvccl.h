@@ -60,7 +60,8 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(ENOMEM_STORE, -20014, "store memory limit reached")                      \
   XX(ENCCL, -20015, "NCCL error")                                              \
   XX(ECUDA, -20016, "CUDA error")                                              \
-  XX(EREVOKED, -20017, "the group was revoked")
+  XX(EREVOKED, -20017, "the group was revoked")                                \
+  XX(EMISMATCH, -20018, "ranks called mismatched collectives")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -599,6 +600,13 @@ typedef struct {
    * else 2000; UVCCL_TRACE_OFF: this group's operations are not recorded.
    * The ring is one per process: it grows to the largest size asked. */
   uint32_t trace_buffer_size;
+  /* Fingerprint checks: before each collective the members check that they
+   * agree on what they call (sequence number, op, dtype, reduce op, root,
+   * counts); a mismatch fails it on every member with UVCCL_EMISMATCH and a
+   * message naming both sides, instead of a hang or wrong data. Costs one
+   * small message to every other member per collective. 1 on, -1 off,
+   * 0 = on when $UVCCL_DEBUG is "detail". Subgroups inherit it. */
+  int fingerprint_check;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0

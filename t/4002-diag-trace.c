@@ -88,6 +88,11 @@ static int rank_main(void) {
   if (!(strcmp(c, "skip") == 0 && R == 2)) {
     rc = finish_work(&cb, rc, 8000);
     rep(rc != HANG, "ended", "collective #3 ended: %s %s", ename(rc), w.msg);
+    val("status", rc);
+    if (strcmp(c, "none") == 0) {
+      for (i = 0; i < 4; i++) bad += out[i] != 6.0f;
+      rep(rc == 0 && bad == 0, "values", "#3: %s, %d wrong", ename(rc), bad);
+    }
   }
   rc = uvccl_trace_dump(&loop, NULL, "test end");
   rep(rc == 0, "dumped", "uvccl_trace_dump: %s", ename(rc));
@@ -144,19 +149,22 @@ static const uvccl__json_t *world_group(const uvccl__json_t *v) {
   return NULL;
 }
 
-static void scenario(const char *c) {
-  static char e_case[64], e_dir[320];
+static void scenario(const char *c, int detail) {
+  static char e_case[64], e_dir[320], e_debug[64];
   static const int two[] = {2}, others[] = {0, 1, 3};
   proc_t ps[4];
-  char cmd[512], *out = malloc(1 << 20), err[128];
+  char cmd[512], *out = malloc(1 << 20), err[128], lab[64];
   uvccl__json_t *v = NULL;
   const uvccl__json_t *g, *mm, *st;
   int r, okr = 1, rc, good;
   clean_dir();
+  snprintf(lab, sizeof(lab), "%s%s", c, detail ? " (fingerprints)" : "");
   snprintf(e_case, sizeof(e_case), "T_CASE=%s", c);
   snprintf(e_dir, sizeof(e_dir), "UVCCL_TRACE_DIR=%s", dir);
+  snprintf(e_debug, sizeof(e_debug), "UVCCL_DEBUG=%s", detail ? "detail" : "");
   putenv(e_case);
   putenv(e_dir);
+  putenv(e_debug);
   spawn_world(ps, 4, "trace", 0);
   finish_all(ps, 4, 40);
   for (r = 0; r < 4; r++) {
@@ -166,15 +174,51 @@ static void scenario(const char *c) {
     okr &= ps[r].exited && ps[r].status == 0 && okv == 1;
     find_check(ps, 4, r, "good", &okv, det, sizeof(det));
     okr &= okv == 1;
+    if (strcmp(c, "none") == 0) {
+      find_check(ps, 4, r, "values", &okv, det, sizeof(det));
+      okr &= okv == 1;
+    }
   }
   if (!ok(okr, "%s: every rank ran 3 good allreduces, got through #3 "
-          "(an error or not, no crash or hang), dumped and exited 0", c))
+          "(%s), dumped and exited 0", lab,
+          strcmp(c, "none") == 0 ? "with the right sums"
+                                 : "an error or not, no crash or hang"))
     dump_procs(ps, 4);
   for (r = 0; r < 4; r++) {
     int okv;
     char det[512];
     find_check(ps, 4, r, "ended", &okv, det, sizeof(det));
-    if (okv >= 0) note("%s: rank %d: %s", c, r, det);
+    if (okv >= 0 && strcmp(c, "none") != 0) note("%s: rank %d: %s", lab, r, det);
+  }
+  if (detail && strcmp(c, "none") != 0) {
+    /* every member that called #3 fails it, naming both sides */
+    int all = 1;
+    for (r = 0; r < 4; r++) {
+      int okv;
+      char det[512];
+      double st2 = 0;
+      if (strcmp(c, "skip") == 0 && r == 2) continue;
+      find_check(ps, 4, r, "ended", &okv, det, sizeof(det));
+      if (strcmp(c, "skip") == 0) {
+        all &= find_val(ps, 4, r, "status", &st2) &&
+               (st2 == UV_ETIMEDOUT || st2 == UVCCL_EPEER);
+        /* the ones that timed out wait for a fingerprint */
+        if (st2 == UV_ETIMEDOUT)
+          all &= strstr(det, "which has not sent its fingerprint") != NULL;
+      } else {
+        all &= find_val(ps, 4, r, "status", &st2) && st2 == UVCCL_EMISMATCH &&
+               strstr(det, "ranks disagree: ") != NULL &&
+               strstr(det, r == 2 ? "rank 2 called " : "ranks 0,1,3 called ")
+                   != NULL &&
+               strstr(det, r == 2 ? "ranks 0,1,3 called " : "rank 2 called ")
+                   != NULL;
+      }
+    }
+    ok(all, "%s: %s", lab, strcmp(c, "skip") == 0
+       ? "ranks 0, 1, 3 time out waiting for rank 2's fingerprint (or hear "
+         "of that timeout)"
+       : "every rank fails #3 with UVCCL_EMISMATCH, naming rank 2 against "
+         "ranks 0, 1, 3 and both descriptions");
   }
   snprintf(cmd, sizeof(cmd), "%s --json %s", TRACE, dir);
   rc = run_cmd(cmd, out, 1 << 20);
@@ -191,8 +235,8 @@ static void scenario(const char *c) {
            mm != NULL && mm->type == UVCCL__J_NULL && st != NULL &&
            st->type == UVCCL__J_NULL &&
            uvccl__json_len(uvccl__json_get(v, "dumps")) == 4;
-    ok(good, "none: 4 dumps, no culprit, nothing stuck, no mismatch, exit "
-       "status 1");
+    ok(good, "%s: 4 dumps, no culprit, nothing stuck, no mismatch, exit "
+       "status 1", lab);
   } else if (strcmp(c, "skip") == 0) {
     good = rc == 0 && ranks_are(uvccl__json_get(v, "culprits"), two, 1) &&
            uvccl__json_get_int(st, "seq", -1) == 3 &&
@@ -201,8 +245,8 @@ static void scenario(const char *c) {
            strcmp(uvccl__json_get_str(g, "why", ""), "not_entered") == 0 &&
            strcmp(uvccl__json_get_str(uvccl__json_get(st, "called"), "op",
                                       ""), "allreduce") == 0;
-    ok(good, "skip: culprit rank 2, which never entered allreduce #3 that "
-       "ranks 0, 1, 3 entered; exit status 0");
+    ok(good, "%s: culprit rank 2, which never entered allreduce #3 that "
+       "ranks 0, 1, 3 entered; exit status 0", lab);
   } else {
     const uvccl__json_t *a = uvccl__json_get(mm, "a"),
                         *b = uvccl__json_get(mm, "b");
@@ -225,7 +269,7 @@ static void scenario(const char *c) {
       good &= uvccl__json_get_int(ca, "root", -1) == 0 &&
               uvccl__json_get_int(cb2, "root", -1) == 1;
     ok(good, "%s: culprit rank 2, alone on its side of the mismatch at #3, "
-       "both descriptions right; exit status 0", c);
+       "both descriptions right; exit status 0", lab);
   }
   if (!good) diag("exit %d: %s", rc, out);
   /* the text verdict says the same */
@@ -238,9 +282,9 @@ static void scenario(const char *c) {
            strstr(out, strcmp(c, "skip") == 0 ? "never entered by rank 2"
                                               : "mismatch at collective #3")
                != NULL;
-  if (!ok(good, "%s: the text verdict too (exit %d)", c, rc))
+  if (!ok(good, "%s: the text verdict too (exit %d)", lab, rc))
     diag("%s", out);
-  else if (strcmp(c, "size") == 0 || strcmp(c, "skip") == 0)
+  else if (!detail && (strcmp(c, "size") == 0 || strcmp(c, "skip") == 0))
     note("%s", out);
   uvccl__json_free(v);
   procs_free(ps, 4);
@@ -262,8 +306,9 @@ int main(void) {
   atexit(kill_live);
   snprintf(dir, sizeof(dir), "/tmp/uvccl-t4002.XXXXXX");
   if (mkdtemp(dir) == NULL) skip_all("mkdtemp failed");
-  plan(6 * 3 + 3);
-  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) scenario(cases[i]);
+  plan(6 * 3 * 2 + 5 + 3);
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) scenario(cases[i], 0);
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) scenario(cases[i], 1);
   /* errors: no dumps, a file that is not a dump, usage */
   clean_dir();
   ok(run_cmd(TRACE " /tmp/uvccl-t4002-none 2>&1", out, sizeof(out)) == 2,

@@ -136,6 +136,7 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   g->segment = parent->segment;
   if (tag != NULL) g->tag = uvccl__strdup(tag);
   g->trace_size = parent->trace_size;
+  g->fp_check = parent->fp_check;
   snprintf(g->trace_name, sizeof(g->trace_name), "%s",
            tag != NULL ? tag : kind);
   uvccl__group_register(g);

@@ -18,6 +18,7 @@
 #include "reduce.h"
 #include "live.h"
 #include "../diag/flight.h"
+#include "../diag/fingerprint.h"
 
 #include <string.h>
 
@@ -160,6 +161,7 @@ struct sched_s {
                                 nonzero fails the work with that code */
   void (*release)(sched_t *s); /* frees user */
   uvccl__fdesc_t desc;   /* what the flight recorder says of it */
+  uvccl__fp_t *fps;      /* fingerprint checks: every member's (size) */
   uint64_t fid;          /* its flight recorder entry (0: none) */
   sched_t *next;         /* group's pending list, in start order */
   sched_t *prev;
@@ -357,6 +359,8 @@ struct group_s {
   uvccl__fgroup_t *fg;
   uint32_t p2p_seq;
   uint32_t trace_size;    /* the option (children inherit it) */
+  int fp_check;           /* members compare fingerprints before each
+                             collective (children inherit it) */
   char trace_name[64];    /* world: the store prefix; else set by kind */
 };
 
@@ -599,6 +603,9 @@ uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
 
 /* ---- tuning defaults -------------------------------------------------------- */
 #define UVCCL__SMALL_MAX (64u * 1024)
+/* The tag of the fingerprint messages (fingerprint checks): no algorithm
+ * uses it. */
+#define UVCCL__FP_TAG 0xfff0u
 #define UVCCL__SEGMENT (512u * 1024)
 #define UVCCL__RBUF (256u * 1024)
 /* Bytes read at a frame boundary (header plus the start of the payload). */

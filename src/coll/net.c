@@ -617,7 +617,7 @@ static int frame_misfit(peer_t *p, sop_t *op, uint64_t len, uint32_t tag) {
              "were expected (mismatched collective or arguments across "
              "ranks?)", op->s->name, g->inv[p->rank], p->addrstr,
              (unsigned long long)len, op->len);
-    p->net->up->op_fail(op->s, UVCCL_EPROTO, msg);
+    p->net->up->op_fail(op->s, UVCCL_EMISMATCH, msg);
     return 1;
   }
   return 0;

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 
 /* ---- small utilities ------------------------------------------------------ */
 
@@ -62,6 +63,12 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
   if (busy == 0) busy = env_u64("UVCCL_BUSY_POLL_US");
   if (busy == UINT32_MAX) busy = 0;
   g->busy_us = busy > 10000000 ? 10000000 : (uint32_t)busy;
+  if (o != NULL && o->fingerprint_check != 0) {
+    g->fp_check = o->fingerprint_check > 0;
+  } else {
+    const char *d = getenv("UVCCL_DEBUG");
+    g->fp_check = d != NULL && strcasecmp(d, "detail") == 0;
+  }
   if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
   if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
 }

@@ -68,6 +68,7 @@ void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
 }
 
 static void sched_destroy(sched_t *s) {
+  uvccl__free(s->fps);
   uvccl__free(s->ops);
   uvccl__free(s->edges);
   uvccl__free(s->succ);
@@ -84,6 +85,8 @@ void uvccl__sched_free(sched_t *s) {
   if (s->release) s->release(s);
   s->release = NULL;
   s->user = NULL;
+  uvccl__free(s->fps); /* debug mode only: not kept with the schedule */
+  s->fps = NULL;
   for (x = g->free_scheds; x != NULL; x = x->free_next) n++;
   g->nsched--;
   if (n >= FREE_SCHEDS_MAX || g->destroying || s->tmpcap > (64u << 20)) {
@@ -532,6 +535,74 @@ static int sched_link(sched_t *s) {
   return 0;
 }
 
+/* ---- fingerprint checks -------------------------------------------------- */
+
+/* Compares every member's fingerprint with this rank's: on a mismatch the
+ * collective fails on every member (each has them all) with both sides
+ * named, before any of its data moves. */
+static int fp_compare(sched_t *s, sop_t *op) {
+  group_t *g = s->g;
+  const uvccl__fp_t *mine = &s->fps[g->rank];
+  char a[80], b[80], ra[48], rb[48];
+  size_t oa = 0, ob = 0;
+  int r, first_b = -1, na = 0, nb = 0;
+  (void)op;
+  ra[0] = rb[0] = '\0';
+  for (r = 0; r < g->size; r++) {
+    int same = uvccl__fp_same(mine, &s->fps[r]);
+    char *list = same ? ra : rb;
+    size_t *off = same ? &oa : &ob;
+    int *n = same ? &na : &nb;
+    if (!same && first_b < 0) first_b = r;
+    if (*n < 6 && *off < sizeof(ra))
+      *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, "%s%d",
+                               *n ? "," : "", r);
+    else if (*n == 6 && *off < sizeof(ra))
+      *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, ",...");
+    (*n)++;
+  }
+  if (first_b < 0) return 0;
+  uvccl__fp_format(mine, a, sizeof(a));
+  uvccl__fp_format(&s->fps[first_b], b, sizeof(b));
+  uvccl__sched_fail(s, UVCCL_EMISMATCH, "%s #%u: ranks disagree: rank%s %s "
+                    "called %s; rank%s %s called %s", s->name, s->seq,
+                    na > 1 ? "s" : "", ra, a, nb > 1 ? "s" : "", rb, b);
+  return UVCCL_EMISMATCH;
+}
+
+/* Before the collective's own steps: send this rank's fingerprint to every
+ * other member, receive theirs, compare. O(size) small messages: a
+ * debugging aid, as c10d's TORCH_DISTRIBUTED_DEBUG=DETAIL. */
+static int fp_prelude(sched_t *s) {
+  group_t *g = s->g;
+  uint32_t n0 = s->nops, i, cmp;
+  uint8_t *has_pred;
+  int r;
+  s->fps = uvccl__calloc((size_t)g->size, sizeof(*s->fps));
+  has_pred = uvccl__calloc(n0 ? n0 : 1, 1);
+  if (s->fps == NULL || has_pred == NULL) {
+    uvccl__free(has_pred);
+    return UV_ENOMEM;
+  }
+  /* the sequence number it is about to get (uvccl__sched_start) */
+  uvccl__fp_make(&s->fps[g->rank], g->seq, s->desc.op, s->desc.dtype,
+                 s->desc.redop, s->desc.root, s->desc.count_in,
+                 s->desc.count_out);
+  for (i = 0; i < s->nedges; i++) has_pred[s->edges[i].to] = 1;
+  cmp = uvccl__sop_call(s, fp_compare);
+  for (r = 0; r < g->size; r++) {
+    uint32_t rcv;
+    if (r == g->rank) continue;
+    uvccl__sop_send(s, r, UVCCL__FP_TAG, &s->fps[g->rank], sizeof(uvccl__fp_t));
+    rcv = uvccl__sop_recv(s, r, UVCCL__FP_TAG, &s->fps[r], sizeof(uvccl__fp_t));
+    uvccl__sop_dep(s, rcv, cmp);
+  }
+  for (i = 0; i < n0; i++)
+    if (!has_pred[i]) uvccl__sop_dep(s, cmp, i);
+  uvccl__free(has_pred);
+  return s->status;
+}
+
 int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
   group_t *g = s->g;
   net_t *net = g->net;
@@ -562,6 +633,13 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
         (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) < 0) {
       if (w->state != UVCCL_WORK_PENDING)
         snprintf(w->msg, sizeof(w->msg), "%s: %s", s->name, msg);
+      uvccl__sched_free(s);
+      return rc;
+    }
+  }
+  if (g->fp_check && !s->p2p && g->size > 1) {
+    rc = fp_prelude(s);
+    if (rc != 0) {
       uvccl__sched_free(s);
       return rc;
     }
@@ -642,7 +720,7 @@ static void sched_break_group(sched_t *s, const char *msg) {
 /* This rank gives up on g for a reason of its own (a timeout, a cancel):
  * the other members hear it at once rather than at their own timeouts. */
 static void sched_tell_group(sched_t *s, int culprit, int cause,
-                             const char *detail) {
+                             const char *detail, int err) {
   uvccl__notice_t n;
   if (s->p2p) return;
   memset(&n, 0, sizeof(n));
@@ -651,7 +729,7 @@ static void sched_tell_group(sched_t *s, int culprit, int cause,
   n.rank = culprit;
   n.origin = s->g->net->rank;
   n.cause = cause;
-  n.err = UVCCL_EPEER;
+  n.err = err;
   snprintf(n.detail, sizeof(n.detail), "%.119s", detail);
   uvccl__net_notify(s->g->net, &n);
 }
@@ -693,6 +771,10 @@ void uvccl__sched_fail(sched_t *s, int err, const char *fmt, ...) {
   va_end(ap);
   s->fail_status = err;
   sched_detach_soft(s);
+  if (err == UVCCL_EMISMATCH && !s->p2p && !s->g->broken)
+    /* The members that saw nothing wrong hear why at once, rather than
+     * "left the group" when this rank moves on. */
+    sched_tell_group(s, -1, UVCCL_FAIL_PROTOCOL, s->fail_msg, err);
   /* Sends still queued go on from copies (see sched_detach). */
   for (i = 0; i < s->nops; i++) {
     sop_t *op = &s->ops[i];
@@ -755,6 +837,8 @@ static void timeout_why(sched_t *s, char *buf, size_t len) {
         snprintf(step, sizeof(step), "tag %u", op->tag);
       else if (op->tag == 0xffff) /* the algorithms' "final result" */
         snprintf(step, sizeof(step), "the result");
+      else if (op->tag == UVCCL__FP_TAG)
+        snprintf(step, sizeof(step), "its fingerprint");
       else
         snprintf(step, sizeof(step), "step %u", op->tag);
       off += (size_t)snprintf(
@@ -841,7 +925,8 @@ static void sched_abandon(uvccl_work_t *w, int status) {
     sched_tell_group(s, status == UV_ETIMEDOUT ? waiting : -1,
                      status == UV_ETIMEDOUT ? UVCCL_FAIL_TIMEOUT
                                             : UVCCL_FAIL_ABORTED,
-                     w->msg[0] ? w->msg : "cancelled by its application");
+                     w->msg[0] ? w->msg : "cancelled by its application",
+                     UVCCL_EPEER);
   }
   sched_break_group(s, w->msg[0] ? w->msg : "an operation was cancelled");
   if (!uvccl__work_is_live(w)) {

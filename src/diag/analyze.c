@@ -1,5 +1,6 @@
 /* The trace analyzer's reasoning (see analyze.h). */
 #include "analyze.h"
+#include "fingerprint.h"
 #include "uvccl.h"
 #include "../loop/internal.h"
 
@@ -55,29 +56,15 @@ static void desc_of(const uvccl__json_t *e, uvccl__tdesc_t *d) {
   d->count_out = uvccl__json_get_int(e, "count_out", 0);
 }
 
-/* Which counts every member must agree on: the others legitimately differ
- * by rank (a root's buffers, the v variants' per-rank counts). */
-enum { CMP_NONE = 0, CMP_IN = 1, CMP_OUT = 2 };
-static int counts_compared(const char *op) {
-  static const char *const in_ops[] = {
-      "allreduce", "allreduce_coalesced", "broadcast", "broadcast_bytes",
-      "reduce", "reduce_scatter", "gather", "barrier", NULL};
-  int i;
-  for (i = 0; in_ops[i] != NULL; i++)
-    if (strcmp(op, in_ops[i]) == 0) return CMP_IN;
-  if (strcmp(op, "allgather") == 0 || strcmp(op, "scatter") == 0)
-    return CMP_OUT;
-  return CMP_NONE;
-}
-
 static int desc_same(const uvccl__tdesc_t *a, const uvccl__tdesc_t *b) {
   int c;
   if (!streq(a->op, b->op) || !streq(a->dtype, b->dtype) ||
       !streq(a->redop, b->redop) || a->root != b->root)
     return 0;
-  c = counts_compared(a->op);
-  if (c == CMP_IN && a->count_in != b->count_in) return 0;
-  if (c == CMP_OUT && a->count_out != b->count_out) return 0;
+  /* the rule the fingerprint checks follow */
+  c = uvccl__fp_counts_compared(a->op);
+  if (c == UVCCL__FP_CMP_IN && a->count_in != b->count_in) return 0;
+  if (c == UVCCL__FP_CMP_OUT && a->count_out != b->count_out) return 0;
   return 1;
 }
 
