@@ -915,6 +915,15 @@ UVCCL_EXTERN int uvccl_trace_dump(uv_loop_t *loop, const char *path,
 /* The same document in *json (malloc'ed, NUL-terminated; free() it). */
 UVCCL_EXTERN int uvccl_trace_json(uv_loop_t *loop, const char *reason,
                                   char **json, size_t *len);
+/* Dumps whenever signal signum arrives, if the application wants that
+ * (uvccl never installs a handler by itself): starts handle, the caller's
+ * uv_signal_t, on loop; every delivery writes a dump to $UVCCL_TRACE_DIR
+ * (the current directory when unset) from the loop. The handle does not
+ * keep the loop alive; close it with uv_close() as any handle. Returns 0
+ * or libuv's error. uvccl-bench does it for SIGUSR2; uvccl-run passes
+ * SIGUSR2 on to its ranks. */
+UVCCL_EXTERN int uvccl_trace_signal_start(uv_loop_t *loop,
+                                          uv_signal_t *handle, int signum);
 
 /* ------------------------------------------------------------------------ */
 /* GPU                                                                      */

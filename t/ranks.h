@@ -504,10 +504,12 @@ static inline int free_port(void) {
 
 /* Starts n ranks of role directly (no launcher). stdin_mask: ranks whose
  * stdin is a pipe we hold. */
+static int world_port __attribute__((unused)); /* the last world's store */
 static inline void spawn_world(proc_t *ps, int n, const char *role,
                         unsigned stdin_mask) {
   static char e_role[64], e_size[32], e_port[32], e_rank[MAXP][32];
   int r, port = free_port();
+  world_port = port;
   char *argv[] = {self, NULL};
   snprintf(e_role, sizeof(e_role), "UVCCL_T_ROLE=%s", role);
   snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);

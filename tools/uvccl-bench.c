@@ -32,6 +32,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,9 +78,17 @@ static const char usage_text[] =
 "                        and go on from where they agree (one line per\n"
 "                        shrink: \"shrunk to N ranks after losing rank R\n"
 "                        (cause)\"); every result is still checked\n"
+"  --stall R@N:S         rank R spends S seconds elsewhere (its loop runs)\n"
+"                        before its N-th collective: a hang to debug; with\n"
+"                        UVCCL_TRACE_DIR set, every rank dumps its flight\n"
+"                        recorder there once the others time out\n"
 "  --check / --no-check  verify the last iteration (default: check)\n"
 "  --json                one JSON object per row instead of the table\n"
 "  -h, --help, -V, --version\n"
+"\n"
+"SIGUSR2 dumps the flight recorder to $UVCCL_TRACE_DIR (or the current\n"
+"directory). After a failed operation with UVCCL_TRACE_DIR set, each rank\n"
+"keeps its loop (and rank 0 the store) up 2.5 s so every rank can dump.\n"
 "\n"
 "Rows (rank 0): op W size_B iters med_us min_us algbw_GBps busbw_GBps ok\n"
 "(time = median over iterations of the MAX over ranks). Exit status 1 if\n"
@@ -233,6 +242,12 @@ static struct {
   int nshrunk;
   int pos_op, pos_size;      /* progress: op index, size index */
   jmp_buf resume;
+  /* diagnostics: SIGUSR2 dumps; --stall */
+  uv_signal_t usr2;
+  int usr2_on;
+  int stall_rank, stall_at;
+  double stall_s;
+  long nstarted;
 } B;
 
 #define PREMUL_FACTOR 2.0
@@ -592,6 +607,10 @@ static void shrink_and_resume(int err)
 
 static void shutdown_group(void)
 {
+  if (B.usr2_on) {
+    uv_close((uv_handle_t *) &B.usr2, NULL);
+    B.usr2_on = 0;
+  }
   if (B.nshrunk > 0)
     uvccl_pg_destroy(cur_pg(), close_cb);
   uvccl_pg_destroy(&B.pg, close_cb);
@@ -602,16 +621,42 @@ static void shutdown_group(void)
   }
 }
 
+static void on_pause_timer(uv_timer_t *t)
+{
+  *(int *) t->data = 1;
+}
+
+/* Runs the loop for ms (the group's connections, the store, the flight
+ * recorder's store requests are served meanwhile). */
+static void run_loop_for(uint64_t ms)
+{
+  uv_timer_t t;
+  int fired = 0;
+
+  uv_timer_init(&B.loop, &t);
+  t.data = &fired;
+  uv_timer_start(&t, on_pause_timer, ms, 0);
+  while (!fired)
+    uv_run(&B.loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *) &t, NULL);
+  uv_run(&B.loop, UV_RUN_NOWAIT);
+}
+
 /* An operation failed: say why, abort the group so the others stop too. */
 static void die_op(const char *what, int err, const uvccl_work_t *w)
     __attribute__((noreturn));
 
 static void die_op(const char *what, int err, const uvccl_work_t *w)
 {
+  const char *dir = getenv("UVCCL_TRACE_DIR");
+
   errorf("%s failed: %s (%s)%s%s", what, uvccl_strerror(err),
          uvccl_err_name(err), w && w->msg[0] ? ": " : "",
          w && w->msg[0] ? w->msg : "");
   fflush(stdout);
+  if (dir != NULL && *dir != '\0')
+    /* the others' dumps, asked through the store (on rank 0), need it up */
+    run_loop_for(2500);
   uvccl_pg_abort(cur_pg(), PROG ": an operation failed");
   shutdown_group();
   exit(1);
@@ -654,6 +699,11 @@ static int start_op(int op, uvccl_work_t *w, size_t n)
   void *s = B.gpu ? B.dsbuf : B.sbuf, *r = B.gpu ? B.drbuf : B.rbuf;
   uvccl_pg_t *pg = B.opg;
 
+  if (++B.nstarted == B.stall_at && B.rank == B.stall_rank) {
+    fprintf(stderr, PROG ": rank %d: --stall: %.1f s elsewhere before its "
+            "operation %d\n", B.rank, B.stall_s, B.stall_at);
+    run_loop_for((uint64_t) (B.stall_s * 1000));
+  }
   switch (op) {
   case OP_ALLREDUCE:
     return uvccl_allreduce(pg, w, B.inplace ? r : s, r, n, B.dtype,
@@ -1131,7 +1181,7 @@ static void parse_ops(const char *s)
 
 enum {
   O_OP = 256, O_INPLACE, O_BUSY, O_BUDGET, O_TIMEOUT, O_CHECK, O_NOCHECK,
-  O_JSON, O_GPU, O_BACKEND, O_HEARTBEAT, O_SHRINK
+  O_JSON, O_GPU, O_BACKEND, O_HEARTBEAT, O_SHRINK, O_STALL
 };
 
 static void parse_args(int argc, char **argv)
@@ -1159,6 +1209,7 @@ static void parse_args(int argc, char **argv)
     {"backend", required_argument, NULL, O_BACKEND},
     {"heartbeat", required_argument, NULL, O_HEARTBEAT},
     {"shrink-on-failure", no_argument, NULL, O_SHRINK},
+    {"stall", required_argument, NULL, O_STALL},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -1219,6 +1270,19 @@ static void parse_args(int argc, char **argv)
       B.heartbeat_s = arg_seconds("--heartbeat", optarg, 0.01, 86400);
       break;
     case O_SHRINK: B.shrink = 1; break;
+    case O_STALL: {
+      char *end;
+      long r = strtol(optarg, &end, 10), at;
+      if (end == optarg || *end != '@')
+        usage_error("--stall wants R@N:SECONDS, not '%s'", optarg);
+      at = strtol(end + 1, &end, 10);
+      if (*end != ':' || r < 0 || at < 1)
+        usage_error("--stall wants R@N:SECONDS, not '%s'", optarg);
+      B.stall_rank = (int) r;
+      B.stall_at = (int) at;
+      B.stall_s = arg_seconds("--stall", end + 1, 0.001, 86400);
+      break;
+    }
     case O_BACKEND:
       if (strcmp(optarg, "nccl") == 0)
         B.nccl = B.gpu = 1;
@@ -1272,6 +1336,9 @@ int main(int argc, char **argv)
     errorf("uv_loop_init: %s", uv_strerror(rc));
     return 1;
   }
+  /* a hung run can be asked what it is doing: kill -USR2 (uvccl-run
+   * passes it on) */
+  B.usr2_on = uvccl_trace_signal_start(&B.loop, &B.usr2, SIGUSR2) == 0;
   memset(&opts, 0, sizeof(opts));
   opts.timeout_ms = (uint64_t) (B.timeout_s * 1000);
   if (B.heartbeat_s > 0)
@@ -1281,6 +1348,9 @@ int main(int argc, char **argv)
   if (rc != 0) {
     errorf("uvccl_pg_init_url(\"env://\"): %s (%s)", uvccl_strerror(rc),
            uvccl_err_name(rc));
+    if (B.usr2_on)
+      uv_close((uv_handle_t *) &B.usr2, NULL);
+    uv_run(&B.loop, UV_RUN_DEFAULT);
     uv_loop_close(&B.loop);
     return 1;
   }

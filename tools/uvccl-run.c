@@ -83,7 +83,9 @@ static const char usage_text[] =
 "\n"
 "If a rank exits non-zero or is killed, the others get SIGTERM, and\n"
 "SIGKILL 5 s later (not with --keep-going). SIGINT, SIGTERM and SIGHUP are\n"
-"forwarded to every rank (a second one sends SIGKILL). Exit status: 0 when\n"
+"forwarded to every rank (a second one sends SIGKILL); SIGUSR2 is passed on\n"
+"(uvccl-bench then dumps its flight recorder to $UVCCL_TRACE_DIR). Exit\n"
+"status: 0 when\n"
 "every rank exits 0 (ranks killed by --kill aside); else the first failing\n"
 "rank's status (128+N for signal N), or 128+N\n"
 "when " PROG " was stopped by signal N; 2 for usage errors, 127 when\n"
@@ -132,8 +134,10 @@ static int user_sig;      /* a signal we received */
 static int exit_code;     /* first failure's status */
 static int timers_on;
 static uv_timer_t kill_timer, drain_timer;
-static uv_signal_t sig_handles[3];
-static const int sig_nums[3] = {SIGINT, SIGTERM, SIGHUP};
+static uv_signal_t sig_handles[4];
+/* the last: SIGUSR2, passed on to the ranks (not a stop: programs that
+ * called uvccl_trace_signal_start dump their flight recorder) */
+static const int sig_nums[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR2};
 static int broken[3];     /* stdout/stderr went away (EPIPE) */
 static char *obuf;        /* formatted output */
 static size_t ocap;
@@ -221,7 +225,7 @@ static void check_done(void) {
   timers_on = 0;
   uv_close((uv_handle_t *)&kill_timer, NULL);
   uv_close((uv_handle_t *)&drain_timer, NULL);
-  for (i = 0; i < 3; i++) uv_close((uv_handle_t *)&sig_handles[i], NULL);
+  for (i = 0; i < 4; i++) uv_close((uv_handle_t *)&sig_handles[i], NULL);
   for (i = 0; i < nkills; i++) uv_close((uv_handle_t *)&kills[i].timer, NULL);
 }
 
@@ -325,6 +329,14 @@ static void on_kill_rank(uv_timer_t *t) {
 
 static void on_signal(uv_signal_t *h, int signum) {
   (void)h;
+  if (signum == SIGUSR2) {
+    int i;
+    msg("got SIGUSR2: passing it on to %d rank%s (flight recorder dumps)",
+        live, live == 1 ? "" : "s");
+    for (i = 0; i < nranks; i++)
+      if (ranks[i].pid > 0 && ranks[i].running) kill(ranks[i].pid, SIGUSR2);
+    return;
+  }
   if (user_sig) {
     msg("got %s again: sending SIGKILL", strsignal(signum));
     signal_all(SIGKILL);
@@ -667,7 +679,7 @@ int main(int argc, char **argv) {
   loop = uv_default_loop();
   uv_timer_init(loop, &kill_timer);
   uv_timer_init(loop, &drain_timer);
-  for (k = 0; k < 3; k++) {
+  for (k = 0; k < 4; k++) {
     uv_signal_init(loop, &sig_handles[k]);
     uv_signal_start(&sig_handles[k], on_signal, sig_nums[k]);
   }

@@ -5,6 +5,7 @@
  * dump. The reasoning is src/diag/analyze.c; this file reads and prints.
  *
  *   uvccl-trace [--json] DIR|FILE...
+ *   uvccl-trace --live HOST:PORT [--prefix P] [--timeout S] [--out DIR]
  *
  * Exit status: 0 a culprit was found (named in the verdict), 1 nothing
  * wrong was found, 2 an error (no dumps, unreadable files, bad usage). */
@@ -26,6 +27,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: " PROG " [--json] DIR|FILE...\n"
+          "       " PROG " --live HOST:PORT [--prefix P] [--timeout SECONDS]"
+          " [--out DIR] [--json]\n"
           "\n"
           "Reads the flight recorder dumps of a job's ranks (the files\n"
           "uvccl-trace.RANK.PID.json that UVCCL_TRACE_DIR or\n"
@@ -35,6 +38,13 @@ static void usage(FILE *f) {
           "whom, and the ranks without a dump.\n"
           "\n"
           "  --json            the verdict as JSON (format uvccl-trace-verdict)\n"
+          "  --live HOST:PORT  ask a running job, through its store, to dump\n"
+          "                    now (every rank, on its own loop, within about\n"
+          "                    UVCCL_TRACE_POLL_MS), collect the dumps through\n"
+          "                    the store and analyze them; the job goes on\n"
+          "  --prefix P        the world's store prefix (default uvccl/default)\n"
+          "  --timeout S       how long --live waits for the ranks (default 10)\n"
+          "  --out DIR         --live also writes the dumps there\n"
           "\n"
           "Exit status: 0 a culprit was found, 1 nothing wrong was found,\n"
           "2 an error.\n");
@@ -371,24 +381,133 @@ static int analyze(inputs_t *in, int as_json) {
   return rc;
 }
 
+/* ---- --live: through the job's store ----------------------------------------- */
+
+/* Asks every rank of the world under prefix to dump into the store, and
+ * reads what arrives within timeout_s (ranks that do not answer are
+ * reported missing by the analysis). */
+static void collect_live(inputs_t *in, const char *hostport,
+                         const char *prefix, double timeout_s,
+                         const char *outdir) {
+  uv_loop_t loop;
+  uvccl_store_t st;
+  uvccl_tcp_store_options_t o;
+  uvccl_work_t w;
+  char host[256], key[512], cmd[300], *colon;
+  void *val = NULL;
+  size_t len = 0;
+  int64_t gen = 0;
+  int world, r, rc, got = 0;
+  uint64_t t0 = now_ns(), budget = (uint64_t)(timeout_s * 1e3);
+  snprintf(host, sizeof(host), "%s", hostport);
+  colon = strrchr(host, ':');
+  if (colon == NULL) usage_error("--live wants HOST:PORT, not '%s'", hostport);
+  *colon = '\0';
+  memset(&o, 0, sizeof(o));
+  o.host = host;
+  o.port = (int)arg_int("port", colon + 1, 1, 65535);
+  o.timeout_ms = budget ? budget : 1;
+  uv_loop_init(&loop);
+  if (uvccl_tcp_store_init(&loop, &st, &o) != 0) die("store client: init");
+  memset(&w, 0, sizeof(w));
+  rc = uvccl_tcp_store_connect(&st, &w, NULL);
+  if (rc == 0) rc = uvccl_work_wait(&w);
+  if (rc != 0) die("the store at %s: %s", hostport, w.msg[0] ? w.msg : uvccl_strerror(rc));
+  snprintf(key, sizeof(key), "%s/trace/world", prefix);
+  rc = uvccl_store_get_sync(&st, key, &val, &len);
+  if (rc != 0)
+    die("%s: no world is watching this store under '%s' (%s): is the job "
+        "running, made from a URL, with UVCCL_TRACE_POLL_MS not 0?", hostport,
+        prefix, uvccl_strerror(rc));
+  world = atoi(val);
+  free(val);
+  if (world <= 0) die("%s: '%s' holds no world size", hostport, key);
+  snprintf(key, sizeof(key), "%s/trace/req", prefix);
+  rc = uvccl_store_add_sync(&st, key, 1, &gen);
+  if (rc == 0) {
+    snprintf(key, sizeof(key), "%s/trace/cmd", prefix);
+    snprintf(cmd, sizeof(cmd), "collect %lld uvccl-trace --live",
+             (long long)gen);
+    rc = uvccl_store_set_sync(&st, key, cmd, strlen(cmd));
+  }
+  if (rc != 0) die("%s: asking for dumps: %s", hostport, uvccl_strerror(rc));
+  fprintf(stderr, PROG ": asked the %d ranks under '%s' to dump (request "
+          "%lld); waiting up to %.0f s\n", world, prefix, (long long)gen,
+          timeout_s);
+  for (r = 0; r < world; r++) {
+    const char *keys[1];
+    uint64_t spent = (now_ns() - t0) / 1000000;
+    snprintf(key, sizeof(key), "%s/trace/dump/%lld/%d", prefix,
+             (long long)gen, r);
+    keys[0] = key;
+    if (spent >= budget ||
+        uvccl_store_wait_sync(&st, keys, 1, budget - spent) != 0 ||
+        uvccl_store_get_sync(&st, key, &val, &len) != 0) {
+      fprintf(stderr, PROG ": rank %d did not answer\n", r);
+      continue;
+    }
+    got++;
+    memset(&w, 0, sizeof(w));
+    if (uvccl_store_delete_key(&st, &w, key, NULL) == 0) uvccl_work_wait(&w);
+    if (outdir != NULL) {
+      char path[4096];
+      FILE *f;
+      snprintf(path, sizeof(path), "%s/uvccl-trace.%d.live.json", outdir, r);
+      f = fopen(path, "wb");
+      if (f == NULL || fwrite(val, 1, len, f) != len || fclose(f) != 0)
+        die("%s: %s", path, strerror(errno));
+    }
+    snprintf(key, sizeof(key), "%s (rank %d, through the store)", hostport, r);
+    add_input(in, val, len, key);
+  }
+  fprintf(stderr, PROG ": %d of %d ranks answered\n", got, world);
+  uvccl_store_close(&st, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+}
+
 int main(int argc, char **argv) {
   inputs_t in = {0};
+  const char *live = NULL, *prefix = "uvccl/default", *outdir = NULL;
+  double timeout_s = 10;
   int i, as_json = 0, npaths = 0, rc;
   for (i = 1; i < argc; i++) {
+    const char *v;
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
       return 0;
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = 1;
+    } else if (opt_value(argc, argv, &i, "--live", &v)) {
+      live = v;
+    } else if (opt_value(argc, argv, &i, "--prefix", &v)) {
+      prefix = v;
+    } else if (opt_value(argc, argv, &i, "--out", &v)) {
+      outdir = v;
+    } else if (opt_value(argc, argv, &i, "--timeout", &v)) {
+      timeout_s = arg_seconds("--timeout", v, 0.001, 86400);
     } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
       usage_error("unknown option '%s'", argv[i]);
     } else {
       npaths++;
     }
   }
-  if (npaths == 0) usage_error("which dumps? give a directory or files");
-  for (i = 1; i < argc; i++)
-    if (argv[i][0] != '-' || argv[i][1] == '\0') read_path(&in, argv[i]);
+  if (live != NULL && npaths > 0)
+    usage_error("--live reads from the job: no paths with it");
+  if (live == NULL && npaths == 0)
+    usage_error("which dumps? give a directory or files, or --live");
+  if (live != NULL) {
+    collect_live(&in, live, prefix, timeout_s, outdir);
+  } else {
+    for (i = 1; i < argc; i++) {
+      if (i > 1 && (strcmp(argv[i - 1], "--prefix") == 0 ||
+                    strcmp(argv[i - 1], "--out") == 0 ||
+                    strcmp(argv[i - 1], "--timeout") == 0 ||
+                    strcmp(argv[i - 1], "--live") == 0))
+        continue;
+      if (argv[i][0] != '-' || argv[i][1] == '\0') read_path(&in, argv[i]);
+    }
+  }
   rc = analyze(&in, as_json);
   for (i = 0; i < in.n; i++) {
     free(in.texts[i]);

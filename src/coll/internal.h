@@ -303,6 +303,7 @@ struct net_s {
   uint64_t spin_until_ns;
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed */
   uint64_t inflight;     /* schedules pending on this net */
+  struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
   /* Local ops larger than a slice run one slice per loop iteration, so a
    * 256 MiB copy or reduction never blocks the loop for long. */
   uv_idle_t slicer;
@@ -447,6 +448,16 @@ void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);
 int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
                         uint32_t seq, uint32_t tag, const void *payload,
                         size_t len);
+
+/* ---- trace_watch.c: dumps everywhere through the world's store ------------ */
+typedef struct uvccl__twatch_s uvccl__twatch_t;
+/* Polls <prefix>/trace/req in store (NULL: UVCCL_TRACE_POLL_MS is 0). */
+uvccl__twatch_t *uvccl__trace_watch_start(net_t *net, uvccl_store_t *store,
+                                          const char *prefix);
+/* Before the store closes; frees it once its operation in flight ends. */
+void uvccl__trace_watch_stop(uvccl__twatch_t *tw);
+/* Asks every rank to dump to its UVCCL_TRACE_DIR (a timeout here). */
+void uvccl__trace_watch_request(uvccl__twatch_t *tw, const char *reason);
 
 /* ---- shrink.c ---------------------------------------------------------------- */
 /* The net's shrink upcalls (every world net gets them at creation). */

@@ -208,8 +208,13 @@ static void boot_abandon(uvccl_work_t *w, int status) {
 }
 
 static void boot_done(boot_t *b) {
+  group_t *g = b->g;
   b->dead = 1;
-  b->g->boot = NULL;
+  g->boot = NULL;
+  /* a world that owns its store client watches it for dump requests */
+  if (g->own_store != NULL && g->net->twatch == NULL)
+    g->net->twatch = uvccl__trace_watch_start(g->net, g->own_store,
+                                              g->trace_name);
   uvccl__work_complete(b->w, 0);
   boot_maybe_free(b);
 }
@@ -646,6 +651,8 @@ void uvccl_pg_destroy(uvccl_pg_t *pg, uvccl_pg_close_cb cb) {
     g->stager = NULL;
   }
   if (g->own_store != NULL) {
+    uvccl__trace_watch_stop(net->twatch);
+    net->twatch = NULL;
     g->closing_parts++;
     g->own_store->data = g;
     uvccl_store_close(g->own_store, on_own_store_closed);

@@ -918,6 +918,12 @@ static void sched_abandon(uvccl_work_t *w, int status) {
       uvccl__work_fail(w, status, "%s #%u (group \"%s\") timed out after "
                        "%s: %s", s->name, s->seq, s->g->trace_name, dur, why);
   }
+  if (status == UV_ETIMEDOUT) {
+    /* everyone dumps (through the store), not only this rank */
+    const char *dir = getenv("UVCCL_TRACE_DIR");
+    if (dir != NULL && *dir != '\0')
+      uvccl__trace_watch_request(net->twatch, w->msg);
+  }
   s->status = status;
   s->fail_status = status;
   sched_detach(s, status);

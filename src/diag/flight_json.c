@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -333,4 +334,44 @@ void uvccl__flight_dump_on_error(uv_loop_t *loop, const char *reason) {
              uvccl_strerror(rc));
   else
     LOG_INFO("trace", "flight recorder dumped to %s (%s)", dir, reason);
+}
+
+static void on_trace_signal(uv_signal_t *h, int signum) {
+  const char *dir = getenv("UVCCL_TRACE_DIR");
+  char reason[64], path[4096];
+  int rc;
+  snprintf(reason, sizeof(reason), "signal %d", signum);
+  if (dir != NULL && *dir != '\0') {
+    rc = uvccl_trace_dump(h->loop, NULL, reason);
+  } else {
+    uvccl__fsnap_t s;
+    int rank = -1;
+    if (uvccl__flight_snapshot(&s) == 0) {
+      rank = process_rank(&s);
+      uvccl__flight_snapshot_free(&s);
+    }
+    snprintf(path, sizeof(path), "uvccl-trace.%d.%ld.json", rank,
+             (long)getpid());
+    rc = uvccl_trace_dump(h->loop, path, reason);
+  }
+  if (rc != 0)
+    LOG_WARN("trace", "dumping the flight recorder on signal %d: %s", signum,
+             uvccl_strerror(rc));
+  else
+    LOG_INFO("trace", "flight recorder dumped (signal %d)", signum);
+}
+
+int uvccl_trace_signal_start(uv_loop_t *loop, uv_signal_t *handle,
+                             int signum) {
+  int rc;
+  if (loop == NULL || handle == NULL) return UV_EINVAL;
+  rc = uv_signal_init(loop, handle);
+  if (rc != 0) return rc;
+  rc = uv_signal_start(handle, on_trace_signal, signum);
+  if (rc != 0) {
+    uv_close((uv_handle_t *)handle, NULL);
+    return rc;
+  }
+  uv_unref((uv_handle_t *)handle);
+  return 0;
 }

@@ -1,0 +1,310 @@
+/* Dumps everywhere, through the world's store. Worlds of 4 separate
+ * processes (env://); every rank runs 3 good allreduces, then:
+ *   a) --live: ranks 0, 1 and 3 enter allreduce #3 (timeout 60 s) while
+ *      rank 2 is busy elsewhere (its loop runs; it has not called it):
+ *      a hung job. `uvccl-trace --live 127.0.0.1:PORT --json` asks it,
+ *      through its store, to dump now, collects the 4 dumps through the
+ *      store and names rank 2 (never entered #3; the others, dumped on
+ *      their loops, wait for it); --out wrote the dumps. The job was not
+ *      harmed: rank 2 then calls #3 and every rank gets the right sums.
+ *   b) a timeout dumps everywhere: ranks 0, 1 and 3 time out in #3
+ *      (1 s) with UVCCL_TRACE_DIR set; rank 2, which never called it and
+ *      never dumps by itself, writes its dump there too, its reason
+ *      saying it was asked through the store because of the timeout;
+ *      uvccl-trace on the directory names rank 2. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+#include "ranks.h"
+#include "diag/json.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TRACE UVCCL_BUILD_DIR "/bin/uvccl-trace"
+
+static int env_int(const char *k, int dflt) {
+  const char *v = getenv(k);
+  return v != NULL && *v ? atoi(v) : dflt;
+}
+
+static int rank_main(void) {
+  const char *c = getenv("T_CASE");
+  float f[4], out[4];
+  uvccl_work_t w;
+  cbres_t cb;
+  int i, k, rc, bad = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  alarm(90);
+  unsetenv("UVCCL_SOCKET_IFNAME");
+  R = env_int("RANK", -1);
+  P = env_int("WORLD_SIZE", 0);
+  rank_init(20000);
+  for (k = 0; k < 3; k++) {
+    for (i = 0; i < 4; i++) f[i] = (float)(R + i);
+    memset(&w, 0, sizeof(w));
+    memset(&cb, 0, sizeof(cb));
+    w.data = &cb;
+    rc = finish_work(&cb, uvccl_allreduce(&pg, &w, f, out, 4, UVCCL_FLOAT32,
+                                          UVCCL_SUM, on_work), 10000);
+    for (i = 0; i < 4; i++) bad += out[i] != (float)(6 + 4 * i);
+    if (rc != 0) bad++;
+  }
+  rep(bad == 0, "good", "3 allreduces: %d wrong", bad);
+  memset(&w, 0, sizeof(w));
+  memset(&cb, 0, sizeof(cb));
+  w.data = &cb;
+  w.timeout_ms = strcmp(c, "live") == 0 ? 60000 : 1000;
+  for (i = 0; i < 4; i++) f[i] = (float)R;
+  if (R == 2) {
+    rep(1, "entered", "busy elsewhere");
+    if (strcmp(c, "live") == 0) {
+      wait_stdin_eof(60000); /* until the parent has its verdict */
+    } else {
+      run_until(&cb.done, 4000);
+      return rank_destroy(); /* never calls #3, never dumps by itself */
+    }
+  }
+  rc = uvccl_allreduce(&pg, &w, f, out, 4, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+  if (R != 2) rep(rc == 0, "entered", "allreduce #3 started: %s", ename(rc));
+  rc = finish_work(&cb, rc, 70000);
+  if (strcmp(c, "live") == 0) {
+    for (i = 0; i < 4; i++) bad += out[i] != 6.0f;
+    rep(rc == 0 && bad == 0, "after", "#3 once rank 2 joined: %s %s, %d "
+        "wrong", ename(rc), w.msg, bad);
+  } else {
+    /* its own timeout, or a peer's, heard first */
+    rep(rc == UV_ETIMEDOUT ||
+            (rc == UVCCL_EPEER && strstr(w.msg, "timed out") != NULL),
+        "after", "#3: %s %s", ename(rc), w.msg);
+    {
+      /* stay a while: the store lives on rank 0, and the others' requests
+       * must reach rank 2 through it */
+      int never = 0;
+      run_until(&never, 2500);
+    }
+  }
+  return rank_destroy();
+}
+
+static char dir[256];
+
+static void clean_dir(void) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char p[600];
+  if (d == NULL) return;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.') continue;
+    snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+    unlink(p);
+  }
+  closedir(d);
+}
+
+static int run_cmd(const char *cmd, char *out, size_t len) {
+  FILE *f = popen(cmd, "r");
+  size_t n = 0, got;
+  int st;
+  out[0] = '\0';
+  if (f == NULL) return -1;
+  while (n + 1 < len && (got = fread(out + n, 1, len - 1 - n, f)) > 0)
+    n += got;
+  out[n] = '\0';
+  st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int ranks_are(const uvccl__json_t *arr, const int *want, int n) {
+  int i;
+  if ((int)uvccl__json_len(arr) != n) return 0;
+  for (i = 0; i < n; i++)
+    if (uvccl__json_int(uvccl__json_at(arr, (size_t)i), -1) != want[i])
+      return 0;
+  return 1;
+}
+
+static const uvccl__json_t *world_group(const uvccl__json_t *v) {
+  const uvccl__json_t *gs = uvccl__json_get(v, "groups");
+  size_t i;
+  for (i = 0; i < uvccl__json_len(gs); i++)
+    if (uvccl__json_get_int(uvccl__json_at(gs, i), "gid", 0) == 1)
+      return uvccl__json_at(gs, i);
+  return NULL;
+}
+
+static int count_files(const char *suffix) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  int n = 0;
+  if (d == NULL) return 0;
+  while ((de = readdir(d)) != NULL)
+    if (strncmp(de->d_name, "uvccl-trace.", 12) == 0 &&
+        strstr(de->d_name, suffix) != NULL && strstr(de->d_name, ".tmp") == NULL)
+      n++;
+  closedir(d);
+  return n;
+}
+
+static int all_reported(proc_t *ps, const char *name) {
+  int r, okv, n = 0;
+  char det[256];
+  for (r = 0; r < 4; r++) {
+    find_check(ps, 4, r, name, &okv, det, sizeof(det));
+    n += okv == 1;
+  }
+  return n == 4;
+}
+
+static void live_scenario(void) {
+  static char e_case[64], e_dir[320], e_poll[64];
+  static const int two[] = {2}, others[] = {0, 1, 3};
+  proc_t ps[4];
+  char cmd[768], *out = malloc(1 << 20), err[128];
+  uvccl__json_t *v = NULL;
+  const uvccl__json_t *g, *st, *ws;
+  double t0;
+  int rc, good, r, waits = 0;
+  size_t i;
+  clean_dir();
+  snprintf(e_case, sizeof(e_case), "T_CASE=live");
+  snprintf(e_dir, sizeof(e_dir), "UVCCL_TRACE_DIR=");
+  snprintf(e_poll, sizeof(e_poll), "UVCCL_TRACE_POLL_MS=200");
+  putenv(e_case);
+  putenv(e_dir);
+  putenv(e_poll);
+  spawn_world(ps, 4, "live", 1u << 2);
+  t0 = now_s();
+  while (!all_reported(ps, "entered") && now_s() - t0 < 30) pump(ps, 4, 20);
+  ok(all_reported(ps, "entered"), "a: ranks 0, 1, 3 are in allreduce #3, "
+     "rank 2 is busy elsewhere: the job hangs");
+  sleep_ms(200);
+  pump(ps, 4, 0);
+  snprintf(cmd, sizeof(cmd), "%s --live 127.0.0.1:%d --timeout 10 --out %s "
+           "--json", TRACE, world_port, dir);
+  t0 = now_s();
+  rc = run_cmd(cmd, out, 1 << 20);
+  note("a: uvccl-trace --live took %.2f s", now_s() - t0);
+  if (uvccl__json_parse(out, strlen(out), &v, err, sizeof(err)) != 0) {
+    diag("uvccl-trace --live said (exit %d): %s: %s", rc, err, out);
+    v = NULL;
+  }
+  g = world_group(v);
+  st = uvccl__json_get(g, "stuck");
+  ws = uvccl__json_get(st, "waiting");
+  for (i = 0; i < uvccl__json_len(ws); i++)
+    waits += uvccl__json_len(uvccl__json_get(uvccl__json_at(ws, i), "for")) > 0;
+  good = rc == 0 && uvccl__json_len(uvccl__json_get(v, "dumps")) == 4 &&
+         ranks_are(uvccl__json_get(v, "culprits"), two, 1) &&
+         uvccl__json_get_int(st, "seq", -1) == 3 &&
+         ranks_are(uvccl__json_get(st, "not_entered"), two, 1) &&
+         ranks_are(uvccl__json_get(st, "entered"), others, 3) &&
+         uvccl__json_len(ws) == 3 && waits == 3;
+  if (!ok(good, "a: --live collected 4 dumps through the store and names "
+          "rank 2, never in #3; ranks 0, 1, 3 are waiting and say for whom "
+          "(exit 0)"))
+    diag("exit %d: %s", rc, out);
+  ok(count_files(".live.json") == 4, "a: --out wrote the 4 dumps");
+  for (r = 0; r < 4; r++) ok(!ps[r].exited, "a: rank %d still runs", r);
+  /* let rank 2 go on: the job finishes */
+  close(ps[2].in);
+  ps[2].in = -1;
+  finish_all(ps, 4, 60);
+  for (r = 0, good = 1; r < 4; r++) {
+    int okv;
+    char det[512];
+    find_check(ps, 4, r, "after", &okv, det, sizeof(det));
+    good &= okv == 1 && ps[r].exited && ps[r].status == 0;
+  }
+  if (!ok(good, "a: then rank 2 joins: every rank gets the right sums of #3 "
+          "and exits 0"))
+    dump_procs(ps, 4);
+  uvccl__json_free(v);
+  procs_free(ps, 4);
+  free(out);
+}
+
+static void everywhere(void) {
+  static char e_case[64], e_dir[320], e_poll[64];
+  static const int two[] = {2};
+  proc_t ps[4];
+  char cmd[768], *out = malloc(1 << 20), path[600], err[128];
+  uvccl__json_t *v = NULL;
+  DIR *d;
+  struct dirent *de;
+  int rc, good, r, found2 = 0;
+  clean_dir();
+  snprintf(e_case, sizeof(e_case), "T_CASE=timeout");
+  snprintf(e_dir, sizeof(e_dir), "UVCCL_TRACE_DIR=%s", dir);
+  snprintf(e_poll, sizeof(e_poll), "UVCCL_TRACE_POLL_MS=200");
+  putenv(e_case);
+  putenv(e_dir);
+  putenv(e_poll);
+  spawn_world(ps, 4, "live", 0);
+  finish_all(ps, 4, 60);
+  for (r = 0, good = 1; r < 4; r++) {
+    int okv;
+    char det[512];
+    find_check(ps, 4, r, r == 2 ? "entered" : "after", &okv, det, sizeof(det));
+    good &= okv == 1 && ps[r].exited && ps[r].status == 0;
+  }
+  if (!ok(good, "b: ranks 0, 1, 3 time out in #3 (or hear of it); every "
+          "rank exits 0"))
+    dump_procs(ps, 4);
+  d = opendir(dir);
+  while (d != NULL && (de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, "uvccl-trace.2.", 14) != 0 ||
+        strstr(de->d_name, ".tmp") != NULL)
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    {
+      FILE *f = fopen(path, "rb");
+      size_t n = f ? fread(out, 1, (1 << 20) - 1, f) : 0;
+      uvccl__json_t *j = NULL;
+      if (f) fclose(f);
+      out[n] = '\0';
+      if (uvccl__json_parse(out, n, &j, err, sizeof(err)) == 0) {
+        const char *why = uvccl__json_get_str(j, "reason", "");
+        found2 = strstr(why, "requested through the store") != NULL &&
+                 strstr(why, "timed out") != NULL;
+        if (!found2) diag("rank 2's reason: %s", why);
+      }
+      uvccl__json_free(j);
+    }
+  }
+  if (d) closedir(d);
+  ok(found2, "b: rank 2, which never timed out or dumped by itself, dumped "
+     "too: asked through the store because of the timeout");
+  snprintf(cmd, sizeof(cmd), "%s --json %s", TRACE, dir);
+  rc = run_cmd(cmd, out, 1 << 20);
+  if (uvccl__json_parse(out, strlen(out), &v, err, sizeof(err)) != 0) v = NULL;
+  good = rc == 0 && uvccl__json_len(uvccl__json_get(v, "dumps")) == 4 &&
+         ranks_are(uvccl__json_get(v, "culprits"), two, 1);
+  if (!ok(good, "b: uvccl-trace on the directory: 4 dumps, culprit rank 2"))
+    diag("exit %d: %s", rc, out);
+  uvccl__json_free(v);
+  procs_free(ps, 4);
+  free(out);
+}
+
+int main(void) {
+  const char *role = getenv("UVCCL_T_ROLE");
+  ssize_t l;
+  if (role != NULL && *role) return rank_main();
+  tap_alarm(300);
+  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
+  self[l] = '\0';
+  atexit(kill_live);
+  snprintf(dir, sizeof(dir), "/tmp/uvccl-t4003.XXXXXX");
+  if (mkdtemp(dir) == NULL) skip_all("mkdtemp failed");
+  plan(11);
+  live_scenario();
+  everywhere();
+  clean_dir();
+  rmdir(dir);
+  return done_testing();
+}
