@@ -19,6 +19,7 @@
 #include "live.h"
 #include "../diag/flight.h"
 #include "../diag/fingerprint.h"
+#include "../diag/trace_watch.h"
 
 #include <string.h>
 
@@ -448,16 +449,6 @@ void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);
 int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
                         uint32_t seq, uint32_t tag, const void *payload,
                         size_t len);
-
-/* ---- trace_watch.c: dumps everywhere through the world's store ------------ */
-typedef struct uvccl__twatch_s uvccl__twatch_t;
-/* Polls <prefix>/trace/req in store (NULL: UVCCL_TRACE_POLL_MS is 0). */
-uvccl__twatch_t *uvccl__trace_watch_start(net_t *net, uvccl_store_t *store,
-                                          const char *prefix);
-/* Before the store closes; frees it once its operation in flight ends. */
-void uvccl__trace_watch_stop(uvccl__twatch_t *tw);
-/* Asks every rank to dump to its UVCCL_TRACE_DIR (a timeout here). */
-void uvccl__trace_watch_request(uvccl__twatch_t *tw, const char *reason);
 
 /* ---- shrink.c ---------------------------------------------------------------- */
 /* The net's shrink upcalls (every world net gets them at creation). */

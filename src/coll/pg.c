@@ -213,8 +213,8 @@ static void boot_done(boot_t *b) {
   g->boot = NULL;
   /* a world that owns its store client watches it for dump requests */
   if (g->own_store != NULL && g->net->twatch == NULL)
-    g->net->twatch = uvccl__trace_watch_start(g->net, g->own_store,
-                                              g->trace_name);
+    g->net->twatch = uvccl__trace_watch_start(
+        g->net->loop, g->net->rank, g->net->size, g->own_store, g->trace_name);
   uvccl__work_complete(b->w, 0);
   boot_maybe_free(b);
 }

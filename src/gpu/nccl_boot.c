@@ -52,6 +52,14 @@ void uvccl__nccl_boot_init(nccl_group_t *g) {
   boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
 }
 
+/* A world that owns its store client (made from a URL) watches it for
+ * flight recorder dump requests. */
+static void trace_watch(nccl_group_t *g) {
+  if (g->own_store != NULL && g->twatch == NULL)
+    g->twatch = uvccl__trace_watch_start(g->loop, g->rank, g->size,
+                                         g->own_store, g->trace_name);
+}
+
 /* Every rank knows the id: eager groups make the communicator now; lazy
  * ones are created already (the id is all they need from the store) and
  * make it with their first operation. */
@@ -63,6 +71,7 @@ static void id_known(nccl_group_t *g) {
   }
   g->init_due = 1;
   g->lazy_init = uvccl__nccl_boot_init;
+  trace_watch(g);
   LOG_DEBUG("nccl", "rank %d/%d: NCCL id known; the communicator comes "
             "with the first operation (lazy init)", g->rank, g->size);
   if (b->work != NULL && uvccl__work_is_live(b->work)) {
@@ -170,6 +179,7 @@ void uvccl__nccl_boot_step(nccl_group_t *g, nccl_op_t *op) {
   /* the communicator is ready */
   g->ready = 1;
   b->dead = 1;
+  trace_watch(g);
   LOG_DEBUG("nccl", "rank %d/%d: NCCL communicator ready on cuda:%d", g->rank,
             g->size, g->device);
   if (b->work != NULL && uvccl__work_is_live(b->work)) {
@@ -244,6 +254,9 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
            o->prefix ? o->prefix : "uvccl/default");
   g->store = store; /* for shrink's agreement */
   snprintf(g->prefix, sizeof(g->prefix), "%s", b->prefix);
+  snprintf(g->trace_name, sizeof(g->trace_name), "%.63s", b->prefix);
+  g->trace_gid = 1;
+  g->trace_size = o->trace_buffer_size;
   g->hb_ms = uvccl__heartbeat_timeout(o->heartbeat_timeout_ms);
   pg->loop = loop;
   pg->rank = o->rank;

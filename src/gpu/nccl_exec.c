@@ -102,6 +102,8 @@ static int issue_calls(nccl_op_t *op, nccl_group_t *g) {
   const char *call = "";
 
   if (op->phase == 1) goto poll;
+  /* the flight recorder: the GPU thread has it now (thread-safe) */
+  uvccl__flight_started(g->fg, op->fid);
   /* An earlier asynchronous error leaves the communicator unusable. */
   r = poll_comm(op, "ncclCommGetAsyncError", comm);
   if (r < 0) return r;

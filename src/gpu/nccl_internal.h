@@ -6,6 +6,8 @@
 #include "gpu.h"
 #include "nccl.h"
 #include "nccl_api.h"
+#include "../diag/flight.h"
+#include "../diag/trace_watch.h"
 
 /* Custom PREMUL_SUM op ids, the same numbering as the TCP groups. */
 #define UVCCL__NCCL_PREMUL_BASE 0x100
@@ -81,6 +83,9 @@ struct nccl_op_s {
    * unique id, split, shrink, revoke): set by who makes the op */
   void (*done_fn)(nccl_op_t *op);
   nccl_op_t *next, *prev; /* the group's list of live ops */
+  /* flight recorder: what it is (filled by the builders), its entry */
+  uvccl__fdesc_t desc;
+  uint64_t fid;
 };
 
 struct nccl_group_s {
@@ -143,6 +148,18 @@ struct nccl_group_s {
   size_t nwork;           /* live ops that carry a user's work */
   /* timings of the last completed op (benchmarks) */
   uint64_t last_times[4];
+  /* flight recorder: the group's record (registered at its first op,
+   * once its rank is known), sequence numbers, name, id shared by the
+   * members (world 1; children numbered by their parent) */
+  uvccl__fgroup_t *fg;
+  int fg_tried;
+  uint32_t seq, p2p_seq;
+  uint32_t trace_size;
+  uint32_t trace_gid;
+  uint32_t nchildren;
+  char trace_name[64];
+  /* a world made from a URL: dump requests through its store */
+  uvccl__twatch_t *twatch;
 };
 
 /* Creation state (nccl_boot.c). */

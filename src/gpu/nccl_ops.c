@@ -38,6 +38,7 @@ static int set_types(nccl_group_t *g, nccl_op_t *op, uvccl_dtype_t dt,
                      int has_redop, uvccl_redop_t redop, size_t *mult) {
   uvccl_redop_t base = redop;
   int rc = map_dtype(dt, &op->dtype, mult);
+  op->desc.dtype = uvccl_dtype_name(dt);
   if (rc != 0 || !has_redop) return rc;
   if ((int)redop >= UVCCL__NCCL_PREMUL_BASE) {
     int idx = (int)redop - UVCCL__NCCL_PREMUL_BASE;
@@ -72,6 +73,7 @@ static int set_types(nccl_group_t *g, nccl_op_t *op, uvccl_dtype_t dt,
               op->name, uvccl_redop_name(base));
     return UV_EINVAL;
   }
+  op->desc.redop = uvccl_redop_name(base);
   /* c10d: bool SUM is OR (MAX over 0/1), PRODUCT is AND (MIN) */
   if (dt == UVCCL_BOOL && base == UVCCL_SUM) op->redop = UVCCL__NCCL_MAX;
   if (dt == UVCCL_BOOL && base == UVCCL_PRODUCT) op->redop = UVCCL__NCCL_MIN;
@@ -101,6 +103,14 @@ static int refuse(nccl_op_t *op, int rc) {
 
 #define BAD_BUF(count, p) ((count) > 0 && (p) == NULL)
 
+/* What the flight recorder says of op (elements in and out on this rank,
+ * root), as the TCP groups say it. */
+static void describe(nccl_op_t *op, uint64_t in, uint64_t out, int root) {
+  op->desc.count_in = in;
+  op->desc.count_out = out;
+  op->desc.root = root;
+}
+
 int uvccl__nccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
                           const void *sendbuf, void *recvbuf, size_t count,
                           uvccl_dtype_t dtype, uvccl_redop_t redop,
@@ -115,6 +125,7 @@ int uvccl__nccl_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
     return refuse(op, UV_EINVAL);
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_ALLREDUCE, 0, sendbuf, recvbuf, count * m};
+  describe(op, count, count, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -141,7 +152,9 @@ int uvccl__nccl_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
   for (i = 0; i < nbufs; i++)
     op->calls[i] = (ncall_t){NCALL_ALLREDUCE, 0, bufs[i].base, bufs[i].base,
                              bufs[i].len / es * m};
+  for (i = 0; i < nbufs; i++) op->desc.count_in += bufs[i].len / es;
   op->grouped = nbufs > 1; /* one NCCL group: one launch */
+  describe(op, op->desc.count_in, op->desc.count_in, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -160,6 +173,7 @@ int uvccl__nccl_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] =
       (ncall_t){NCALL_REDUCE_SCATTER, 0, sendbuf, recvbuf, count * m};
+  describe(op, count * (size_t)g->size, count, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -186,6 +200,7 @@ int uvccl__nccl_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
     off += recvcounts[i];
   }
   op->grouped = 1;
+  describe(op, off, recvcounts[g->rank], -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -203,6 +218,7 @@ int uvccl__nccl_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
   if (BAD_BUF(count, buf)) return refuse(op, UV_EINVAL);
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_BROADCAST, root, buf, buf, count * m};
+  describe(op, count, count, root);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -223,6 +239,7 @@ int uvccl__nccl_reduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
   /* recvbuf is only read at root; NCCL wants a pointer everywhere */
   op->calls[0] = (ncall_t){NCALL_REDUCE, root, sendbuf,
                            recvbuf ? recvbuf : (void *)sendbuf, count * m};
+  describe(op, count, g->rank == root ? count : 0, root);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -239,6 +256,7 @@ int uvccl__nccl_allgather(uvccl_pg_t *pg, uvccl_work_t *work,
     return refuse(op, UV_EINVAL);
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_ALLGATHER, 0, sendbuf, recvbuf, count * m};
+  describe(op, count, count * (size_t)g->size, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -269,6 +287,11 @@ int uvccl__nccl_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work,
                              recvbufs[i], recvcounts[i] * m};
   }
   op->grouped = 1;
+  {
+    uint64_t tot = 0;
+    for (i = 0; i < g->size; i++) tot += recvcounts[i];
+    describe(op, sendcount, tot, -1);
+  }
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -346,6 +369,10 @@ static int gather_scatter(uvccl_pg_t *pg, uvccl_work_t *work, int gather,
   }
   uvccl__free(cnt);
   if (rc != 0) return refuse(op, rc);
+  if (gather)
+    describe(op, count, me_root ? count * (size_t)g->size : 0, root);
+  else
+    describe(op, me_root ? count * (size_t)g->size : 0, count, root);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -397,6 +424,7 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
                   uvccl_dtype_size(dtype), m, -1);
   uvccl__free(sc);
   if (rc != 0) return refuse(op, rc);
+  describe(op, stot, rtot, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -429,6 +457,7 @@ int uvccl__nccl_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   op->redop = UVCCL__NCCL_SUM;
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_ALLREDUCE, 0, NULL, NULL, 1};
+  describe(op, 0, 0, -1);
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -470,6 +499,9 @@ int uvccl__nccl_send(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf,
   op->dtype = UVCCL__NCCL_UINT8;
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_SEND, dst, buf, NULL, len};
+  describe(op, len, 0, -1);
+  op->desc.p2p = 1;
+  op->desc.peer = dst;
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -487,6 +519,9 @@ int uvccl__nccl_recv(uvccl_pg_t *pg, uvccl_work_t *work, void *buf, size_t len,
   op->recv_src = src;
   uvccl__nccl_op_calls(op, 1);
   op->calls[0] = (ncall_t){NCALL_RECV, src, NULL, buf, len};
+  describe(op, 0, len, -1);
+  op->desc.p2p = 1;
+  op->desc.peer = src;
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 
@@ -516,6 +551,12 @@ int uvccl__nccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
                                    ops[i].len};
   op->grouped = 1;
   op->p2p = ops;
+  {
+    uint64_t in = 0, out = 0;
+    for (i = 0; i < nops; i++) *(ops[i].is_send ? &in : &out) += ops[i].len;
+    describe(op, in, out, -1);
+    op->desc.p2p = 1;
+  }
   return uvccl__nccl_op_start(g, op, work, cb);
 }
 

@@ -11,6 +11,7 @@
 #include "nccl_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void op_done(uvccl__gpu_op_t *gop);
@@ -30,6 +31,9 @@ nccl_op_t *uvccl__nccl_op_new(nccl_group_t *g, nop_kind_t kind,
   op->gop.done = op_done;
   op->gop.data = op;
   op->gop.no_event = kind != NOP_CALLS && kind != NOP_DRAIN;
+  op->desc.op = name;
+  op->desc.root = -1;
+  op->desc.peer = -1;
   return op;
 }
 
@@ -150,6 +154,35 @@ void uvccl__nccl_op_hold(nccl_group_t *g, nccl_op_t *op) {
   init_if_due(g);
 }
 
+/* The group's flight recorder record, at its first operation (a split's
+ * child learns its rank and size only when the split is done). Global
+ * ranks are known for the world and new_group's groups; a split's are
+ * recorded as -1. */
+static void trace_register(nccl_group_t *g) {
+  int *r, i;
+  if (g->fg_tried || g->rank < 0 || g->size <= 0) return;
+  g->fg_tried = 1;
+  r = uvccl__malloc((size_t)g->size * sizeof(int));
+  if (r == NULL) return;
+  for (i = 0; i < g->size; i++)
+    r[i] = g->world ? i : g->ranks != NULL ? g->ranks[i] : -1;
+  g->fg = uvccl__flight_group_add(
+      "nccl", g->trace_name[0] ? g->trace_name : "nccl",
+      g->trace_gid ? g->trace_gid : 1, g->rank, g->size, r, g->trace_size,
+      g->loop, NULL, NULL);
+  uvccl__free(r);
+}
+
+/* A collective or point-to-point op: queued until the GPU thread issues
+ * it (nccl_exec.c marks it started). */
+static void trace_begin(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work) {
+  trace_register(g);
+  if (g->fg == NULL) return;
+  op->desc.tag = work->tag;
+  op->fid = uvccl__flight_begin(g->fg, op->desc.p2p ? g->p2p_seq++ : g->seq++,
+                                &op->desc, 0);
+}
+
 int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,
                          uvccl_work_cb cb) {
   uint64_t t;
@@ -160,6 +193,7 @@ int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,
     return rc;
   }
   op->work = work;
+  if (op->kind == NOP_CALLS) trace_begin(g, op, work);
   /* The timeout runs from when the op starts on the GPU (device layer),
    * not from now: work queued behind other work does not time out. */
   t = work->timeout_ms ? work->timeout_ms : g->timeout_ms;
@@ -224,6 +258,7 @@ void uvccl__nccl_fail_all_works(nccl_group_t *g, int status, const char *msg) {
 static void group_break(nccl_group_t *g, int status, const char *msg) {
   if (g->broken) return;
   g->broken = 1;
+  uvccl__flight_group_broken(g->fg, status, msg);
   if (g->fail_msg[0] == '\0')
     snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", msg);
   LOG_ERROR("nccl", "rank %d/%d (cuda:%d): %s; failing the pending work",
@@ -294,7 +329,17 @@ static void op_done(uvccl__gpu_op_t *gop) {
   case NOP_CALLS:
   case NOP_STREAM_WAIT:
   case NOP_WAIT_STREAM:
+    if (op->fid != 0) {
+      uvccl__flight_end(g->fg, op->fid, st, gop->msg);
+      if (st != 0 && st != UV_ECANCELED)
+        uvccl__flight_dump_on_error(NULL, gop->msg[0] ? gop->msg
+                                                      : uvccl_strerror(st));
+    }
     if (st == UV_ETIMEDOUT) {
+      const char *dir = getenv("UVCCL_TRACE_DIR");
+      if (dir != NULL && *dir != '\0' && op->fid != 0)
+        /* every rank of the world dumps (through its store) */
+        uvccl__trace_watch_request(g->twatch, gop->msg);
       g->had_timeout = 1;
       LOG_ERROR("nccl", "rank %d/%d: %s timed out on cuda:%d (%s); the "
                 "communicator may be stuck: abort the group", g->rank,
@@ -385,6 +430,7 @@ static void group_free(nccl_group_t *g) {
     uvccl__free(t);
     t = n;
   }
+  uvccl__flight_group_remove(g->fg);
   uvccl__free(g->premul);
   uvccl__free(g->ranks);
   uvccl__free(g->boot);
@@ -451,6 +497,8 @@ static void client_closed(void *arg) {
   /* the store and server a URL made live as long as the group */
   g->closing_parts = 1;
   if (g->own_store != NULL) {
+    uvccl__trace_watch_stop(g->twatch);
+    g->twatch = NULL;
     g->closing_parts++;
     g->own_store->data = g;
     uvccl_store_close(g->own_store, own_store_closed);

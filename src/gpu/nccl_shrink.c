@@ -159,7 +159,9 @@ static void sh_decided(nshrink_t *s, const char *d, size_t len) {
     return;
   }
   op = uvccl__nccl_op_new(g, NOP_SHRINK, "shrink");
+  g->nchildren++;
   c = op ? uvccl__nccl_child_new(g, s->newpg, me, n, err, sizeof(err)) : NULL;
+  if (c != NULL) snprintf(c->trace_name, sizeof(c->trace_name), "shrink");
   if (op != NULL) op->excl = uvccl__malloc((size_t)g->size * sizeof(int));
   if (c != NULL) c->ranks = uvccl__malloc((size_t)n * sizeof(int));
   if (op == NULL || c == NULL || op->excl == NULL || c->ranks == NULL) {

@@ -15,6 +15,13 @@ nccl_group_t *uvccl__nccl_child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
   if (c == NULL) return NULL;
   c->timeout_ms = p->timeout_ms;
   c->creating = 1; /* the split */
+  /* the flight recorder's: every rank of the parent counts the subgroups
+   * it takes part in making (member or not) in the same order, so the
+   * members number them alike */
+  c->trace_size = p->trace_size;
+  c->trace_gid = ((p->trace_gid ? p->trace_gid : 1) * 31u + p->nchildren) &
+                 0x7fffffffu;
+  snprintf(c->trace_name, sizeof(c->trace_name), "split");
   if (uvccl__nccl_group_attach(c, err, errlen) != 0) {
     uvccl__nccl_group_discard(c);
     return NULL;
@@ -141,12 +148,15 @@ int uvccl__nccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg,
       return 0;
     }
   }
+  p->nchildren++;
   if (me >= 0) {
     c = uvccl__nccl_child_new(p, pg, me, nranks, err, sizeof(err));
     if (c == NULL) {
       LOG_ERROR("nccl", "new_group: %s", err);
       return UV_ENOMEM;
     }
+    snprintf(c->trace_name, sizeof(c->trace_name), "%s",
+             tag != NULL ? tag : "new_group");
     c->ranks = uvccl__malloc((size_t)nranks * sizeof(int));
     if (c->ranks == NULL) {
       c->creating = 0;
@@ -201,6 +211,7 @@ int uvccl__nccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color,
   if (pg == NULL) return UV_EINVAL;
   rc = uvccl__nccl_group_check(parent, work, &p);
   if (rc != 0) return rc;
+  p->nchildren++;
   if (color >= 0) {
     c = uvccl__nccl_child_new(p, pg, -1, 0, err, sizeof(err));
     if (c == NULL) {

@@ -14,7 +14,9 @@
  * Rank 0 sets <prefix>/trace/world to the world size, for the collector.
  * One store operation at a time, on the application's loop; the timer is
  * unreferenced, so it never keeps a loop alive. */
-#include "internal.h"
+#include "trace_watch.h"
+#include "flight.h"
+#include "../loop/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ enum {
 };
 
 struct uvccl__twatch_s {
-  net_t *net;               /* NULL once stopped */
+  int active;               /* 0 once stopped */
   uv_loop_t *loop;
   uvccl_store_t *store;
   char prefix[128];
@@ -58,7 +60,7 @@ static void tw_next(uvccl__twatch_t *tw);
 static void tw_done(uvccl_work_t *w, int status);
 
 static void tw_maybe_free(uvccl__twatch_t *tw) {
-  if (tw->net != NULL || tw->busy || tw->timer_open) return;
+  if (tw->active || tw->busy || tw->timer_open) return;
   uvccl__free(tw->json);
   uvccl__free(tw);
 }
@@ -105,7 +107,7 @@ static void tw_act(uvccl__twatch_t *tw, const char *cmd) {
 static void tw_done(uvccl_work_t *w, int status) {
   uvccl__twatch_t *tw = w->data;
   tw->busy = 0;
-  if (tw->net == NULL) {
+  if (!tw->active) {
     tw_maybe_free(tw);
     return;
   }
@@ -204,7 +206,7 @@ static void tw_done(uvccl_work_t *w, int status) {
 /* Starts the next store operation, if one is due. */
 static void tw_next(uvccl__twatch_t *tw) {
   int rc;
-  if (tw->busy || tw->net == NULL) return;
+  if (tw->busy || !tw->active) return;
   tw->w.data = tw;
   if (tw->rank == 0 && !tw->world_done) {
     char v[32];
@@ -244,20 +246,21 @@ static uint64_t poll_ms(void) {
   return 1000;
 }
 
-uvccl__twatch_t *uvccl__trace_watch_start(net_t *net, uvccl_store_t *store,
+uvccl__twatch_t *uvccl__trace_watch_start(uv_loop_t *loop, int rank,
+                                          int size, uvccl_store_t *store,
                                           const char *prefix) {
   uvccl__twatch_t *tw;
   uint64_t ms = poll_ms();
   if (ms == 0 || store == NULL) return NULL;
   tw = uvccl__calloc(1, sizeof(*tw));
   if (tw == NULL) return NULL;
-  tw->net = net;
-  tw->loop = net->loop;
+  tw->active = 1;
+  tw->loop = loop;
   tw->store = store;
-  tw->rank = net->rank;
-  tw->size = net->size;
+  tw->rank = rank;
+  tw->size = size;
   snprintf(tw->prefix, sizeof(tw->prefix), "%s", prefix);
-  if (uv_timer_init(net->loop, &tw->timer) != 0) {
+  if (uv_timer_init(loop, &tw->timer) != 0) {
     uvccl__free(tw);
     return NULL;
   }
@@ -273,7 +276,7 @@ uvccl__twatch_t *uvccl__trace_watch_start(net_t *net, uvccl_store_t *store,
 
 void uvccl__trace_watch_stop(uvccl__twatch_t *tw) {
   if (tw == NULL) return;
-  tw->net = NULL;
+  tw->active = 0;
   uv_timer_stop(&tw->timer);
   uv_close((uv_handle_t *)&tw->timer, tw_timer_closed);
   /* an operation in flight ends when the store closes (UV_ECANCELED) */
@@ -281,7 +284,7 @@ void uvccl__trace_watch_stop(uvccl__twatch_t *tw) {
 }
 
 void uvccl__trace_watch_request(uvccl__twatch_t *tw, const char *reason) {
-  if (tw == NULL || tw->net == NULL || tw->req_pending) return;
+  if (tw == NULL || !tw->active || tw->req_pending) return;
   tw->req_pending = 1;
   snprintf(tw->req_reason, sizeof(tw->req_reason), "%s",
            reason ? reason : "");
