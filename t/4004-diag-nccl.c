@@ -10,7 +10,11 @@
  *   c) a hang: ranks 0 and 2 enter an allreduce rank 1 never calls; while
  *      it waits the dump says started (issued on the GPU thread), then
  *      timed_out with ETIMEDOUT; uvccl-trace on that dump names rank 1,
- *      which never entered it. */
+ *      which never entered it;
+ *   d) fingerprint checks (the fingerprint_check option) on another world:
+ *      a good allreduce passes; when rank 2 allreduces 8 elements and the
+ *      others 4, all three fail with UVCCL_EMISMATCH naming both sides,
+ *      and the next good allreduce works (the communicator is intact). */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -29,7 +33,7 @@
 
 static uv_loop_t *loop;
 static uvccl_store_t store;
-static uvccl_pg_t pgs[N], sub[N];
+static uvccl_pg_t pgs[N], sub[N], fpg[N];
 
 static uvccl__json_t *dump_now(void) {
   char *text = NULL, err[128];
@@ -111,7 +115,7 @@ int main(void) {
   setenv("UVCCL_NCCL_WATCHDOG_MS", "20", 1);
   if (access(FAKE_NCCL, R_OK) != 0) skip_all("no fake NCCL built");
   loop = uv_default_loop();
-  plan(12);
+  plan(15);
   uvccl_hash_store_init(loop, &store);
   good = nccl_ranks_start(loop, &store, pgs, w, N, "ncclfr", NULL) &&
          wait_all(w, N, 0);
@@ -227,6 +231,52 @@ int main(void) {
     uvccl_pg_destroy(&sub[0], on_closed);
     uvccl_pg_destroy(&sub[2], on_closed);
     while (closed < 2) uv_run(loop, UV_RUN_ONCE);
+  }
+
+  /* ---- d) ---- */
+  {
+    uvccl_pg_options_t o;
+    int32_t h[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[4];
+    int all = 1;
+    memset(&o, 0, sizeof(o));
+    o.fingerprint_check = 1;
+    good = nccl_ranks_start(loop, &store, fpg, w, N, "ncclfp", &o) &&
+           wait_all(w, N, 0);
+    for (r = 0; r < N; r++) put(a[r], h, sizeof(h));
+    memset(w, 0, sizeof(w));
+    for (r = 0; r < N; r++)
+      uvccl_allreduce(&fpg[r], &w[r], a[r], b[r], 4, UVCCL_INT32, UVCCL_SUM,
+                      NULL);
+    good &= wait_all(w, N, 0);
+    get(got, b[1], sizeof(got));
+    ok(good && got[0] == 3 && got[3] == 12, "d: with fingerprint checks a "
+       "good allreduce passes, sums right (%d %d)", (int)got[0], (int)got[3]);
+    memset(w, 0, sizeof(w));
+    for (r = 0; r < N; r++)
+      uvccl_allreduce(&fpg[r], &w[r], a[r], b[r], r == 2 ? 8 : 4,
+                      UVCCL_INT32, UVCCL_SUM, NULL);
+    for (r = 0; r < N; r++) {
+      int rc = uvccl_work_wait(&w[r]);
+      int named = strstr(w[r].msg, "ranks disagree") != NULL &&
+                  strstr(w[r].msg, r == 2 ? "rank 2 called allreduce int32 "
+                                            "sum, 8 -> 8"
+                                          : "ranks 0,1 called allreduce int32 "
+                                            "sum, 4 -> 4") != NULL;
+      if (rc != UVCCL_EMISMATCH || !named) {
+        note("rank %d: %s %s", r, uvccl_err_name(rc), w[r].msg);
+        all = 0;
+      }
+    }
+    ok(all, "d: rank 2 allreduces 8 elements, the others 4: all three fail "
+       "with UVCCL_EMISMATCH, naming both sides: %s", w[0].msg);
+    memset(w, 0, sizeof(w));
+    for (r = 0; r < N; r++)
+      uvccl_allreduce(&fpg[r], &w[r], a[r], b[r], 4, UVCCL_INT32, UVCCL_SUM,
+                      NULL);
+    ok(wait_all(w, N, 0), "d: the next good allreduce works");
+    closed = 0;
+    for (r = 0; r < N; r++) uvccl_pg_destroy(&fpg[r], on_closed);
+    while (closed < N) uv_run(loop, UV_RUN_ONCE);
   }
 
   /* ---- c) ---- */

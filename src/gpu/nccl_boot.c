@@ -8,7 +8,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void uvccl__nccl_boot_fail(nccl_group_t *g, int status, const char *fmt, ...) {
   nccl_boot_t *b = g->boot;
@@ -257,6 +259,12 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   snprintf(g->trace_name, sizeof(g->trace_name), "%.63s", b->prefix);
   g->trace_gid = 1;
   g->trace_size = o->trace_buffer_size;
+  if (o->fingerprint_check != 0) {
+    g->fp_check = o->fingerprint_check > 0;
+  } else {
+    const char *d = getenv("UVCCL_DEBUG");
+    g->fp_check = d != NULL && strcasecmp(d, "detail") == 0;
+  }
   g->hb_ms = uvccl__heartbeat_timeout(o->heartbeat_timeout_ms);
   pg->loop = loop;
   pg->rank = o->rank;

@@ -94,6 +94,89 @@ void uvccl__nccl_debug_block_next(void *dev_flag) {
   atomic_store(&debug_block_next, dev_flag);
 }
 
+/* Fingerprint checks: before the op's own calls, the members allgather
+ * their fingerprints (device buffer, then pinned host memory, an event
+ * polled: the device thread never waits for a peer) and compare them. A
+ * mismatch fails the op on every member (each sees them all) with both
+ * sides named; the communicator stays usable. 0 go on, AGAIN, or an error
+ * (message in op->gop.msg). */
+static int fp_exchange(nccl_op_t *op, nccl_group_t *g) {
+  const size_t sz = sizeof(uvccl__fp_t);
+  uvccl__fp_t *all;
+  char a[80], b[80], ra[48], rb[48];
+  size_t oa = 0, ob = 0;
+  int r, q, na = 0, nb = 0, first_b = -1;
+  if (op->fp_phase == 0) {
+    if (g->fp_dev == NULL &&
+        (r = CUDA.Malloc(&g->fp_dev, sz * (size_t)g->size)) != 0)
+      return fail_cuda(op, "cudaMalloc (fingerprints)", r);
+    if (g->fp_host == NULL &&
+        (r = CUDA.MallocHost(&g->fp_host, sz * (size_t)g->size)) != 0)
+      return fail_cuda(op, "cudaMallocHost (fingerprints)", r);
+    if (g->fp_event == NULL &&
+        (r = CUDA.EventCreateWithFlags(&g->fp_event,
+                                       UVCCL__CUDA_EVENT_DISABLE_TIMING)) != 0)
+      return fail_cuda(op, "cudaEventCreateWithFlags", r);
+    all = g->fp_host;
+    all[g->rank] = op->fp_mine;
+    r = CUDA.MemcpyAsync((char *)g->fp_dev + sz * (size_t)g->rank,
+                         &all[g->rank], sz, UVCCL__CUDA_MEMCPY_DEFAULT,
+                         g->stream);
+    if (r != 0) return fail_cuda(op, "cudaMemcpyAsync (fingerprint)", r);
+    uvccl__gpu_in_call(&op->gop, "ncclAllGather (fingerprints)");
+    r = NCCL.AllGather((char *)g->fp_dev + sz * (size_t)g->rank, g->fp_dev,
+                       sz, UVCCL__NCCL_UINT8, g->comm, g->stream);
+    uvccl__gpu_in_call(&op->gop, NULL);
+    if (r != UVCCL__NCCL_SUCCESS && r != UVCCL__NCCL_IN_PROGRESS)
+      return fail_nccl(op, "ncclAllGather (fingerprints)", r, g->comm);
+    op->fp_phase = 1;
+  }
+  if (op->fp_phase == 1) {
+    /* the enqueue may still be in progress (nonblocking communicator) */
+    r = poll_comm(op, "ncclAllGather (fingerprints)", g->comm);
+    if (r != 0) return r;
+    r = CUDA.MemcpyAsync(g->fp_host, g->fp_dev, sz * (size_t)g->size,
+                         UVCCL__CUDA_MEMCPY_DEFAULT, g->stream);
+    if (r != 0) return fail_cuda(op, "cudaMemcpyAsync (fingerprints)", r);
+    r = CUDA.EventRecord(g->fp_event, g->stream);
+    if (r != 0) return fail_cuda(op, "cudaEventRecord", r);
+    op->fp_phase = 2;
+  }
+  if (op->fp_phase == 2) {
+    r = CUDA.EventQuery(g->fp_event);
+    if (r == UVCCL__CUDA_ERR_NOT_READY) return UVCCL__GPU_AGAIN;
+    if (r != 0) return fail_cuda(op, "cudaEventQuery", r);
+    op->fp_phase = 3;
+    all = g->fp_host;
+    ra[0] = rb[0] = '\0';
+    for (q = 0; q < g->size; q++) {
+      int same = uvccl__fp_same(&op->fp_mine, &all[q]);
+      char *list = same ? ra : rb;
+      size_t *off = same ? &oa : &ob;
+      int *n = same ? &na : &nb;
+      if (!same && first_b < 0) first_b = q;
+      if (*n < 6 && *off < sizeof(ra))
+        *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, "%s%d",
+                                 *n ? "," : "", q);
+      else if (*n == 6 && *off < sizeof(ra))
+        *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, ",...");
+      (*n)++;
+    }
+    if (first_b >= 0) {
+      uvccl__fp_format(&op->fp_mine, a, sizeof(a));
+      uvccl__fp_format(&all[first_b], b, sizeof(b));
+      char m[300];
+      snprintf(m, sizeof(m), "#%u: ranks disagree: rank%s %s called %s; "
+               "rank%s %s called %s", op->seq, na > 1 ? "s" : "", ra, a,
+               nb > 1 ? "s" : "", rb, b);
+      snprintf(op->gop.msg, sizeof(op->gop.msg), "%.*s",
+               (int)sizeof(op->gop.msg) - 1, m);
+      return UVCCL_EMISMATCH;
+    }
+  }
+  return 0;
+}
+
 static int issue_calls(nccl_op_t *op, nccl_group_t *g) {
   uvccl__nccl_comm_t comm = g->comm;
   void *s = g->stream;
@@ -104,6 +187,7 @@ static int issue_calls(nccl_op_t *op, nccl_group_t *g) {
   if (op->phase == 1) goto poll;
   /* the flight recorder: the GPU thread has it now (thread-safe) */
   uvccl__flight_started(g->fg, op->fid);
+  if (op->fp && op->fp_phase < 3 && (r = fp_exchange(op, g)) != 0) return r;
   /* An earlier asynchronous error leaves the communicator unusable. */
   r = poll_comm(op, "ncclCommGetAsyncError", comm);
   if (r < 0) return r;
@@ -236,8 +320,12 @@ static int make_group_resources(nccl_op_t *op, nccl_group_t *g) {
 static void free_group_resources(nccl_group_t *g) {
   if (g->stream != NULL) CUDA.StreamDestroy(g->stream);
   if (g->scratch != NULL) CUDA.Free(g->scratch);
+  if (g->fp_dev != NULL) CUDA.Free(g->fp_dev);
+  if (g->fp_host != NULL) CUDA.FreeHost(g->fp_host);
+  if (g->fp_event != NULL) CUDA.EventDestroy(g->fp_event);
   g->stream = NULL;
   g->scratch = NULL;
+  g->fp_dev = g->fp_host = g->fp_event = NULL;
 }
 
 static int issue_init(nccl_op_t *op, nccl_group_t *g) {

@@ -8,6 +8,7 @@
 #include "nccl_api.h"
 #include "../diag/flight.h"
 #include "../diag/trace_watch.h"
+#include "../diag/fingerprint.h"
 
 /* Custom PREMUL_SUM op ids, the same numbering as the TCP groups. */
 #define UVCCL__NCCL_PREMUL_BASE 0x100
@@ -86,6 +87,11 @@ struct nccl_op_s {
   /* flight recorder: what it is (filled by the builders), its entry */
   uvccl__fdesc_t desc;
   uint64_t fid;
+  uint32_t seq;          /* its number (collectives and p2p apart) */
+  /* fingerprint checks: this rank's, and how far the exchange got */
+  int fp;
+  int fp_phase;
+  uvccl__fp_t fp_mine;
 };
 
 struct nccl_group_s {
@@ -160,6 +166,11 @@ struct nccl_group_s {
   char trace_name[64];
   /* a world made from a URL: dump requests through its store */
   uvccl__twatch_t *twatch;
+  /* fingerprint checks (GPU thread's buffers: size fingerprints on the
+   * device and in pinned host memory, and the event that says the
+   * exchange reached the host) */
+  int fp_check;
+  void *fp_dev, *fp_host, *fp_event;
 };
 
 /* Creation state (nccl_boot.c). */

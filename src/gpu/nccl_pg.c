@@ -176,11 +176,18 @@ static void trace_register(nccl_group_t *g) {
 /* A collective or point-to-point op: queued until the GPU thread issues
  * it (nccl_exec.c marks it started). */
 static void trace_begin(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work) {
+  op->seq = op->desc.p2p ? g->p2p_seq++ : g->seq++;
+  if (g->fp_check && !op->desc.p2p && g->size > 1) {
+    /* compared on the GPU thread before the op's own calls */
+    op->fp = 1;
+    uvccl__fp_make(&op->fp_mine, op->seq, op->desc.op, op->desc.dtype,
+                   op->desc.redop, op->desc.root, op->desc.count_in,
+                   op->desc.count_out);
+  }
   trace_register(g);
   if (g->fg == NULL) return;
   op->desc.tag = work->tag;
-  op->fid = uvccl__flight_begin(g->fg, op->desc.p2p ? g->p2p_seq++ : g->seq++,
-                                &op->desc, 0);
+  op->fid = uvccl__flight_begin(g->fg, op->seq, &op->desc, 0);
 }
 
 int uvccl__nccl_op_start(nccl_group_t *g, nccl_op_t *op, uvccl_work_t *work,

@@ -19,6 +19,7 @@ nccl_group_t *uvccl__nccl_child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
    * it takes part in making (member or not) in the same order, so the
    * members number them alike */
   c->trace_size = p->trace_size;
+  c->fp_check = p->fp_check;
   c->trace_gid = ((p->trace_gid ? p->trace_gid : 1) * 31u + p->nchildren) &
                  0x7fffffffu;
   snprintf(c->trace_name, sizeof(c->trace_name), "split");
