@@ -11,7 +11,10 @@
  *      (1 s) with UVCCL_TRACE_DIR set; rank 2, which never called it and
  *      never dumps by itself, writes its dump there too, its reason
  *      saying it was asked through the store because of the timeout;
- *      uvccl-trace on the directory names rank 2. */
+ *      uvccl-trace on the directory names rank 2;
+ *   c) SIGUSR2: `uvccl-run -n 2 uvccl-bench` gets SIGUSR2 mid-run; it
+ *      passes it on, both ranks dump to UVCCL_TRACE_DIR (reason "signal
+ *      12") and the run still finishes, exit 0. */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -19,12 +22,15 @@
 #include "diag/json.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define TRACE UVCCL_BUILD_DIR "/bin/uvccl-trace"
+#define RUN UVCCL_BUILD_DIR "/bin/uvccl-run"
+#define BENCH UVCCL_BUILD_DIR "/bin/uvccl-bench"
 
 static int env_int(const char *k, int dflt) {
   const char *v = getenv(k);
@@ -290,6 +296,54 @@ static void everywhere(void) {
   free(out);
 }
 
+static void usr2(void) {
+  static char e_dir[320];
+  proc_t p;
+  char *argv[] = {RUN, "-n", "2", BENCH, "--op", "allreduce", "-b", "4",
+                  "-e", "4", "-n", "150000", NULL};
+  const char *env[] = {e_dir, NULL};
+  DIR *d;
+  struct dirent *de;
+  char path[600], buf[65536];
+  int n = 0, reasons = 0;
+  double t0;
+  clean_dir();
+  snprintf(e_dir, sizeof(e_dir), "UVCCL_TRACE_DIR=%s", dir);
+  if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
+    ok(0, "c: spawning uvccl-run");
+    return;
+  }
+  /* once the ranks run their sweep (the table's header is out) */
+  t0 = now_s();
+  while (strstr(p.obuf, "op ") == NULL && now_s() - t0 < 20 && !p.exited)
+    pump(&p, 1, 50);
+  sleep_ms(300);
+  kill(p.pid, SIGUSR2);
+  finish_all(&p, 1, 60);
+  d = opendir(dir);
+  while (d != NULL && (de = readdir(d)) != NULL) {
+    FILE *f;
+    size_t len;
+    if (strncmp(de->d_name, "uvccl-trace.", 12) != 0 ||
+        strstr(de->d_name, ".tmp") != NULL)
+      continue;
+    n++;
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    f = fopen(path, "rb");
+    len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f) fclose(f);
+    buf[len] = '\0';
+    reasons += strstr(buf, "\"reason\":\"signal 12\"") != NULL;
+  }
+  if (d) closedir(d);
+  if (!ok(p.exited && p.status == 0 && n == 2 && reasons == 2,
+          "c: SIGUSR2 to uvccl-run: both uvccl-bench ranks dumped (reason "
+          "\"signal 12\"), and the run finished, exit 0 (%d dumps, exit %d)",
+          n, p.status))
+    dump_procs(&p, 1);
+  procs_free(&p, 1);
+}
+
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
   ssize_t l;
@@ -301,9 +355,10 @@ int main(void) {
   atexit(kill_live);
   snprintf(dir, sizeof(dir), "/tmp/uvccl-t4003.XXXXXX");
   if (mkdtemp(dir) == NULL) skip_all("mkdtemp failed");
-  plan(11);
+  plan(12);
   live_scenario();
   everywhere();
+  usr2();
   clean_dir();
   rmdir(dir);
   return done_testing();
