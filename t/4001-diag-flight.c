@@ -260,6 +260,123 @@ static int find_dump_file(char *path, size_t len) {
   return found;
 }
 
+/* ---- the schema (docs/trace-format.md, version 1) ---------------------- */
+
+/* type letters: s string, S string or null, i integer, I integer or null,
+ * a array, o object */
+typedef struct {
+  const char *key;
+  char type;
+} field_t;
+
+static int type_ok(const uvccl__json_t *v, char t) {
+  if (v == NULL) return 0;
+  switch (t) {
+  case 's': return v->type == UVCCL__J_STR;
+  case 'S': return v->type == UVCCL__J_STR || v->type == UVCCL__J_NULL;
+  case 'i': return v->type == UVCCL__J_NUM && v->is_int;
+  case 'I': return (v->type == UVCCL__J_NUM && v->is_int) ||
+                   v->type == UVCCL__J_NULL;
+  case 'a': return v->type == UVCCL__J_ARR;
+  case 'o': return v->type == UVCCL__J_OBJ;
+  }
+  return 0;
+}
+
+/* Every documented member with its type, and no other (extra: a member
+ * allowed besides, or NULL). */
+static int fields_ok(const uvccl__json_t *o, const field_t *f, size_t n,
+                     const char *extra, const char *what) {
+  size_t i, j;
+  if (o == NULL || o->type != UVCCL__J_OBJ) {
+    diag("%s: not an object", what);
+    return 0;
+  }
+  for (i = 0; i < n; i++)
+    if (!type_ok(uvccl__json_get(o, f[i].key), f[i].type)) {
+      diag("%s: member \"%s\" missing or not of type %c", what, f[i].key,
+           f[i].type);
+      return 0;
+    }
+  for (j = 0; j < o->len; j++) {
+    int known = extra != NULL && strcmp(o->keys[j], extra) == 0;
+    for (i = 0; i < n && !known; i++) known = strcmp(o->keys[j], f[i].key) == 0;
+    if (!known) {
+      diag("%s: undocumented member \"%s\"", what, o->keys[j]);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int schema_ok(const uvccl__json_t *d, int *nwaiting) {
+  static const field_t top[] = {
+      {"format", 's'}, {"version", 'i'}, {"reason", 's'}, {"host", 's'},
+      {"pid", 'i'}, {"rank", 'i'}, {"library", 's'}, {"time_unix_ns", 'i'},
+      {"time_mono_ns", 'i'}, {"capacity", 'i'}, {"recorded", 'i'},
+      {"dropped", 'i'}, {"groups", 'a'}, {"entries", 'a'}};
+  static const field_t grp[] = {
+      {"id", 'i'}, {"gid", 'i'}, {"name", 's'}, {"backend", 's'},
+      {"rank", 'i'}, {"size", 'i'}, {"ranks", 'a'}, {"state", 's'},
+      {"error", 'S'}, {"message", 'S'}, {"last", 'o'}};
+  static const field_t seqs[] = {
+      {"enqueued", 'I'}, {"started", 'I'}, {"completed", 'I'}};
+  static const field_t ent[] = {
+      {"id", 'i'}, {"group", 'i'}, {"gid", 'i'}, {"seq", 'i'}, {"kind", 's'},
+      {"op", 's'}, {"dtype", 'S'}, {"redop", 'S'}, {"root", 'i'},
+      {"peer", 'i'}, {"count_in", 'i'}, {"count_out", 'i'}, {"tag", 'S'},
+      {"state", 's'}, {"queued_ns", 'I'}, {"started_ns", 'I'},
+      {"ended_ns", 'I'}, {"error", 'S'}, {"message", 'S'}};
+  static const char *const states[] = {"queued", "started", "completed",
+                                       "failed", "timed_out", "cancelled"};
+  const uvccl__json_t *gs, *es;
+  size_t i, k;
+  if (!fields_ok(d, top, sizeof(top) / sizeof(top[0]), NULL, "dump") ||
+      !str_is(d, "format", "uvccl-flight-recorder") ||
+      uvccl__json_get_int(d, "version", 0) != 1)
+    return 0;
+  gs = uvccl__json_get(d, "groups");
+  for (i = 0; i < uvccl__json_len(gs); i++) {
+    const uvccl__json_t *g = uvccl__json_at(gs, i), *last;
+    if (!fields_ok(g, grp, sizeof(grp) / sizeof(grp[0]), NULL, "group"))
+      return 0;
+    last = uvccl__json_get(g, "last");
+    if (!fields_ok(last, (const field_t[]){{"collective", 'o'}, {"p2p", 'o'}},
+                   2, NULL, "group.last") ||
+        !fields_ok(uvccl__json_get(last, "collective"), seqs, 3, NULL,
+                   "last.collective") ||
+        !fields_ok(uvccl__json_get(last, "p2p"), seqs, 3, NULL, "last.p2p"))
+      return 0;
+    if ((int64_t)uvccl__json_len(uvccl__json_get(g, "ranks")) !=
+        uvccl__json_get_int(g, "size", -1)) {
+      diag("group: ranks has not size members");
+      return 0;
+    }
+  }
+  es = uvccl__json_get(d, "entries");
+  for (i = 0; i < uvccl__json_len(es); i++) {
+    const uvccl__json_t *e = uvccl__json_at(es, i), *wf;
+    int st = 0;
+    if (!fields_ok(e, ent, sizeof(ent) / sizeof(ent[0]), "waiting_for",
+                   "entry"))
+      return 0;
+    for (k = 0; k < sizeof(states) / sizeof(states[0]); k++)
+      st |= str_is(e, "state", states[k]);
+    if (!st || !(str_is(e, "kind", "collective") || str_is(e, "kind", "p2p"))) {
+      diag("entry: state or kind not one of the documented values");
+      return 0;
+    }
+    wf = uvccl__json_get(e, "waiting_for");
+    if (wf != NULL) {
+      if (!type_ok(wf, 'a')) return 0;
+      for (k = 0; k < uvccl__json_len(wf); k++)
+        if (!type_ok(uvccl__json_at(wf, k), 'i')) return 0;
+      (*nwaiting)++;
+    }
+  }
+  return 1;
+}
+
 static void test_pending(world_t *W) {
   uvccl_work_t w[2];
   float f[2][4], fr[2][4];
@@ -295,6 +412,12 @@ static void test_pending(world_t *W) {
      "ended, on ranks 0 and 1");
   ok(all_wait && waits_for_2,
      "b: the dump on the loop says whom each waits for, rank 2 among them");
+  {
+    int nw = 0;
+    ok(schema_ok(d, &nw) && nw >= 2, "the schema: every member of the dump, "
+       "its groups and entries is documented, of its documented type, and "
+       "present (waiting_for on %d pending entries)", nw);
+  }
   uvccl__json_free(d);
 
   setenv("UVCCL_TRACE_DIR", trace_dir, 1);
