@@ -413,8 +413,8 @@ static void test_pending(world_t *W) {
   ok(all_wait && waits_for_2,
      "b: the dump on the loop says whom each waits for, rank 2 among them");
   {
-    int nw = 0;
-    ok(schema_ok(d, &nw) && nw >= 2, "the schema: every member of the dump, "
+    int nw = 0, sch = schema_ok(d, &nw);
+    ok(sch && nw >= 2, "the schema: every member of the dump, "
        "its groups and entries is documented, of its documented type, and "
        "present (waiting_for on %d pending entries)", nw);
   }
