@@ -186,6 +186,13 @@ fuzz:
 	$(Q)mkdir -p build-fuzz/corpus
 	./build-fuzz/store_proto_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  build-fuzz/corpus fuzz/corpus
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	  $(UV_CFLAGS) -o build-fuzz/trace_fuzz fuzz/trace_fuzz.c \
+	  src/diag/json.c src/diag/analyze.c src/diag/fingerprint.c \
+	  src/loop/error.c src/loop/alloc.c $(UV_LIBS)
+	$(Q)mkdir -p build-fuzz/corpus-trace
+	./build-fuzz/trace_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus-trace fuzz/corpus-trace
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

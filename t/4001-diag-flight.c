@@ -554,6 +554,7 @@ static void test_off_and_names(world_t *A) {
   uvccl__json_t *d;
   char name[32];
   int r, n_off = 0, good = 1;
+  int32_t v[2];
   const int ranks01[] = {0, 1};
   memset(&o, 0, sizeof(o));
   o.trace_buffer_size = UVCCL_TRACE_OFF;
@@ -561,10 +562,10 @@ static void test_off_and_names(world_t *A) {
   ok(world_init(&W, &L2, 2, &o) == 0, "d: a world with UVCCL_TRACE_OFF");
   snprintf(name, sizeof(name), "world%d", world__seq);
   for (r = 0; r < 2; r++) {
-    int32_t v = 1;
+    v[r] = 1; /* alive until the work is done */
     memset(&w[r], 0, sizeof(w[r]));
-    uvccl_allreduce(&W.pg[r], &w[r], &v, &v, 1, UVCCL_INT32, UVCCL_SUM,
-                    NULL);
+    uvccl_allreduce(&W.pg[r], &w[r], &v[r], &v[r], 1, UVCCL_INT32,
+                    UVCCL_SUM, NULL);
   }
   for (r = 0; r < 2; r++) uvccl_work_wait(&w[r]);
   d = dump_now(NULL);

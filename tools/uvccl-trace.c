@@ -125,7 +125,7 @@ static void read_path(inputs_t *in, const char *path) {
       names[n++] = strdup(de->d_name);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), name_cmp);
+    if (n > 1) qsort(names, (size_t)n, sizeof(char *), name_cmp);
     for (i = 0; i < n; i++) {
       char full[4096];
       snprintf(full, sizeof(full), "%s/%s", path, names[i]);
@@ -355,27 +355,30 @@ static int analyze(inputs_t *in, int as_json) {
     return 2;
   }
   docs = xcalloc((size_t)in->n, sizeof(*docs));
-  for (i = 0; i < in->n; i++)
+  rc = 0;
+  for (i = 0; i < in->n && rc == 0; i++)
     if (uvccl__json_parse(in->texts[i], in->lens[i], &docs[i], err,
                           sizeof(err)) != 0) {
       fprintf(stderr, PROG ": %s: %s\n", in->names[i], err);
-      return 2;
+      rc = 2;
     }
-  rc = uvccl__trace_analyze((const uvccl__json_t *const *)docs, in->n, &res,
-                            err, sizeof(err));
-  if (rc != 0) {
+  if (rc == 0 &&
+      uvccl__trace_analyze((const uvccl__json_t *const *)docs, in->n, &res,
+                           err, sizeof(err)) != 0) {
     /* err names the dump by its index: give the file */
     int d;
     if (sscanf(err, "dump %d", &d) == 1 && d >= 0 && d < in->n)
       fprintf(stderr, PROG ": %s: %s\n", in->names[d], err);
     else
       fprintf(stderr, PROG ": %s\n", err);
-    return 2;
+    rc = 2;
   }
-  if (as_json) print_json(stdout, &res);
-  else print_text(stdout, &res);
-  rc = res.nculprits > 0 ? 0 : 1;
-  uvccl__trace_result_free(&res);
+  if (rc == 0) {
+    if (as_json) print_json(stdout, &res);
+    else print_text(stdout, &res);
+    rc = res.nculprits > 0 ? 0 : 1;
+    uvccl__trace_result_free(&res);
+  }
   for (i = 0; i < in->n; i++) uvccl__json_free(docs[i]);
   free(docs);
   return rc;

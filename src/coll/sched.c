@@ -535,6 +535,25 @@ static int sched_link(sched_t *s) {
   return 0;
 }
 
+/* A call refused at once (its group broke, a peer it needs failed): the
+ * flight recorder still shows it was made, as failed, under the number it
+ * takes (so the ranks' records stay aligned for uvccl-trace). */
+static void record_refused(sched_t *s, uvccl_work_t *w, int rc,
+                           const char *msg) {
+  group_t *g = s->g;
+  uint64_t id;
+  uint32_t seq;
+  if (g->fg == NULL) return;
+  s->desc.tag = w->tag;
+  /* a collective's number goes with it only where the group is broken:
+   * elsewhere the members' numbers must stay in step on the wire */
+  if (s->p2p) seq = g->p2p_seq++;
+  else if (g->broken) seq = g->seq++;
+  else seq = g->seq;
+  id = uvccl__flight_begin(g->fg, seq, &s->desc, 1);
+  uvccl__flight_end(g->fg, id, rc, msg);
+}
+
 /* ---- fingerprint checks -------------------------------------------------- */
 
 /* Compares every member's fingerprint with this rank's: on a mismatch the
@@ -621,6 +640,7 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     rc = g->broken_err ? g->broken_err : UVCCL_EPEER;
     if (w->state != UVCCL_WORK_PENDING)
       snprintf(w->msg, sizeof(w->msg), "%s: %.170s", s->name, g->broken_msg);
+    record_refused(s, w, rc, g->broken_msg);
     uvccl__sched_free(s);
     return rc;
   }
@@ -633,6 +653,7 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
         (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) < 0) {
       if (w->state != UVCCL_WORK_PENDING)
         snprintf(w->msg, sizeof(w->msg), "%s: %s", s->name, msg);
+      record_refused(s, w, rc, msg);
       uvccl__sched_free(s);
       return rc;
     }

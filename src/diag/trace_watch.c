@@ -97,7 +97,7 @@ static void tw_act(uvccl__twatch_t *tw, const char *cmd) {
     tw->step = ST_UPLOAD;
     tw->busy = 1;
     if (uvccl_store_set(tw->store, &tw->w, tw->key, tw->json, len,
-                        NULL) != 0) {
+                        tw_done) != 0) {
       tw->busy = 0;
       tw->step = ST_IDLE;
     }
