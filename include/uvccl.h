@@ -904,9 +904,9 @@ UVCCL_EXTERN int uvccl_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
  * peer (uvccl-trace.RANK.PID.json, at most every 200 ms). */
 #define UVCCL_TRACE_OFF UINT32_MAX
 
-/* Writes a dump to path (NULL: $UVCCL_TRACE_DIR/uvccl-trace.RANK.PID.json;
- * UV_EINVAL when that is unset), through a temporary file renamed into
- * place. loop: the loop the caller runs on, or NULL; pending operations of
+/* Writes a dump to path (NULL: $UVCCL_TRACE_DIR/uvccl-trace.RANK.PID.json,
+ * the directory made if missing; UV_EINVAL when that is unset), through a
+ * temporary file renamed into place. loop: the loop the caller runs on, or NULL; pending operations of
  * the groups on that loop also list the peers they wait for. reason is
  * written into the dump ("requested" when NULL). Thread-safe; returns 0 or
  * an error (the file's). */

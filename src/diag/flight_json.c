@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +295,10 @@ int uvccl_trace_dump(uv_loop_t *loop, const char *path, const char *reason) {
     rc = default_path(dflt, sizeof(dflt));
     if (rc != 0) return rc;
     path = dflt;
+    /* UVCCL_TRACE_DIR may name a directory that does not exist yet (the
+     * last level is made; every rank may race to it) */
+    if (mkdir(getenv("UVCCL_TRACE_DIR"), 0755) != 0 && errno != EEXIST)
+      return -errno;
   }
   rc = uvccl__flight_json(loop, reason ? reason : "requested", &json, &n);
   if (rc != 0) return rc;
