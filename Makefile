@@ -64,18 +64,46 @@ HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h tools/*.h)
 STATIC    := $(BUILD)/libuvccl.a
 SHARED    := $(BUILD)/libuvccl.so
 
-.PHONY: all deps check demo install clean fuzz tests bench-store
+# The PyTorch backend (python/uvccl_torch): its extension, against Debian's
+# libtorch-dev and Debian's python3 (not PATH's), where both are there.
+# Not in sanitizer builds: a Python process cannot load ASan late.
+TORCH_PY   := /usr/bin/python3
+TORCH_HDR  := /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp
+ifneq ($(SANITIZE),1)
+ifneq ($(wildcard $(TORCH_HDR)),)
+TORCH_SUFFIX := $(shell $(TORCH_PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+TORCH_PYINC  := $(shell $(TORCH_PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+TORCH_EXT    := $(if $(TORCH_SUFFIX),python/uvccl_torch/_C$(TORCH_SUFFIX))
+endif
+endif
+
+.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # The chaos benchmark's uvccl rank (bench/chaos/run.sh) and the store's
 # load generator (bench/store/run.sh).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES)
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch
+
+# The extension, from a make of its own: on a fresh machine the headers it
+# looks for arrive with deps, after this makefile was read.
+torch: deps $(STATIC)
+	$(Q)$(MAKE) --no-print-directory torch-ext
+torch-ext: $(TORCH_EXT)
 
 # Installs what building and testing need, where it is missing (Debian).
 deps:
 	$(Q)./tools/deps.sh
+
+ifneq ($(TORCH_EXT),)
+$(TORCH_EXT): python/uvccl_torch/csrc/process_group.cpp include/uvccl.h $(STATIC)
+	@$(if $(Q),echo "  TORCH   $@")
+	$(Q)$(CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter \
+	  -Iinclude -I$(TORCH_PYINC) -I/usr/include/torch/csrc/api/include \
+	  $(UV_CFLAGS) -o $@ $< $(STATIC) $(UV_LIBS) -ltorch -ltorch_cpu -lc10 \
+	  -ltorch_python -pthread -ldl -lm
+endif
 
 # deps is order-only: with make -j on a fresh machine nothing compiles
 # before the headers it needs are installed.
@@ -205,4 +233,4 @@ install: all
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvccl.pc
 
 clean:
-	rm -rf build build-san build-fuzz t/*.t
+	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so

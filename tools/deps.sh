@@ -9,6 +9,12 @@ command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v prove >/dev/null 2>&1 || need="$need perl"
 # The real PyTorch client and server for the interoperability tests.
 [ -f /usr/lib/python3/dist-packages/torch/__init__.py ] || need="$need python3-torch"
+# The PyTorch backend's extension (python/uvccl_torch): libtorch's and
+# Python's headers, pybind11's.
+[ -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] || need="$need libtorch-dev"
+[ -n "$(ls /usr/include/python3*/Python.h 2>/dev/null)" ] || need="$need python3-dev"
+[ -f /usr/include/pybind11/pybind11.h ] || need="$need pybind11-dev"
+command -v g++ >/dev/null 2>&1 || need="$need g++"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v clang >/dev/null 2>&1 || need="$need clang"

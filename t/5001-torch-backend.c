@@ -1,0 +1,83 @@
+/* uvccl as a PyTorch backend (python/uvccl_torch), first step: the real
+ * PyTorch (Debian's python3-torch 1.13) in WORLD_SIZE processes of
+ * t/py/torch_backend.py, env://, init_process_group("uvccl"), at 2 and 4
+ * ranks. Each rank checks:
+ *   - allreduce of 8 dtypes x SUM, MAX, MIN, PRODUCT against the reduction
+ *     computed locally, exactly;
+ *   - allreduce of a strided view: its elements reduced, the others kept
+ *     (Gloo 1.13 reduces the wrong elements there);
+ *   - everything (allreduces of the dtypes Gloo has, broadcast, reduce,
+ *     all_gather, all_gather_into_tensor, async allreduce through wait()
+ *     and get_future(), barrier, send/recv around a ring) equal to a Gloo
+ *     group's results on the same inputs in the same job;
+ *   - an unsupported dtype is a RuntimeError saying so, not a crash;
+ *   - new_group builds a second uvccl group that works;
+ *   - destroy_process_group returns.
+ * Skips where python3-torch or the built extension is missing. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+#include "ranks.h"
+
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PY "/usr/bin/python3" /* Debian's python3-torch; not PATH's python3 */
+#define SCRIPT UVCCL_SRC_DIR "/t/py/torch_backend.py"
+
+static void world(int n) {
+  static char e_size[32], e_port[32], e_rank[MAXP][32];
+  char *argv[] = {PY, SCRIPT, NULL};
+  proc_t ps[MAXP];
+  unsigned mask = (1u << n) - 1;
+  int r, port = free_port();
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
+  for (r = 0; r < n; r++) {
+    const char *env[] = {e_rank[r], e_size, "MASTER_ADDR=127.0.0.1", e_port,
+                         "PYTHONWARNINGS=ignore", NULL};
+    char name[32];
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    snprintf(name, sizeof(name), "rank %d", r);
+    if (spawn(&ps[r], name, argv, env, 0) != 0) note("spawning rank %d", r);
+  }
+  finish_all(ps, n, 240);
+  scenario_failed = 0;
+  agg(ps, n, "init", mask, "%d ranks: init_process_group(\"uvccl\", env://)",
+      n);
+  agg(ps, n, "exact", mask, "%d ranks: 32 allreduces (8 dtypes x SUM MAX MIN "
+      "PRODUCT) exact", n);
+  agg(ps, n, "strided", mask, "%d ranks: allreduce of a strided view", n);
+  agg(ps, n, "same", mask, "%d ranks: every op equal to Gloo's results in "
+      "the same job (broadcast, reduce, all_gather, into_tensor, async with "
+      "wait and get_future, barrier, send/recv)", n);
+  agg(ps, n, "error", mask, "%d ranks: an unsupported dtype is a "
+      "RuntimeError that says so", n);
+  agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
+  agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
+  for (r = 0; r < n; r++)
+    if (ps[r].status != 0) scenario_failed = 1;
+  ok(!scenario_failed, "%d ranks: every rank exited 0", n);
+  if (scenario_failed) dump_procs(ps, n);
+  procs_free(ps, n);
+}
+
+int main(void) {
+  glob_t g;
+  int have;
+  tap_alarm(600);
+  if (system(PY " -c 'import torch.distributed' >/dev/null 2>&1") != 0)
+    skip_all("no python3-torch");
+  have = glob(UVCCL_SRC_DIR "/python/uvccl_torch/_C*.so", 0, NULL, &g) == 0;
+  if (have) globfree(&g);
+  if (!have)
+    skip_all("the extension is not built (make builds it where "
+             "libtorch-dev is installed)");
+  atexit(kill_live);
+  plan(2 * 8);
+  world(2);
+  world(4);
+  return done_testing();
+}
