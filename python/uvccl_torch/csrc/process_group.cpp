@@ -54,10 +54,8 @@ class Loop {
   }
 
   ~Loop() {
-    post([this] {
-      stopping_ = true;
-      uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
-    });
+    // the last task: with the async handle closed the loop runs dry
+    post([this] { uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr); });
     thread_.join();
     uv_loop_close(&loop_);
   }
@@ -111,7 +109,6 @@ class Loop {
   std::thread thread_;
   std::mutex mu_;
   std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
 };
 
 // ---- types -------------------------------------------------------------------
@@ -254,8 +251,6 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     host_ = addr.substr(0, colon);
     int port = std::stoi(addr.substr(colon + 1));
     std::string msg = loop_->call<std::string>([this, port, rank, size]() {
-      std::promise<std::string>* unused = nullptr;
-      (void)unused;
       uvccl_tcp_store_options_t to;
       std::memset(&to, 0, sizeof(to));
       to.host = host_.c_str();
