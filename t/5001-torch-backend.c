@@ -8,8 +8,12 @@
  *     (Gloo 1.13 reduces the wrong elements there);
  *   - everything (allreduces of the dtypes Gloo has, broadcast, reduce,
  *     all_gather, all_gather_into_tensor, async allreduce through wait()
- *     and get_future(), barrier, send/recv around a ring) equal to a Gloo
- *     group's results on the same inputs in the same job;
+ *     and get_future(), barrier, gather, scatter, all_to_all_single even
+ *     and with splits, all_reduce_coalesced, send/recv around a ring) equal
+ *     to a Gloo group's results on the same inputs in the same job; what
+ *     Gloo 1.13 lacks (reduce_scatter, reduce_scatter_tensor, all_to_all)
+ *     against the results computed locally;
+ *   - recv from any source names each sender; monitored_barrier passes;
  *   - an unsupported dtype is a RuntimeError saying so, not a crash;
  *   - new_group builds a second uvccl group that works;
  *   - destroy_process_group returns.
@@ -52,7 +56,12 @@ static void world(int n) {
   agg(ps, n, "strided", mask, "%d ranks: allreduce of a strided view", n);
   agg(ps, n, "same", mask, "%d ranks: every op equal to Gloo's results in "
       "the same job (broadcast, reduce, all_gather, into_tensor, async with "
-      "wait and get_future, barrier, send/recv)", n);
+      "wait and get_future, barrier, gather, scatter, all_to_all_single, "
+      "all_reduce_coalesced, send/recv), and reduce_scatter(_tensor), "
+      "all_to_all to the local results", n);
+  agg(ps, n, "anysource", mask, "%d ranks: recv from any source names the "
+      "senders", n);
+  agg(ps, n, "monitored", mask, "%d ranks: monitored_barrier", n);
   agg(ps, n, "error", mask, "%d ranks: an unsupported dtype is a "
       "RuntimeError that says so", n);
   agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
@@ -76,7 +85,7 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 8);
+  plan(2 * 10);
   world(2);
   world(4);
   return done_testing();

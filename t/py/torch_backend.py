@@ -103,6 +103,49 @@ def run_ops(pg, skip=()):
     work.wait()
     out["allreduce async"] = fut.wait()[0]
     dist.barrier(group=pg)
+    # the rest of the collectives
+    t = inputs(7, 12, torch.float32)
+    if rank == 0:
+        gl = [torch.zeros(12) for _ in range(world)]
+        dist.gather(t, gather_list=gl, dst=0, group=pg)
+        out["gather"] = torch.cat(gl)
+    else:
+        dist.gather(t, dst=0, group=pg)
+    r = torch.zeros(6)
+    if rank == world - 1:
+        sl = [inputs(8, 6, torch.float32) + i for i in range(world)]
+        dist.scatter(r, scatter_list=sl, src=world - 1, group=pg)
+    else:
+        dist.scatter(r, src=world - 1, group=pg)
+    out["scatter"] = r
+    ins = [inputs(9 + i, 5, torch.float32) for i in range(world)]
+    r = torch.zeros(5)
+    if pg is None:  # Gloo 1.13 has no reduce_scatter: against the sum, below
+        dist.reduce_scatter(r, ins, group=pg)
+        out["reduce_scatter"] = r
+        flat = torch.zeros(5)
+        dist.reduce_scatter_tensor(flat, torch.cat(ins), group=pg)
+        out["reduce_scatter_tensor"] = flat
+    t = inputs(10, 3 * world, torch.int64).reshape(world, 3)
+    r = torch.zeros(world, 3, dtype=torch.int64)
+    dist.all_to_all_single(r, t, group=pg)
+    out["all_to_all_single"] = r
+    # uneven splits: rank r sends i + 1 rows to rank i
+    rows_in = [i + 1 for i in range(world)]
+    rows_out = [rank + 1] * world
+    t = inputs(11, sum(rows_in) * 2, torch.float32).reshape(-1, 2)
+    r = torch.zeros(sum(rows_out), 2)
+    dist.all_to_all_single(r, t, output_split_sizes=rows_out,
+                           input_split_sizes=rows_in, group=pg)
+    out["all_to_all_single splits"] = r
+    if pg is None:  # Gloo 1.13 has no all_to_all: against the inputs, below
+        ins = [inputs(12 + i, i + 2, torch.float32) for i in range(world)]
+        outs = [torch.zeros(rank + 2) for _ in range(world)]
+        dist.all_to_all(outs, ins, group=pg)
+        out["all_to_all"] = torch.cat(outs)
+    ts = [inputs(13, 7, torch.float32), inputs(14, 3, torch.float32)]
+    dist.all_reduce_coalesced(ts, group=pg)
+    out["all_reduce_coalesced"] = torch.cat(ts)
     # send/recv around a ring
     t = torch.full((5,), float(rank))
     r = torch.zeros(5)
@@ -137,6 +180,10 @@ def main():
           "allreduce of a strided view: its elements reduced, the others kept")
     ref = run_ops(gloo, skip=(torch.bfloat16,))  # Gloo 1.13 has no bfloat16
     ref["all_gather_into_tensor"] = ref["all_gather"]
+    want = sum(inputs(9 + rank, 5, torch.float32, r) for r in range(world))
+    ref["reduce_scatter"] = ref["reduce_scatter_tensor"] = want
+    ref["all_to_all"] = torch.cat([inputs(12 + rank, rank + 2, torch.float32, i)
+                                   for i in range(world)])
     bad = [k for k in ref if not torch.equal(mine[k], ref[k])]
     check(not bad, "same",
           f"{len(ref)} results equal to Gloo's" if not bad else f"differ: {bad[:5]}")
@@ -146,6 +193,28 @@ def main():
         check(False, "error", "int16 was accepted")
     except RuntimeError as e:
         check("not supported" in str(e), "error", str(e).splitlines()[0][:120])
+    # recv from any source, and the sender it names
+    if world > 1:
+        if rank == 0:
+            got = set()
+            for _ in range(world - 1):
+                r = torch.zeros(2)
+                w = dist.irecv(r)   # no src: any source
+                w.wait()
+                got.add((w._source_rank(), int(r[0].item())))
+            check(got == {(i, i * 10) for i in range(1, world)}, "anysource",
+                  f"senders named: {sorted(got)}")
+        else:
+            dist.send(torch.full((2,), float(rank * 10)), 0)
+            check(True, "anysource", "sent")
+    else:
+        check(True, "anysource", "alone")
+    # (dist.monitored_barrier is gated to Gloo in 1.13's Python layer: the
+    # group's own binding reaches the backend)
+    default = dist.distributed_c10d._get_default_group()
+    default.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=30),
+                              wait_all_ranks=True)
+    check(True, "monitored", "monitored_barrier passed")
     sub = dist.new_group(ranks=list(range(world)))
     t = torch.ones(4) * rank
     dist.all_reduce(t, group=sub)

@@ -201,6 +201,11 @@ class WorkUVCCL : public c10d::Work {
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  int sourceRank() const override {
+    TORCH_CHECK(source_ >= 0, "uvccl: sourceRank() is for recv_anysource");
+    return source_;
+  }
+  int source_ = -1;   // recv from any source: the sender, once done
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
@@ -212,6 +217,7 @@ class WorkUVCCL : public c10d::Work {
 
 static void on_done(uvccl_work_t* w, int status) {
   auto* work = static_cast<WorkUVCCL*>(w->data);
+  if (status == 0 && work->source_ == -2) work->source_ = (int)w->result;
   work->complete(status, w->msg);
   c10::raw::intrusive_ptr::decref(work);  // the loop's reference
 }
@@ -415,6 +421,239 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     return submit(work, [this, buf, n, src, tag](uvccl_work_t* w) {
       return uvccl_recv(&pg_, w, buf.data_ptr(), n, src, tag, on_done);
     });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors, int tag) override {
+    auto& t = single(tensors, "recv");
+    auto buf = t.contiguous();
+    auto work = make_work(c10d::OpType::RECVANYSOURCE, {t}, {buf}, t, buf);
+    work->source_ = -2;  // filled in by on_done
+    size_t n = (size_t)buf.nbytes();
+    return submit(work, [this, buf, n, tag](uvccl_work_t* w) {
+      return uvccl_recv(&pg_, w, buf.data_ptr(), n, UVCCL_ANY_SOURCE, tag,
+                        on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override {
+    TORCH_CHECK(!tensors.empty(), "uvccl: allreduce_coalesced: no tensors");
+    for (auto& t : tensors) {
+      check_cpu(t, "allreduce_coalesced");
+      TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                  "uvccl: allreduce_coalesced: tensors of one dtype");
+    }
+    // one flat buffer: one operation, then the pieces go back
+    std::vector<at::Tensor> flats;
+    for (auto& t : tensors) flats.push_back(t.reshape(-1));
+    auto flat = at::cat(flats);
+    auto outs = tensors;
+    auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, outs, {flat});
+    work->after = [outs, flat]() mutable {
+      int64_t off = 0;
+      for (auto& o : outs) {
+        o.copy_(flat.narrow(0, off, o.numel()).view(o.sizes()));
+        off += o.numel();
+      }
+    };
+    uvccl_dtype_t dt = dtype_of(tensors[0]);
+    uvccl_redop_t op = redop_of(opts.reduceOp);
+    return submit(work, [this, flat, dt, op](uvccl_work_t* w) {
+      return uvccl_allreduce(&pg_, w, flat.data_ptr(), flat.data_ptr(),
+                             (size_t)flat.numel(), dt, op, on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override {
+    auto& in = single(inputs, "gather");
+    int root = (int)opts.rootRank;
+    bool me = getRank() == root;
+    TORCH_CHECK(me ? outputs.size() == 1 && (int)outputs[0].size() == getSize()
+                   : outputs.empty() || outputs[0].empty(),
+                "uvccl: gather: the root gives one list of ", getSize(),
+                " outputs, the others none");
+    auto src = in.contiguous();
+    at::Tensor flat = me ? at::empty({(int64_t)getSize() * in.numel()},
+                                     in.options())
+                         : at::Tensor();
+    std::vector<at::Tensor> outs = me ? outputs[0] : std::vector<at::Tensor>();
+    auto work = make_work(c10d::OpType::GATHER, outs, {src});
+    if (me) {
+      work->keep.push_back(flat);
+      work->after = [outs, flat, n = in.numel()]() mutable {
+        for (size_t i = 0; i < outs.size(); i++)
+          outs[i].copy_(flat.narrow(0, (int64_t)i * n, n).view(outs[i].sizes()));
+      };
+    }
+    uvccl_dtype_t dt = dtype_of(in);
+    return submit(work, [this, src, flat, dt, root](uvccl_work_t* w) {
+      return uvccl_gather(&pg_, w, src.data_ptr(),
+                          flat.defined() ? flat.data_ptr() : nullptr,
+                          (size_t)src.numel(), dt, root, on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override {
+    auto& out = single(outputs, "scatter");
+    int root = (int)opts.rootRank;
+    bool me = getRank() == root;
+    TORCH_CHECK(me ? inputs.size() == 1 && (int)inputs[0].size() == getSize()
+                   : inputs.empty() || inputs[0].empty(),
+                "uvccl: scatter: the root gives one list of ", getSize(),
+                " inputs, the others none");
+    at::Tensor flat;
+    if (me) {
+      std::vector<at::Tensor> parts;
+      for (auto& t : inputs[0]) parts.push_back(t.reshape(-1));
+      flat = at::cat(parts);
+    }
+    auto dst = out.contiguous();
+    auto work = make_work(c10d::OpType::SCATTER, {out}, {dst}, out, dst);
+    if (me) work->keep.push_back(flat);
+    uvccl_dtype_t dt = dtype_of(out);
+    return submit(work, [this, flat, dst, dt, root](uvccl_work_t* w) {
+      return uvccl_scatter(&pg_, w, flat.defined() ? flat.data_ptr() : nullptr,
+                           dst.data_ptr(), (size_t)dst.numel(), dt, root,
+                           on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    auto& out = single(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
+                "uvccl: reduce_scatter wants one list of ", getSize(),
+                " inputs");
+    std::vector<at::Tensor> parts;
+    for (auto& t : inputs[0]) {
+      TORCH_CHECK(t.numel() == out.numel(),
+                  "uvccl: reduce_scatter: every input must match the output");
+      parts.push_back(t.reshape(-1));
+    }
+    auto flat = at::cat(parts);
+    auto dst = out.contiguous();
+    auto work = make_work(c10d::OpType::REDUCE_SCATTER, {out}, {flat, dst}, out,
+                          dst);
+    uvccl_dtype_t dt = dtype_of(out);
+    uvccl_redop_t op = redop_of(opts.reduceOp);
+    return submit(work, [this, flat, dst, dt, op](uvccl_work_t* w) {
+      return uvccl_reduce_scatter(&pg_, w, flat.data_ptr(), dst.data_ptr(),
+                                  (size_t)dst.numel(), dt, op, on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override {
+    check_cpu(input, "_reduce_scatter_base");
+    check_cpu(output, "_reduce_scatter_base");
+    TORCH_CHECK(input.numel() == output.numel() * getSize(),
+                "uvccl: _reduce_scatter_base: the input must hold size x "
+                "output");
+    auto src = input.contiguous();
+    auto dst = output.contiguous();
+    auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+                          {src, dst}, output, dst);
+    uvccl_dtype_t dt = dtype_of(output);
+    uvccl_redop_t op = redop_of(opts.reduceOp);
+    return submit(work, [this, src, dst, dt, op](uvccl_work_t* w) {
+      return uvccl_reduce_scatter(&pg_, w, src.data_ptr(), dst.data_ptr(),
+                                  (size_t)dst.numel(), dt, op, on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,
+      const c10d::AllToAllOptions&) override {
+    check_cpu(input, "alltoall_base");
+    check_cpu(output, "alltoall_base");
+    auto src = input.contiguous();
+    auto dst = output.contiguous();
+    // split sizes are along dim 0: elements per row times rows
+    auto counts = [this](const at::Tensor& t, const std::vector<int64_t>& sp) {
+      std::vector<size_t> c((size_t)getSize());
+      int64_t row = t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0) : 0;
+      if (sp.empty()) {
+        TORCH_CHECK(t.dim() > 0 && t.size(0) % getSize() == 0,
+                    "uvccl: alltoall_base: dim 0 must divide by the size");
+        for (auto& x : c) x = (size_t)(t.numel() / getSize());
+      } else {
+        TORCH_CHECK((int)sp.size() == getSize(),
+                    "uvccl: alltoall_base: one split per rank");
+        for (size_t i = 0; i < c.size(); i++) c[i] = (size_t)(sp[i] * row);
+      }
+      return c;
+    };
+    auto sc = std::make_shared<std::vector<size_t>>(counts(src, inSplits));
+    auto rc = std::make_shared<std::vector<size_t>>(counts(dst, outSplits));
+    auto work = make_work(c10d::OpType::ALLTOALL_BASE, {output}, {src, dst},
+                          output, dst);
+    uvccl_dtype_t dt = dtype_of(input);
+    return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
+      return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
+                             dst.data_ptr(), rc->data(), dt, on_done);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions&) override {
+    TORCH_CHECK((int)outputs.size() == getSize() &&
+                    (int)inputs.size() == getSize(),
+                "uvccl: alltoall wants ", getSize(), " inputs and outputs");
+    std::vector<at::Tensor> ins, outs_flat;
+    auto sc = std::make_shared<std::vector<size_t>>();
+    auto rc = std::make_shared<std::vector<size_t>>();
+    int64_t rtot = 0;
+    for (int i = 0; i < getSize(); i++) {
+      check_cpu(inputs[i], "alltoall");
+      ins.push_back(inputs[i].reshape(-1));
+      sc->push_back((size_t)inputs[i].numel());
+      rc->push_back((size_t)outputs[i].numel());
+      rtot += outputs[i].numel();
+    }
+    auto src = at::cat(ins);
+    auto dst = at::empty({rtot}, outputs[0].options());
+    auto outs = outputs;
+    auto work = make_work(c10d::OpType::ALLTOALL, outs, {src, dst});
+    work->after = [outs, dst]() mutable {
+      int64_t off = 0;
+      for (auto& o : outs) {
+        o.copy_(dst.narrow(0, off, o.numel()).view(o.sizes()));
+        off += o.numel();
+      }
+    };
+    uvccl_dtype_t dt = dtype_of(inputs[0]);
+    return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
+      return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
+                             dst.data_ptr(), rc->data(), dt, on_done);
+    });
+  }
+
+  // c10d's monitored_barrier: rank 0 waits for every rank within the
+  // timeout and names the ones that did not come.
+  void monitoredBarrier(const c10d::BarrierOptions& opts,
+                        bool waitAllRanks) override {
+    auto work = make_work(c10d::OpType::BARRIER, {}, {});
+    // unset (-1): the group's timeout
+    uint64_t t = opts.timeout.count() > 0 ? (uint64_t)opts.timeout.count() : 0;
+    bool all = waitAllRanks;
+    submit(work, [this, t, all](uvccl_work_t* w) {
+      w->timeout_ms = t;
+      return uvccl_monitored_barrier(&pg_, w, all ? 1 : 0, on_done);
+    });
+    work->wait();
   }
 
  private:
