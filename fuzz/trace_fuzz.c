@@ -19,8 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char buf[200];
     memcpy(&a, data, sizeof(a));
     memcpy(&b, data + sizeof(a), sizeof(b));
+    uvccl__fp_t all[2];
     (void)uvccl__fp_same(&a, &b);
     uvccl__fp_format(&a, buf, sizeof(buf));
+    all[0] = a;
+    all[1] = b;
+    (void)uvccl__fp_verdict(&a, all, 2, buf, sizeof(buf));
   }
   if (uvccl__json_parse((const char *)data, size, &doc, err, sizeof(err)) ==
       0) {

@@ -561,31 +561,11 @@ static void record_refused(sched_t *s, uvccl_work_t *w, int rc,
  * named, before any of its data moves. */
 static int fp_compare(sched_t *s, sop_t *op) {
   group_t *g = s->g;
-  const uvccl__fp_t *mine = &s->fps[g->rank];
-  char a[80], b[80], ra[48], rb[48];
-  size_t oa = 0, ob = 0;
-  int r, first_b = -1, na = 0, nb = 0;
+  char why[UVCCL_WORK_MSG_LEN];
   (void)op;
-  ra[0] = rb[0] = '\0';
-  for (r = 0; r < g->size; r++) {
-    int same = uvccl__fp_same(mine, &s->fps[r]);
-    char *list = same ? ra : rb;
-    size_t *off = same ? &oa : &ob;
-    int *n = same ? &na : &nb;
-    if (!same && first_b < 0) first_b = r;
-    if (*n < 6 && *off < sizeof(ra))
-      *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, "%s%d",
-                               *n ? "," : "", r);
-    else if (*n == 6 && *off < sizeof(ra))
-      *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, ",...");
-    (*n)++;
-  }
-  if (first_b < 0) return 0;
-  uvccl__fp_format(mine, a, sizeof(a));
-  uvccl__fp_format(&s->fps[first_b], b, sizeof(b));
-  uvccl__sched_fail(s, UVCCL_EMISMATCH, "%s #%u: ranks disagree: rank%s %s "
-                    "called %s; rank%s %s called %s", s->name, s->seq,
-                    na > 1 ? "s" : "", ra, a, nb > 1 ? "s" : "", rb, b);
+  if (!uvccl__fp_verdict(&s->fps[g->rank], s->fps, g->size, why, sizeof(why)))
+    return 0;
+  uvccl__sched_fail(s, UVCCL_EMISMATCH, "%s #%u: %s", s->name, s->seq, why);
   return UVCCL_EMISMATCH;
 }
 

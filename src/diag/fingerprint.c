@@ -70,3 +70,34 @@ void uvccl__fp_format(const uvccl__fp_t *fp, char *buf, size_t len) {
   if (n > 0 && (size_t)n < len && fp->root >= 0)
     snprintf(buf + n, len - (size_t)n, ", root %d", (int)fp->root);
 }
+
+/* Appends rank r to a list "0,1,3" (at most 6 named, then ",..."). */
+static void list_add(char *list, size_t cap, size_t *off, int *n, int r) {
+  if (*n < 6 && *off < cap)
+    *off += (size_t)snprintf(list + *off, cap - *off, "%s%d", *n ? "," : "",
+                             r);
+  else if (*n == 6 && *off < cap)
+    *off += (size_t)snprintf(list + *off, cap - *off, ",...");
+  (*n)++;
+}
+
+int uvccl__fp_verdict(const uvccl__fp_t *mine, const uvccl__fp_t *all,
+                      int size, char *msg, size_t len) {
+  char a[80], b[80], ra[48] = "", rb[48] = "";
+  size_t oa = 0, ob = 0;
+  int r, first_b = -1, na = 0, nb = 0;
+  for (r = 0; r < size; r++) {
+    if (uvccl__fp_same(mine, &all[r])) {
+      list_add(ra, sizeof(ra), &oa, &na, r);
+    } else {
+      if (first_b < 0) first_b = r;
+      list_add(rb, sizeof(rb), &ob, &nb, r);
+    }
+  }
+  if (first_b < 0) return 0;
+  uvccl__fp_format(mine, a, sizeof(a));
+  uvccl__fp_format(&all[first_b], b, sizeof(b));
+  snprintf(msg, len, "ranks disagree: rank%s %s called %s; rank%s %s called "
+           "%s", na > 1 ? "s" : "", ra, a, nb > 1 ? "s" : "", rb, b);
+  return 1;
+}

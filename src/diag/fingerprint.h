@@ -38,5 +38,11 @@ void uvccl__fp_make(uvccl__fp_t *fp, uint32_t seq, const char *op,
 int uvccl__fp_same(const uvccl__fp_t *a, const uvccl__fp_t *b);
 /* "allreduce float32 sum, 4 -> 4" (root appended when there is one). */
 void uvccl__fp_format(const uvccl__fp_t *fp, char *buf, size_t len);
+/* Every member's fingerprint (all[0..size)) against this rank's (mine):
+ * 0 when they all agree, else 1 and msg says "ranks disagree: ranks 0,1,3
+ * called X; rank 2 called Y" (this rank's side first, the first other
+ * description second). */
+int uvccl__fp_verdict(const uvccl__fp_t *mine, const uvccl__fp_t *all,
+                      int size, char *msg, size_t len);
 
 #endif

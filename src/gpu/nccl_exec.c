@@ -103,9 +103,8 @@ void uvccl__nccl_debug_block_next(void *dev_flag) {
 static int fp_exchange(nccl_op_t *op, nccl_group_t *g) {
   const size_t sz = sizeof(uvccl__fp_t);
   uvccl__fp_t *all;
-  char a[80], b[80], ra[48], rb[48];
-  size_t oa = 0, ob = 0;
-  int r, q, na = 0, nb = 0, first_b = -1;
+  char why[256];
+  int r;
   if (op->fp_phase == 0) {
     if (g->fp_dev == NULL &&
         (r = CUDA.Malloc(&g->fp_dev, sz * (size_t)g->size)) != 0)
@@ -147,30 +146,10 @@ static int fp_exchange(nccl_op_t *op, nccl_group_t *g) {
     if (r == UVCCL__CUDA_ERR_NOT_READY) return UVCCL__GPU_AGAIN;
     if (r != 0) return fail_cuda(op, "cudaEventQuery", r);
     op->fp_phase = 3;
-    all = g->fp_host;
-    ra[0] = rb[0] = '\0';
-    for (q = 0; q < g->size; q++) {
-      int same = uvccl__fp_same(&op->fp_mine, &all[q]);
-      char *list = same ? ra : rb;
-      size_t *off = same ? &oa : &ob;
-      int *n = same ? &na : &nb;
-      if (!same && first_b < 0) first_b = q;
-      if (*n < 6 && *off < sizeof(ra))
-        *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, "%s%d",
-                                 *n ? "," : "", q);
-      else if (*n == 6 && *off < sizeof(ra))
-        *off += (size_t)snprintf(list + *off, sizeof(ra) - *off, ",...");
-      (*n)++;
-    }
-    if (first_b >= 0) {
-      uvccl__fp_format(&op->fp_mine, a, sizeof(a));
-      uvccl__fp_format(&all[first_b], b, sizeof(b));
-      char m[300];
-      snprintf(m, sizeof(m), "#%u: ranks disagree: rank%s %s called %s; "
-               "rank%s %s called %s", op->seq, na > 1 ? "s" : "", ra, a,
-               nb > 1 ? "s" : "", rb, b);
-      snprintf(op->gop.msg, sizeof(op->gop.msg), "%.*s",
-               (int)sizeof(op->gop.msg) - 1, m);
+    if (uvccl__fp_verdict(&op->fp_mine, g->fp_host, g->size, why,
+                          sizeof(why))) {
+      snprintf(op->gop.msg, sizeof(op->gop.msg), "#%u: %.*s", op->seq,
+               (int)sizeof(op->gop.msg) - 16, why);
       return UVCCL_EMISMATCH;
     }
   }
