@@ -20,6 +20,7 @@
 #include "uvccl.h"
 #include "ranks.h"
 #include "diag/json.h"
+#include "verdict.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -28,7 +29,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define TRACE UVCCL_BUILD_DIR "/bin/uvccl-trace"
 #define RUN UVCCL_BUILD_DIR "/bin/uvccl-run"
 #define BENCH UVCCL_BUILD_DIR "/bin/uvccl-bench"
 
@@ -94,52 +94,6 @@ static int rank_main(void) {
     }
   }
   return rank_destroy();
-}
-
-static char dir[256];
-
-static void clean_dir(void) {
-  DIR *d = opendir(dir);
-  struct dirent *de;
-  char p[600];
-  if (d == NULL) return;
-  while ((de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.') continue;
-    snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-    unlink(p);
-  }
-  closedir(d);
-}
-
-static int run_cmd(const char *cmd, char *out, size_t len) {
-  FILE *f = popen(cmd, "r");
-  size_t n = 0, got;
-  int st;
-  out[0] = '\0';
-  if (f == NULL) return -1;
-  while (n + 1 < len && (got = fread(out + n, 1, len - 1 - n, f)) > 0)
-    n += got;
-  out[n] = '\0';
-  st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int ranks_are(const uvccl__json_t *arr, const int *want, int n) {
-  int i;
-  if ((int)uvccl__json_len(arr) != n) return 0;
-  for (i = 0; i < n; i++)
-    if (uvccl__json_int(uvccl__json_at(arr, (size_t)i), -1) != want[i])
-      return 0;
-  return 1;
-}
-
-static const uvccl__json_t *world_group(const uvccl__json_t *v) {
-  const uvccl__json_t *gs = uvccl__json_get(v, "groups");
-  size_t i;
-  for (i = 0; i < uvccl__json_len(gs); i++)
-    if (uvccl__json_get_int(uvccl__json_at(gs, i), "gid", 0) == 1)
-      return uvccl__json_at(gs, i);
-  return NULL;
 }
 
 static int count_files(const char *suffix) {
