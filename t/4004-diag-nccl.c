@@ -20,6 +20,7 @@
 #include "uvccl.h"
 #include "gpu.h"
 #include "diag/json.h"
+#include "dump.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,43 +47,6 @@ static uvccl__json_t *dump_now(void) {
   }
   free(text);
   return j;
-}
-
-/* The live record of group name for group rank r. */
-static const uvccl__json_t *group_of(const uvccl__json_t *d, const char *name,
-                                     int r) {
-  const uvccl__json_t *gs = uvccl__json_get(d, "groups");
-  size_t i;
-  for (i = 0; i < uvccl__json_len(gs); i++) {
-    const uvccl__json_t *g = uvccl__json_at(gs, i);
-    if (strcmp(uvccl__json_get_str(g, "name", ""), name) == 0 &&
-        uvccl__json_get_int(g, "rank", -1) == r &&
-        strcmp(uvccl__json_get_str(g, "state", ""), "destroyed") != 0)
-      return g;
-  }
-  return NULL;
-}
-
-static const uvccl__json_t *entry_of(const uvccl__json_t *d,
-                                     const uvccl__json_t *g, const char *kind,
-                                     int seq) {
-  const uvccl__json_t *es = uvccl__json_get(d, "entries");
-  int64_t id = uvccl__json_get_int(g, "id", -1);
-  size_t i;
-  for (i = 0; i < uvccl__json_len(es); i++) {
-    const uvccl__json_t *e = uvccl__json_at(es, i);
-    if (uvccl__json_get_int(e, "group", -2) == id &&
-        uvccl__json_get_int(e, "seq", -1) == seq &&
-        strcmp(uvccl__json_get_str(e, "kind", ""), kind) == 0)
-      return e;
-  }
-  return NULL;
-}
-
-static int str_is(const uvccl__json_t *o, const char *k, const char *v) {
-  const uvccl__json_t *x = uvccl__json_get(o, k);
-  if (v == NULL) return x != NULL && x->type == UVCCL__J_NULL;
-  return x != NULL && x->type == UVCCL__J_STR && strcmp(x->str, v) == 0;
 }
 
 static int wait_all(uvccl_work_t *w, int n, int want) {
@@ -146,7 +110,7 @@ int main(void) {
   {
     int recs = 1, ents = 1;
     for (r = 0; r < N; r++) {
-      const uvccl__json_t *g = group_of(d, "ncclfr", r), *rk, *e;
+      const uvccl__json_t *g = find_group(d, "ncclfr", r), *rk, *e;
       rk = uvccl__json_get(g, "ranks");
       recs &= g != NULL && str_is(g, "backend", "nccl") &&
               uvccl__json_get_int(g, "gid", 0) == 1 &&
@@ -157,7 +121,7 @@ int main(void) {
               uvccl__json_get_int(uvccl__json_get(uvccl__json_get(g, "last"),
                                                   "collective"),
                                   "completed", -1) == 1;
-      e = entry_of(d, g, "collective", 0);
+      e = find_entry(d, g, "collective", 0);
       ents &= str_is(e, "op", "allreduce") && str_is(e, "dtype", "int32") &&
               str_is(e, "redop", "sum") &&
               uvccl__json_get_int(e, "count_in", 0) == 4 &&
@@ -168,7 +132,7 @@ int main(void) {
               uvccl__json_get_int(e, "started_ns", 0) >=
                   uvccl__json_get_int(e, "queued_ns", -1) &&
               str_is(e, "tag", r == 0 ? "step-a" : NULL);
-      e = entry_of(d, g, "collective", 1);
+      e = find_entry(d, g, "collective", 1);
       ents &= str_is(e, "op", "broadcast") && str_is(e, "dtype", "float32") &&
               uvccl__json_get_int(e, "root", -1) == 1 &&
               uvccl__json_get_int(e, "count_in", 0) == 8 &&
@@ -180,15 +144,15 @@ int main(void) {
        "#1 broadcast float32 root 1 count 8, both completed, times in order");
     {
       const uvccl__json_t *s0 =
-          entry_of(d, group_of(d, "ncclfr", 0), "p2p", 0);
+          find_entry(d, find_group(d, "ncclfr", 0), "p2p", 0);
       const uvccl__json_t *s1 =
-          entry_of(d, group_of(d, "ncclfr", 1), "p2p", 0);
+          find_entry(d, find_group(d, "ncclfr", 1), "p2p", 0);
       ok(str_is(s0, "op", "send") && uvccl__json_get_int(s0, "peer", -1) == 1 &&
              uvccl__json_get_int(s0, "count_in", 0) == 16 &&
              str_is(s1, "op", "recv") &&
              uvccl__json_get_int(s1, "peer", -1) == 0 &&
              str_is(s1, "state", "completed") &&
-             entry_of(d, group_of(d, "ncclfr", 2), "p2p", 0) == NULL,
+             find_entry(d, find_group(d, "ncclfr", 2), "p2p", 0) == NULL,
          "a: point-to-point counted apart: p2p #0 send to 1 (16 B) on rank 0, "
          "recv from 0 on rank 1, none on rank 2");
     }
@@ -212,9 +176,9 @@ int main(void) {
            uvccl_work_wait(&w[2]) == 0;
     d = dump_now();
     {
-      const uvccl__json_t *g0 = group_of(d, "pair", 0),
-                          *g1 = group_of(d, "pair", 1);
-      const uvccl__json_t *e = entry_of(d, g0, "collective", 0);
+      const uvccl__json_t *g0 = find_group(d, "pair", 0),
+                          *g1 = find_group(d, "pair", 1);
+      const uvccl__json_t *e = find_entry(d, g0, "collective", 0);
       const uvccl__json_t *rk = uvccl__json_get(g1, "ranks");
       ok(good && g0 != NULL && g1 != NULL &&
              uvccl__json_get_int(g0, "gid", 0) ==
@@ -293,11 +257,11 @@ int main(void) {
                     NULL);
     run_loop_for(loop, 100);
     d = dump_now();
-    e0 = entry_of(d, group_of(d, "ncclfr", 0), "collective", 2);
-    e2 = entry_of(d, group_of(d, "ncclfr", 2), "collective", 2);
+    e0 = find_entry(d, find_group(d, "ncclfr", 0), "collective", 2);
+    e2 = find_entry(d, find_group(d, "ncclfr", 2), "collective", 2);
     ok(str_is(e0, "state", "started") && str_is(e2, "state", "started") &&
            str_is(e0, "ended_ns", NULL) &&
-           entry_of(d, group_of(d, "ncclfr", 1), "collective", 2) == NULL,
+           find_entry(d, find_group(d, "ncclfr", 1), "collective", 2) == NULL,
        "c: ranks 0 and 2 are in allreduce #2 (started: issued on the GPU "
        "thread), rank 1 has no #2");
     uvccl__json_free(d);
@@ -305,7 +269,7 @@ int main(void) {
     ok(rc == UV_ETIMEDOUT && uvccl_work_wait(&w[2]) == UV_ETIMEDOUT,
        "c: both time out: %s", w[0].msg);
     d = dump_now();
-    e0 = entry_of(d, group_of(d, "ncclfr", 0), "collective", 2);
+    e0 = find_entry(d, find_group(d, "ncclfr", 0), "collective", 2);
     ok(str_is(e0, "state", "timed_out") && str_is(e0, "error", "ETIMEDOUT"),
        "c: then the entry says timed_out, ETIMEDOUT");
     uvccl__json_free(d);
