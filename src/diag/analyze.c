@@ -43,8 +43,12 @@ static int push_unique(int **arr, int *n, int v) {
 /* Sequence numbers in dumps: a number, or null (none yet: -1). */
 static int64_t seq_of(const uvccl__json_t *obj, const char *key) {
   const uvccl__json_t *v = uvccl__json_get(obj, key);
+  int64_t x;
   if (v == NULL || v->type != UVCCL__J_NUM) return -1;
-  return uvccl__json_int(v, -1);
+  x = uvccl__json_int(v, -1);
+  /* sequence numbers are 32-bit: anything larger is not one (and +1 on
+   * it must not overflow) */
+  return x >= 0 && x <= (int64_t)UINT32_MAX ? x : -1;
 }
 
 static void desc_of(const uvccl__json_t *e, uvccl__tdesc_t *d) {
@@ -85,14 +89,33 @@ void uvccl__tdesc_format(const uvccl__tdesc_t *d, char *buf, size_t len) {
 
 /* ---- one group across the dumps -------------------------------------------- */
 
+/* One of a member's entries, by sequence number (sorted; ties in the
+ * dump's order, so the newest of equal numbers is last). */
+typedef struct {
+  int64_t seq;
+  int pos;
+  const uvccl__json_t *e;
+} sentry_t;
+
 /* What one member's dump says of the group. */
 typedef struct {
   const uvccl__json_t *doc;   /* NULL: no dump has this member */
   const uvccl__json_t *rec;   /* its group record */
   int64_t enq, done;          /* last collective enqueued, completed */
-  const uvccl__json_t **ent;  /* its collective entries of the group */
+  sentry_t *ent;              /* its collective entries of the group */
   int nent;
 } member_t;
+
+static int sentry_cmp(const void *a, const void *b) {
+  const sentry_t *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static int i64_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
 
 static int same_identity(const uvccl__json_t *rec, const uvccl__tgroup_t *g) {
   const uvccl__json_t *rk = uvccl__json_get(rec, "ranks");
@@ -107,12 +130,16 @@ static int same_identity(const uvccl__json_t *rec, const uvccl__tgroup_t *g) {
   return 1;
 }
 
-/* The entry of member m with sequence number seq, or NULL. */
+/* The entry of member m with sequence number seq (the newest), or NULL:
+ * a binary search, so hostile or huge dumps stay fast. */
 static const uvccl__json_t *entry_at(const member_t *m, int64_t seq) {
-  int i;
-  for (i = m->nent - 1; i >= 0; i--)
-    if (uvccl__json_get_int(m->ent[i], "seq", -1) == seq) return m->ent[i];
-  return NULL;
+  int lo = 0, hi = m->nent; /* first index with ent.seq > seq */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (m->ent[mid].seq <= seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && m->ent[lo - 1].seq == seq ? m->ent[lo - 1].e : NULL;
 }
 
 static void free_members(member_t *mb, int n) {
@@ -161,67 +188,81 @@ static int gather_members(const uvccl__json_t *const *docs, int ndocs,
     m->done = seq_of(last, "completed");
     id = uvccl__json_get_int(m->rec, "id", -1);
     es = uvccl__json_get(m->doc, "entries");
+    m->ent = uvccl__malloc((uvccl__json_len(es) + 1) * sizeof(*m->ent));
+    if (m->ent == NULL) return UV_ENOMEM;
     for (i = 0; i < uvccl__json_len(es); i++) {
-      const uvccl__json_t *e = uvccl__json_at(es, i), **p;
-      if (uvccl__json_get_int(e, "group", -2) != id ||
+      const uvccl__json_t *e = uvccl__json_at(es, i);
+      int64_t seq = seq_of(e, "seq");
+      if (seq < 0 || uvccl__json_get_int(e, "group", -2) != id ||
           !streq(uvccl__json_get_str(e, "kind", ""), "collective"))
         continue;
-      p = uvccl__realloc(m->ent, (size_t)(m->nent + 1) * sizeof(*p));
-      if (p == NULL) return UV_ENOMEM;
-      p[m->nent++] = e;
-      m->ent = p;
+      m->ent[m->nent].seq = seq;
+      m->ent[m->nent].pos = m->nent;
+      m->ent[m->nent].e = e;
+      m->nent++;
     }
+    if (m->nent > 1)
+      qsort(m->ent, (size_t)m->nent, sizeof(*m->ent), sentry_cmp);
+  }
+  return 0;
+}
+
+/* Whether members recorded seq differently: then the two sides (a: the
+ * lowest rank's description). */
+static int mismatch_at(uvccl__tgroup_t *g, const member_t *mb, int64_t seq) {
+  uvccl__tdesc_t a, d;
+  int r, rc, have_a = 0, differ = 0;
+  for (r = 0; r < g->size; r++) {
+    const uvccl__json_t *e = entry_at(&mb[r], seq);
+    if (e == NULL) continue;
+    desc_of(e, &d);
+    if (!have_a) {
+      a = d;
+      have_a = 1;
+    } else if (!desc_same(&a, &d)) {
+      differ = 1;
+    }
+  }
+  if (!differ) return 0;
+  g->mismatch = 1;
+  g->mm_seq = (uint64_t)seq;
+  g->mm_a = a;
+  for (r = 0; r < g->size; r++) {
+    const uvccl__json_t *e = entry_at(&mb[r], seq);
+    if (e == NULL) continue;
+    desc_of(e, &d);
+    if (desc_same(&a, &d)) {
+      rc = push(&g->mm_ranks_a, &g->nmm_a, g->ranks[r]);
+    } else {
+      if (g->nmm_b == 0) g->mm_b = d;
+      rc = push(&g->mm_ranks_b, &g->nmm_b, g->ranks[r]);
+    }
+    if (rc != 0) return rc;
   }
   return 0;
 }
 
 /* The first sequence number that members recorded differently. */
 static int find_mismatch(uvccl__tgroup_t *g, const member_t *mb) {
-  int64_t lo = -1, hi = -1, seq;
-  int r, rc;
-  for (r = 0; r < g->size; r++) {
-    int i;
-    for (i = 0; i < mb[r].nent; i++) {
-      int64_t s = uvccl__json_get_int(mb[r].ent[i], "seq", -1);
-      if (s < 0) continue;
-      if (lo < 0 || s < lo) lo = s;
-      if (s > hi) hi = s;
-    }
-  }
-  if (lo < 0) return 0;
-  for (seq = lo; seq <= hi; seq++) {
-    uvccl__tdesc_t a, d;
-    int have_a = 0, differ = 0;
-    for (r = 0; r < g->size; r++) {
-      const uvccl__json_t *e = entry_at(&mb[r], seq);
-      if (e == NULL) continue;
-      desc_of(e, &d);
-      if (!have_a) {
-        a = d;
-        have_a = 1;
-      } else if (!desc_same(&a, &d)) {
-        differ = 1;
-      }
-    }
-    if (!differ) continue;
-    g->mismatch = 1;
-    g->mm_seq = (uint64_t)seq;
-    g->mm_a = a;
-    for (r = 0; r < g->size; r++) {
-      const uvccl__json_t *e = entry_at(&mb[r], seq);
-      if (e == NULL) continue;
-      desc_of(e, &d);
-      if (desc_same(&a, &d)) {
-        rc = push(&g->mm_ranks_a, &g->nmm_a, g->ranks[r]);
-      } else {
-        if (g->nmm_b == 0) g->mm_b = d;
-        rc = push(&g->mm_ranks_b, &g->nmm_b, g->ranks[r]);
-      }
-      if (rc != 0) return rc;
-    }
-    return 0;
-  }
-  return 0;
+  int64_t *seqs;
+  size_t n = 0, u, k;
+  int r, rc = 0, i;
+  /* the numbers any member recorded, each once, in order (not the range
+   * between the smallest and the largest: a dump may say anything) */
+  for (r = 0; r < g->size; r++) n += (size_t)mb[r].nent;
+  if (n == 0) return 0;
+  seqs = uvccl__malloc(n * sizeof(*seqs));
+  if (seqs == NULL) return UV_ENOMEM;
+  n = 0;
+  for (r = 0; r < g->size; r++)
+    for (i = 0; i < mb[r].nent; i++) seqs[n++] = mb[r].ent[i].seq;
+  qsort(seqs, n, sizeof(*seqs), i64_cmp);
+  for (u = 0, k = 0; k < n; k++)
+    if (u == 0 || seqs[u - 1] != seqs[k]) seqs[u++] = seqs[k];
+  for (k = 0; k < u && rc == 0 && !g->mismatch; k++)
+    rc = mismatch_at(g, mb, seqs[k]);
+  uvccl__free(seqs);
+  return rc;
 }
 
 static int is_pending_state(const char *st) {
