@@ -434,6 +434,11 @@ const char *uvccl__net_addr(net_t *net, int world_rank);
  * verdict is not in yet (start the work: the verdict fails it); or the
  * error to report, with msg. */
 int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
+/* 1 when world_rank left cleanly (said goodbye, its connection read to
+ * the end, no failure): what it sent before leaving can still be received. */
+int uvccl__net_left_cleanly(net_t *net, int world_rank);
+/* 1 when the receive op's frame, from a rank that left cleanly, is here. */
+int uvccl__net_left_staged(net_t *net, const sop_t *op);
 /* What a work failing on g because of the world's failures says: the
  * first failed rank, from g's point of view. */
 void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,

@@ -121,6 +121,12 @@ int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
   return 0;
 }
 
+int uvccl__net_left_cleanly(net_t *net, int r) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  return p != NULL && p->left && p->state == PEER_DEAD && !net->aborted &&
+         net->fails[r].rank < 0;
+}
+
 /* ---- life cycle ------------------------------------------------------------ */
 
 net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
@@ -1063,6 +1069,15 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     return;
   }
   sop_list_push(&p->posted, op);
+}
+
+int uvccl__net_left_staged(net_t *net, const sop_t *op) {
+  peer_t *p;
+  if (op->peer < 0 || !uvccl__net_left_cleanly(net, op->peer)) return 0;
+  p = net->peers[op->peer];
+  if (op->p2p)
+    return stage_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
+  return stage_find(p, FRAME_COLL, op->s->g->gid, op->s->seq, op->tag) != NULL;
 }
 
 size_t uvccl__net_queued(net_t *net, int r) {

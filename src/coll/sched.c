@@ -441,6 +441,9 @@ static void start_op(sched_t *s, sop_t *op) {
     if (op->peer >= 0 && op->peer != net->rank) {
       char msg[120];
       rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg));
+      /* A rank that finished and left may have sent this before it went
+       * (a broadcast's root, done before the others started). */
+      if (rc != 0 && uvccl__net_left_staged(net, op)) rc = 0;
       if (rc == 1) return; /* the verdict on the peer fails the schedule */
       if (rc != 0) {
         uvccl__sched_fail(s, rc, "%s: %s", s->name, msg);
@@ -630,7 +633,10 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
         op->peer >= 0 &&
-        (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) < 0) {
+        (rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg))) < 0 &&
+        /* a receive from a rank that left cleanly is judged when it
+         * starts: what that rank sent before leaving may be here */
+        (op->type == SOP_SEND || !uvccl__net_left_cleanly(net, op->peer))) {
       if (w->state != UVCCL_WORK_PENDING)
         snprintf(w->msg, sizeof(w->msg), "%s: %s", s->name, msg);
       record_refused(s, w, rc, msg);
@@ -951,7 +957,10 @@ static int sched_needs(sched_t *s, int world_rank) {
     if (op->state == SOP_DONE) continue;
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
-        op->peer == world_rank)
+        op->peer == world_rank &&
+        /* a frame the rank sent before it left is no reason to fail */
+        !(op->type != SOP_SEND && op->state != SOP_ACTIVE &&
+          uvccl__net_left_staged(s->g->net, op)))
       return 1;
   }
   return 0;

@@ -23,11 +23,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -132,19 +134,43 @@ static uvccl_dtype_t dtype_of(const at::Tensor& t) {
               " are not supported");
 }
 
-static uvccl_redop_t redop_of(const c10d::ReduceOp& op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM: return UVCCL_SUM;
-    case c10d::ReduceOp::AVG: return UVCCL_AVG;
-    case c10d::ReduceOp::PRODUCT: return UVCCL_PRODUCT;
-    case c10d::ReduceOp::MIN: return UVCCL_MIN;
-    case c10d::ReduceOp::MAX: return UVCCL_MAX;
-    case c10d::ReduceOp::BAND: return UVCCL_BAND;
-    case c10d::ReduceOp::BOR: return UVCCL_BOR;
-    case c10d::ReduceOp::BXOR: return UVCCL_BXOR;
+// A c10d ReduceOp: uvccl's op, or PREMUL_SUM with its factor (made into a
+// group's operation id on the loop: see ProcessGroupUVCCL::redop).
+struct Redop {
+  uvccl_redop_t op = UVCCL_SUM;
+  bool premul = false;
+  double factor = 1.0;
+};
+
+static Redop redop_of(const c10d::ReduceOp& rop) {
+  Redop r;
+  switch (rop.op_) {
+    case c10d::ReduceOp::SUM: r.op = UVCCL_SUM; return r;
+    case c10d::ReduceOp::AVG: r.op = UVCCL_AVG; return r;
+    case c10d::ReduceOp::PRODUCT: r.op = UVCCL_PRODUCT; return r;
+    case c10d::ReduceOp::MIN: r.op = UVCCL_MIN; return r;
+    case c10d::ReduceOp::MAX: r.op = UVCCL_MAX; return r;
+    case c10d::ReduceOp::BAND: r.op = UVCCL_BAND; return r;
+    case c10d::ReduceOp::BOR: r.op = UVCCL_BOR; return r;
+    case c10d::ReduceOp::BXOR: r.op = UVCCL_BXOR; return r;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(
+          rop.supplement_.get());
+      TORCH_CHECK(sup != nullptr, "uvccl: PREMUL_SUM without its factor");
+      r.op = UVCCL_PREMUL_SUM;
+      r.premul = true;
+      if (!sup->tensor_factors.empty()) {
+        TORCH_CHECK(sup->tensor_factors[0].numel() == 1,
+                    "uvccl: PREMUL_SUM: the factor tensor must hold one value");
+        r.factor = sup->tensor_factors[0].item<double>();
+      } else {
+        r.factor = sup->double_factor;
+      }
+      return r;
+    }
     default: break;
   }
-  TORCH_CHECK(false, "uvccl: this ReduceOp is not supported yet");
+  TORCH_CHECK(false, "uvccl: ReduceOp ", (int)rop.op_, " is not supported");
 }
 
 static void check_cpu(const at::Tensor& t, const char* op) {
@@ -160,22 +186,82 @@ static at::Tensor& single(std::vector<at::Tensor>& ts, const char* op) {
   return ts[0];
 }
 
+// A tensor's bytes, as a flat uint8 tensor (a copy where not contiguous).
+static at::Tensor bytes_of(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return at::from_blob(c.data_ptr(), {(int64_t)c.nbytes()},
+                       [c](void*) {}, at::kByte);
+}
+
+// flat (one dtype) back into the tensors it was made of, in order.
+static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
+  int64_t off = 0;
+  for (auto& o : ts) {
+    o.copy_(flat.narrow(0, off, o.numel()).view(o.sizes()));
+    off += o.numel();
+  }
+}
+
+// flat bytes back into tensors of any dtypes, in order.
+static void unflatten_bytes(const at::Tensor& flat,
+                            std::vector<at::Tensor>& ts) {
+  int64_t off = 0;
+  for (auto& o : ts) {
+    auto n = (int64_t)o.nbytes();
+    auto piece = flat.narrow(0, off, n).clone();
+    o.copy_(piece.view(o.scalar_type()).view(o.sizes()));
+    off += n;
+  }
+}
+
+static constexpr int kSparseMaxDims = 12;
+static constexpr int kSparseMeta = 4 + kSparseMaxDims;
+
 // ---- work --------------------------------------------------------------------
+
+class WorkUVCCL;
+static void on_done(uvccl_work_t* w, int status);
+
+// A step of an operation: starts one uvccl call on w (returns its code).
+using Step = std::function<int(uvccl_work_t* w)>;
 
 class WorkUVCCL : public c10d::Work {
  public:
-  WorkUVCCL(c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(-1, type),
+  WorkUVCCL(c10d::OpType type, const char* title,
+            const std::vector<at::Tensor>& inputs,
+            std::vector<at::Tensor> outputs)
+      : c10d::Work(-1, type, title, inputs),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<at::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {
-    std::memset(&w, 0, sizeof(w));
-    w.data = this;
-  }
+            c10::ListType::create(c10::TensorType::get()))) {}
 
-  uvccl_work_t w;
   std::vector<at::Tensor> keep;      // buffers alive until completion
   std::function<void()> after;       // copies back (non-contiguous outputs)
+  std::deque<Step> steps;            // run one after another, on the loop
+  uint64_t timeout_ms = 0;           // per-operation; 0: the group's
+  int source_ = -1;   // recv from any source: the sender, once done
+
+  // On the loop thread: starts the next step; false when there is none.
+  // An error at the call completes the work.
+  bool start_next() {
+    if (steps.empty()) return false;
+    Step st = std::move(steps.front());
+    steps.pop_front();
+    ws_.emplace_back(new uvccl_work_t);
+    uvccl_work_t* w = ws_.back().get();
+    std::memset(w, 0, sizeof(*w));
+    w->data = this;
+    w->timeout_ms = timeout_ms;
+    int rc;
+    try {
+      rc = st(w);
+    } catch (const std::exception& e) {
+      complete_exc(std::current_exception());
+      return true;
+    }
+    if (rc != 0) complete(rc, w->msg);
+    return true;
+  }
 
   // On the loop thread: the operation ended.
   void complete(int status, const char* msg) {
@@ -183,21 +269,29 @@ class WorkUVCCL : public c10d::Work {
       try {
         if (after) after();
       } catch (...) {
-        auto e = std::current_exception();
-        finish(e);
-        future_->setError(e);
+        complete_exc(std::current_exception());
         return;
       }
       finish();
       future_->markCompleted(c10::IValue(outputs_));
     } else {
-      auto e = std::make_exception_ptr(std::runtime_error(
-          std::string("uvccl: ") + (msg && *msg ? msg : uvccl_strerror(status)) +
-          " (" + uvccl_err_name(status) + ")"));
-      finish(e);
-      future_->setError(e);
+      // c10d's own wording for a timeout follows uvccl's account (scripts
+      // and PyTorch's tests look for it)
+      complete_exc(std::make_exception_ptr(std::runtime_error(
+          std::string("uvccl: ") +
+          (msg && *msg ? msg : uvccl_strerror(status)) + " (" +
+          uvccl_err_name(status) +
+          (status == UV_ETIMEDOUT ? ": the operation's timeout expired" : "") +
+          ")")));
     }
+  }
+
+  void complete_exc(std::exception_ptr e) {
+    finish(e);
+    future_->setError(e);
     keep.clear();
+    steps.clear();
+    after = nullptr;
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -205,7 +299,6 @@ class WorkUVCCL : public c10d::Work {
     TORCH_CHECK(source_ >= 0, "uvccl: sourceRank() is for recv_anysource");
     return source_;
   }
-  int source_ = -1;   // recv from any source: the sender, once done
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
@@ -213,12 +306,20 @@ class WorkUVCCL : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
+  std::vector<std::unique_ptr<uvccl_work_t>> ws_;
 };
 
 static void on_done(uvccl_work_t* w, int status) {
   auto* work = static_cast<WorkUVCCL*>(w->data);
   if (status == 0 && work->source_ == -2) work->source_ = (int)w->result;
-  work->complete(status, w->msg);
+  if (status != 0) {
+    work->complete(status, w->msg);
+  } else if (!work->start_next()) {
+    work->complete(0, nullptr);
+  } else if (!work->isCompleted()) {
+    return;  // the next step is under way: the loop keeps its reference
+  }
+  work->keep.clear();
   c10::raw::intrusive_ptr::decref(work);  // the loop's reference
 }
 
@@ -227,9 +328,13 @@ static void on_done(uvccl_work_t* w, int status) {
 class ProcessGroupUVCCL : public c10d::ProcessGroup {
  public:
   ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                    int size, std::chrono::milliseconds timeout)
-      : c10d::ProcessGroup(rank, size), loop_(Loop::get()) {
+                    int size, std::chrono::milliseconds timeout,
+                    std::string name = "uvccl")
+      : c10d::ProcessGroup(rank, size),
+        loop_(Loop::get()),
+        name_(std::move(name)) {
     std::memset(&pg_, 0, sizeof(pg_));
+    std::memset(&mb_pg_, 0, sizeof(mb_pg_));
     std::memset(&store_, 0, sizeof(store_));
     std::memset(&server_, 0, sizeof(server_));
     timeout_ms_ = (uint64_t)timeout.count();
@@ -296,12 +401,29 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       shutdown();
       TORCH_CHECK(false, "uvccl: creating the group: ", m);
     }
+    // the private subgroup of monitoredBarrier: every rank makes it now,
+    // in the same place, as uvccl_pg_new_group asks
+    std::vector<int> all(size);
+    for (int i = 0; i < size; i++) all[i] = i;
+    int rc = loop_->call<int>([this, &all, size]() {
+      return uvccl_pg_new_group(&pg_, &mb_pg_, all.data(), size, nullptr);
+    });
+    if (rc != 0) {
+      shutdown();
+      TORCH_CHECK(false, "uvccl: creating the group: ", uvccl_strerror(rc));
+    }
     pg_up_ = true;
   }
 
   ~ProcessGroupUVCCL() override { shutdown(); }
 
-  const std::string getBackendName() const override { return "uvccl"; }
+  const std::string getBackendName() const override { return name_; }
+
+  // c10d's per-group sequence number: every collective counts one (point-
+  // to-point operations do not: they need not match across ranks). Groups
+  // are made by all their ranks at once, so every rank starts at 0.
+  void setSequenceNumberForGroup() override { seq_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   // ---- collectives ----
 
@@ -310,27 +432,29 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       const c10d::BroadcastOptions& opts) override {
     auto& t = single(tensors, "broadcast");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::BROADCAST, {t}, {buf}, t, buf);
+    auto work = make_work(c10d::OpType::BROADCAST, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
     int root = (int)opts.rootRank;
     return submit(work, [this, buf, dt, root](uvccl_work_t* w) {
       return uvccl_broadcast(&pg_, w, buf.data_ptr(), (size_t)buf.numel(), dt,
                              root, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override {
+    if (tensors.size() == 1 && tensors[0].is_sparse())
+      return allreduce_sparse(tensors[0], opts);
     auto& t = single(tensors, "allreduce");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::ALLREDUCE, {t}, {buf}, t, buf);
+    auto work = make_work(c10d::OpType::ALLREDUCE, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
-    uvccl_redop_t op = redop_of(opts.reduceOp);
+    Redop op = redop_of(opts.reduceOp);
     return submit(work, [this, buf, dt, op](uvccl_work_t* w) {
       return uvccl_allreduce(&pg_, w, buf.data_ptr(), buf.data_ptr(),
-                             (size_t)buf.numel(), dt, op, on_done);
-    });
+                             (size_t)buf.numel(), dt, redop(op), on_done);
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(
@@ -338,20 +462,20 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       const c10d::ReduceOptions& opts) override {
     auto& t = single(tensors, "reduce");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::REDUCE, {t}, {buf}, t, buf);
+    auto work = make_work(c10d::OpType::REDUCE, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
-    uvccl_redop_t op = redop_of(opts.reduceOp);
+    Redop op = redop_of(opts.reduceOp);
     int root = (int)opts.rootRank;
     return submit(work, [this, buf, dt, op, root](uvccl_work_t* w) {
       return uvccl_reduce(&pg_, w, buf.data_ptr(), buf.data_ptr(),
-                          (size_t)buf.numel(), dt, op, root, on_done);
-    });
+                          (size_t)buf.numel(), dt, redop(op), root, on_done);
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions&) override {
+      const c10d::AllgatherOptions& opts) override {
     auto& in = single(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == getSize(),
                 "uvccl: allgather wants one list of ", getSize(),
@@ -363,7 +487,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     // one flat buffer, then the blocks go to the caller's tensors
     auto flat = at::empty({(int64_t)getSize() * in.numel()}, in.options());
     auto outs = outputs[0];
-    auto work = make_work(c10d::OpType::ALLGATHER, outs, {src, flat});
+    auto work = make_work(c10d::OpType::ALLGATHER, {in}, outs, {src, flat});
     work->after = [outs, flat, n = in.numel()]() mutable {
       for (size_t i = 0; i < outs.size(); i++)
         outs[i].copy_(flat.narrow(0, (int64_t)i * n, n).view(outs[i].sizes()));
@@ -372,40 +496,40 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     return submit(work, [this, src, flat, dt](uvccl_work_t* w) {
       return uvccl_allgather(&pg_, w, src.data_ptr(), flat.data_ptr(),
                              (size_t)src.numel(), dt, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
-      const c10d::AllgatherOptions&) override {
+      const c10d::AllgatherOptions& opts) override {
     check_cpu(input, "_allgather_base");
     check_cpu(output, "_allgather_base");
     TORCH_CHECK(output.numel() == input.numel() * getSize(),
                 "uvccl: _allgather_base: the output must hold size x input");
     auto src = input.contiguous();
     auto dst = output.contiguous();
-    auto work = make_work(c10d::OpType::_ALLGATHER_BASE, {output}, {src, dst},
+    auto work = make_work(c10d::OpType::_ALLGATHER_BASE, {input}, {output}, {src, dst},
                           output, dst);
     uvccl_dtype_t dt = dtype_of(input);
     return submit(work, [this, src, dst, dt](uvccl_work_t* w) {
       return uvccl_allgather(&pg_, w, src.data_ptr(), dst.data_ptr(),
                              (size_t)src.numel(), dt, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(
-      const c10d::BarrierOptions&) override {
-    auto work = make_work(c10d::OpType::BARRIER, {}, {});
+      const c10d::BarrierOptions& opts) override {
+    auto work = make_work(c10d::OpType::BARRIER, {}, {}, {});
     return submit(work, [this](uvccl_work_t* w) {
       return uvccl_barrier(&pg_, w, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst, int tag) override {
     auto& t = single(tensors, "send");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::SEND, {t}, {buf});
+    auto work = make_work(c10d::OpType::SEND, {t}, {t}, {buf});
     size_t n = (size_t)buf.nbytes();
     return submit(work, [this, buf, n, dst, tag](uvccl_work_t* w) {
       return uvccl_send(&pg_, w, buf.data_ptr(), n, dst, tag, on_done);
@@ -416,7 +540,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
                                       int src, int tag) override {
     auto& t = single(tensors, "recv");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::RECV, {t}, {buf}, t, buf);
+    auto work = make_work(c10d::OpType::RECV, {t}, {t}, {buf}, t, buf);
     size_t n = (size_t)buf.nbytes();
     return submit(work, [this, buf, n, src, tag](uvccl_work_t* w) {
       return uvccl_recv(&pg_, w, buf.data_ptr(), n, src, tag, on_done);
@@ -427,7 +551,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       std::vector<at::Tensor>& tensors, int tag) override {
     auto& t = single(tensors, "recv");
     auto buf = t.contiguous();
-    auto work = make_work(c10d::OpType::RECVANYSOURCE, {t}, {buf}, t, buf);
+    auto work = make_work(c10d::OpType::RECVANYSOURCE, {t}, {t}, {buf}, t, buf);
     work->source_ = -2;  // filled in by on_done
     size_t n = (size_t)buf.nbytes();
     return submit(work, [this, buf, n, tag](uvccl_work_t* w) {
@@ -436,34 +560,183 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     });
   }
 
+  // One flat buffer per dtype: one operation each, then the pieces go back.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts) override {
     TORCH_CHECK(!tensors.empty(), "uvccl: allreduce_coalesced: no tensors");
-    for (auto& t : tensors) {
-      check_cpu(t, "allreduce_coalesced");
-      TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
-                  "uvccl: allreduce_coalesced: tensors of one dtype");
-    }
-    // one flat buffer: one operation, then the pieces go back
-    std::vector<at::Tensor> flats;
-    for (auto& t : tensors) flats.push_back(t.reshape(-1));
-    auto flat = at::cat(flats);
+    for (auto& t : tensors) check_cpu(t, "allreduce_coalesced");
+    Redop op = redop_of(opts.reduceOp);
     auto outs = tensors;
-    auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, outs, {flat});
-    work->after = [outs, flat]() mutable {
-      int64_t off = 0;
-      for (auto& o : outs) {
-        o.copy_(flat.narrow(0, off, o.numel()).view(o.sizes()));
-        off += o.numel();
-      }
+    auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, outs, {});
+    std::vector<std::function<void()>> backs;
+    std::vector<bool> done(tensors.size(), false);
+    for (size_t i = 0; i < tensors.size(); i++) {
+      if (done[i]) continue;
+      std::vector<at::Tensor> same, flats;
+      for (size_t j = i; j < tensors.size(); j++)
+        if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type()) {
+          done[j] = true;
+          same.push_back(tensors[j]);
+          flats.push_back(tensors[j].reshape(-1));
+        }
+      auto flat = at::cat(flats);
+      work->keep.push_back(flat);
+      uvccl_dtype_t dt = dtype_of(flat);
+      work->steps.push_back([this, flat, dt, op](uvccl_work_t* w) {
+        return uvccl_allreduce(&pg_, w, flat.data_ptr(), flat.data_ptr(),
+                               (size_t)flat.numel(), dt, redop(op), on_done);
+      });
+      backs.push_back([same, flat]() mutable { unflatten(flat, same); });
+    }
+    work->after = [backs]() {
+      for (auto& b : backs) b();
     };
-    uvccl_dtype_t dt = dtype_of(tensors[0]);
-    uvccl_redop_t op = redop_of(opts.reduceOp);
-    return submit(work, [this, flat, dt, op](uvccl_work_t* w) {
-      return uvccl_allreduce(&pg_, w, flat.data_ptr(), flat.data_ptr(),
-                             (size_t)flat.numel(), dt, op, on_done);
+    return submit(work, nullptr, opts.timeout);
+  }
+
+  // Each rank's inputs as bytes, one allgather, then every rank's pieces
+  // into output_lists[rank] (any mix of dtypes and shapes, the same on
+  // every rank).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK((int)output_lists.size() == getSize(),
+                "uvccl: allgather_coalesced wants ", getSize(),
+                " output lists");
+    std::vector<at::Tensor> bytes;
+    int64_t total = 0;
+    for (auto& t : inputs) {
+      check_cpu(t, "allgather_coalesced");
+      bytes.push_back(bytes_of(t));
+      total += (int64_t)t.nbytes();
+    }
+    for (auto& l : output_lists) {
+      TORCH_CHECK(l.size() == inputs.size(),
+                  "uvccl: allgather_coalesced: each output list must match "
+                  "the inputs");
+      for (size_t i = 0; i < l.size(); i++)
+        TORCH_CHECK(l[i].numel() == inputs[i].numel() &&
+                        l[i].scalar_type() == inputs[i].scalar_type(),
+                    "uvccl: allgather_coalesced: output ", i,
+                    " must match input ", i);
+    }
+    auto src = bytes.empty() ? at::empty({0}, at::kByte) : at::cat(bytes);
+    auto flat = at::empty({total * getSize()}, at::kByte);
+    std::vector<at::Tensor> outs;
+    for (auto& l : output_lists) outs.insert(outs.end(), l.begin(), l.end());
+    auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, inputs, outs, {src, flat});
+    auto lists = output_lists;
+    work->after = [lists, flat, total]() mutable {
+      for (size_t r = 0; r < lists.size(); r++)
+        unflatten_bytes(flat.narrow(0, (int64_t)r * total, total), lists[r]);
+    };
+    return submit(work, [this, src, flat](uvccl_work_t* w) {
+      return uvccl_allgather(&pg_, w, src.data_ptr(), flat.data_ptr(),
+                             (size_t)src.numel(), UVCCL_UINT8, on_done);
+    }, opts.timeout);
+  }
+
+  // Sparse SUM the way Gloo does it: each rank's coalesced indices and
+  // values are allgathered (their counts first), and every rank adds them
+  // up into one coalesced tensor, which replaces the input's contents.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      at::Tensor& t, const c10d::AllreduceOptions& opts) {
+    TORCH_CHECK(t.device().is_cpu(), "uvccl: sparse allreduce: CPU tensors");
+    TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM,
+                "uvccl: sparse allreduce supports SUM only");
+    TORCH_CHECK(t.dim() <= kSparseMaxDims, "uvccl: sparse allreduce: at most ",
+                kSparseMaxDims, " dimensions");
+    struct State {
+      at::Tensor in, meta, all_meta, idx, all_idx, val, all_val;
+      std::vector<size_t> icounts, vcounts;
+      std::vector<void*> iptrs, vptrs;
+    };
+    auto st = std::make_shared<State>();
+    st->in = t.coalesce();
+    st->idx = st->in._indices().contiguous();
+    st->val = st->in._values().contiguous();
+    // nnz, sparse dims, dense dims, dims, then the sizes
+    st->meta = at::zeros({kSparseMeta}, at::kLong);
+    auto m = st->meta.accessor<int64_t, 1>();
+    m[0] = st->in._nnz();
+    m[1] = st->in.sparse_dim();
+    m[2] = st->in.dense_dim();
+    m[3] = st->in.dim();
+    for (int64_t d = 0; d < st->in.dim(); d++) m[4 + d] = st->in.size(d);
+    st->all_meta = at::empty({kSparseMeta * getSize()}, at::kLong);
+    uvccl_dtype_t vdt = dtype_of(st->val);
+    auto out = t;
+    auto work = make_work(c10d::OpType::ALLREDUCE, {t}, {t}, {});
+    int n = getSize();
+    work->steps.push_back([this, st](uvccl_work_t* w) {
+      return uvccl_allgather(&pg_, w, st->meta.data_ptr(),
+                             st->all_meta.data_ptr(), (size_t)kSparseMeta,
+                             UVCCL_INT64, on_done);
     });
+    work->steps.push_back([this, st, n](uvccl_work_t* w) {
+      auto am = st->all_meta.accessor<int64_t, 1>();
+      auto mine = st->meta.accessor<int64_t, 1>();
+      int64_t itot = 0, vtot = 0;
+      int64_t dense = st->val.numel() / std::max<int64_t>(st->in._nnz(), 1);
+      if (st->in._nnz() == 0) {
+        dense = 1;
+        for (int64_t d = mine[1]; d < mine[3]; d++) dense *= mine[4 + d];
+      }
+      for (int r = 0; r < n; r++) {
+        for (int k = 1; k < kSparseMeta; k++)
+          TORCH_CHECK(am[r * kSparseMeta + k] == mine[k],
+                      "uvccl: sparse allreduce: rank ", r,
+                      " has a tensor of another shape or layout");
+        int64_t nnz = am[r * kSparseMeta];
+        st->icounts.push_back((size_t)(nnz * mine[1]));
+        st->vcounts.push_back((size_t)(nnz * dense));
+        itot += nnz * mine[1];
+        vtot += nnz * dense;
+      }
+      st->all_idx = at::empty({itot}, at::kLong);
+      st->all_val = at::empty({vtot}, st->val.options());
+      int64_t io = 0, vo = 0;
+      for (int r = 0; r < n; r++) {
+        st->iptrs.push_back(static_cast<int64_t*>(st->all_idx.data_ptr()) + io);
+        st->vptrs.push_back(static_cast<char*>(st->all_val.data_ptr()) +
+                            vo * (int64_t)st->val.element_size());
+        io += (int64_t)st->icounts[r];
+        vo += (int64_t)st->vcounts[r];
+      }
+      return uvccl_allgatherv(&pg_, w, st->idx.data_ptr(),
+                              (size_t)st->idx.numel(), st->iptrs.data(),
+                              st->icounts.data(), UVCCL_INT64, on_done);
+    });
+    work->steps.push_back([this, st, vdt](uvccl_work_t* w) {
+      return uvccl_allgatherv(&pg_, w, st->val.data_ptr(),
+                              (size_t)st->val.numel(), st->vptrs.data(),
+                              st->vcounts.data(), vdt, on_done);
+    });
+    work->after = [st, out, n]() mutable {
+      std::vector<at::Tensor> idxs, vals;
+      int64_t sd = st->in.sparse_dim();
+      auto vshape = st->val.sizes().vec();
+      int64_t io = 0, vo = 0;
+      for (int r = 0; r < n; r++) {
+        int64_t nnz = sd > 0 ? (int64_t)st->icounts[r] / sd
+                             : st->all_meta[r * kSparseMeta].item<int64_t>();
+        idxs.push_back(st->all_idx.narrow(0, io, (int64_t)st->icounts[r])
+                           .view({sd, nnz}));
+        vshape[0] = nnz;
+        vals.push_back(st->all_val.narrow(0, vo, (int64_t)st->vcounts[r])
+                           .view(vshape));
+        io += (int64_t)st->icounts[r];
+        vo += (int64_t)st->vcounts[r];
+      }
+      auto sum = at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0),
+                                       st->in.sizes(), st->val.options()
+                                           .layout(at::kSparse))
+                     .coalesce();
+      out.copy_(sum);
+    };
+    return submit(work, nullptr, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(
@@ -482,7 +755,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
                                      in.options())
                          : at::Tensor();
     std::vector<at::Tensor> outs = me ? outputs[0] : std::vector<at::Tensor>();
-    auto work = make_work(c10d::OpType::GATHER, outs, {src});
+    auto work = make_work(c10d::OpType::GATHER, {in}, outs, {src});
     if (me) {
       work->keep.push_back(flat);
       work->after = [outs, flat, n = in.numel()]() mutable {
@@ -495,7 +768,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       return uvccl_gather(&pg_, w, src.data_ptr(),
                           flat.defined() ? flat.data_ptr() : nullptr,
                           (size_t)src.numel(), dt, root, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(
@@ -516,14 +789,14 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       flat = at::cat(parts);
     }
     auto dst = out.contiguous();
-    auto work = make_work(c10d::OpType::SCATTER, {out}, {dst}, out, dst);
+    auto work = make_work(c10d::OpType::SCATTER, inputs.empty() ? std::vector<at::Tensor>() : inputs[0], {out}, {dst}, out, dst);
     if (me) work->keep.push_back(flat);
     uvccl_dtype_t dt = dtype_of(out);
     return submit(work, [this, flat, dst, dt, root](uvccl_work_t* w) {
       return uvccl_scatter(&pg_, w, flat.defined() ? flat.data_ptr() : nullptr,
                            dst.data_ptr(), (size_t)dst.numel(), dt, root,
                            on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
@@ -542,14 +815,14 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     }
     auto flat = at::cat(parts);
     auto dst = out.contiguous();
-    auto work = make_work(c10d::OpType::REDUCE_SCATTER, {out}, {flat, dst}, out,
+    auto work = make_work(c10d::OpType::REDUCE_SCATTER, inputs[0], {out}, {flat, dst}, out,
                           dst);
     uvccl_dtype_t dt = dtype_of(out);
-    uvccl_redop_t op = redop_of(opts.reduceOp);
+    Redop op = redop_of(opts.reduceOp);
     return submit(work, [this, flat, dst, dt, op](uvccl_work_t* w) {
       return uvccl_reduce_scatter(&pg_, w, flat.data_ptr(), dst.data_ptr(),
-                                  (size_t)dst.numel(), dt, op, on_done);
-    });
+                                  (size_t)dst.numel(), dt, redop(op), on_done);
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -562,20 +835,20 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
                 "output");
     auto src = input.contiguous();
     auto dst = output.contiguous();
-    auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+    auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, {input}, {output},
                           {src, dst}, output, dst);
     uvccl_dtype_t dt = dtype_of(output);
-    uvccl_redop_t op = redop_of(opts.reduceOp);
+    Redop op = redop_of(opts.reduceOp);
     return submit(work, [this, src, dst, dt, op](uvccl_work_t* w) {
       return uvccl_reduce_scatter(&pg_, w, src.data_ptr(), dst.data_ptr(),
-                                  (size_t)dst.numel(), dt, op, on_done);
-    });
+                                  (size_t)dst.numel(), dt, redop(op), on_done);
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(
       at::Tensor& output, at::Tensor& input,
       std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,
-      const c10d::AllToAllOptions&) override {
+      const c10d::AllToAllOptions& opts) override {
     check_cpu(input, "alltoall_base");
     check_cpu(output, "alltoall_base");
     auto src = input.contiguous();
@@ -597,18 +870,18 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     };
     auto sc = std::make_shared<std::vector<size_t>>(counts(src, inSplits));
     auto rc = std::make_shared<std::vector<size_t>>(counts(dst, outSplits));
-    auto work = make_work(c10d::OpType::ALLTOALL_BASE, {output}, {src, dst},
+    auto work = make_work(c10d::OpType::ALLTOALL_BASE, {input}, {output}, {src, dst},
                           output, dst);
     uvccl_dtype_t dt = dtype_of(input);
     return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
       return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
                              dst.data_ptr(), rc->data(), dt, on_done);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllToAllOptions&) override {
+      const c10d::AllToAllOptions& opts) override {
     TORCH_CHECK((int)outputs.size() == getSize() &&
                     (int)inputs.size() == getSize(),
                 "uvccl: alltoall wants ", getSize(), " inputs and outputs");
@@ -626,7 +899,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     auto src = at::cat(ins);
     auto dst = at::empty({rtot}, outputs[0].options());
     auto outs = outputs;
-    auto work = make_work(c10d::OpType::ALLTOALL, outs, {src, dst});
+    auto work = make_work(c10d::OpType::ALLTOALL, inputs, outs, {src, dst});
     work->after = [outs, dst]() mutable {
       int64_t off = 0;
       for (auto& o : outs) {
@@ -638,25 +911,95 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
       return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
                              dst.data_ptr(), rc->data(), dt, on_done);
-    });
+    }, opts.timeout);
   }
 
-  // c10d's monitored_barrier: rank 0 waits for every rank within the
-  // timeout and names the ones that did not come.
+  // c10d's monitored_barrier, with c10d's messages (scripts and PyTorch's
+  // tests match them): every rank tells rank 0 it arrived and waits for
+  // rank 0's answer; rank 0 waits for each within the timeout and names
+  // the first that did not come (all of them with waitAllRanks), uvccl's
+  // own account of the failure following. The messages travel on a
+  // private subgroup (mb_pg_), so they never meet the application's own
+  // sends and receives, whatever their tags.
   void monitoredBarrier(const c10d::BarrierOptions& opts,
                         bool waitAllRanks) override {
-    auto work = make_work(c10d::OpType::BARRIER, {}, {});
-    // unset (-1): the group's timeout
-    uint64_t t = opts.timeout.count() > 0 ? (uint64_t)opts.timeout.count() : 0;
-    bool all = waitAllRanks;
-    submit(work, [this, t, all](uvccl_work_t* w) {
-      w->timeout_ms = t;
-      return uvccl_monitored_barrier(&pg_, w, all ? 1 : 0, on_done);
-    });
-    work->wait();
+    auto timeout = opts.timeout == c10d::kUnsetTimeout
+                       ? std::chrono::milliseconds(timeout_ms_)
+                       : opts.timeout;
+    int tag = 2 * (int)(mb_count_++ % (1u << 29));
+    auto start = std::chrono::steady_clock::now();
+    auto p2p = [this](bool is_send, int peer, int tag,
+                      std::chrono::milliseconds t) {
+      auto work = make_work(is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
+                            {}, {}, {});
+      uint64_t ms = (uint64_t)std::max<int64_t>(t.count(), 1);
+      submit(work, [this, is_send, peer, tag](uvccl_work_t* w) {
+        return is_send ? uvccl_send(&mb_pg_, w, nullptr, 0, peer, tag, on_done)
+                       : uvccl_recv(&mb_pg_, w, nullptr, 0, peer, tag, on_done);
+      }, std::chrono::milliseconds(ms));
+      return work;
+    };
+    auto why = [](const std::exception& e) {
+      return std::string("\n Original exception: \n") + e.what();
+    };
+    int me = getRank(), n = getSize();
+    if (me != 0) {
+      try {
+        p2p(true, 0, tag, timeout)->wait();
+        p2p(false, 0, tag + 1, timeout)->wait();
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier,"
+                    " but received errors while waiting for send/recv from "
+                    "rank 0. Please check rank 0 logs for faulty rank.",
+                    why(e));
+      }
+      return;
+    }
+    TORCH_CHECK(timeout.count() > 0 || n == 1, "Rank 0 timed out in "
+                "monitoredBarrier after ", timeout.count(), " ms.");
+    std::vector<c10::intrusive_ptr<WorkUVCCL>> recvs;
+    for (int r = 1; r < n; r++) recvs.push_back(p2p(false, r, tag, timeout));
+    std::vector<int> failed;
+    std::string first_why;
+    for (int r = 1; r < n; r++) {
+      try {
+        recvs[r - 1]->wait();
+      } catch (const std::exception& e) {
+        failed.push_back(r);
+        if (first_why.empty()) first_why = why(e);
+      }
+    }
+    if (!failed.empty()) {
+      if (!waitAllRanks)
+        TORCH_CHECK(false, "Rank ", failed[0], " failed to pass "
+                    "monitoredBarrier in ", timeout.count(), " ms", first_why);
+      std::string list;
+      for (int r : failed) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      TORCH_CHECK(false, "Ranks ", list, " failed to pass monitoredBarrier in ",
+                  timeout.count(), " ms", first_why);
+    }
+    auto left = timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - start);
+    std::vector<c10::intrusive_ptr<WorkUVCCL>> sends;
+    for (int r = 1; r < n; r++)
+      sends.push_back(p2p(true, r, tag + 1, std::max(left, timeout / 10)));
+    for (auto& w : sends) w->wait();
   }
 
  private:
+  // On the loop: uvccl's op id; a PREMUL_SUM factor becomes an id of this
+  // group once, then is found again (DDP's 1/world_size on every bucket).
+  uvccl_redop_t redop(const Redop& r) {
+    if (!r.premul) return r.op;
+    auto it = premul_.find(r.factor);
+    if (it != premul_.end()) return it->second;
+    uvccl_redop_t id;
+    int rc = uvccl_pg_premul_sum(&pg_, r.factor, &id);
+    TORCH_CHECK(rc == 0, "uvccl: PREMUL_SUM: ", uvccl_strerror(rc));
+    premul_.emplace(r.factor, id);
+    return id;
+  }
+
   static std::string publish_host() {
     const char* m = getenv("MASTER_ADDR");
     if (m != nullptr && *m != '\0') return m;
@@ -672,31 +1015,67 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
   // operation uses; (user, buf): copy buf back into user after success
   // when they differ (a non-contiguous output).
   c10::intrusive_ptr<WorkUVCCL> make_work(
-      c10d::OpType type, std::vector<at::Tensor> outputs,
-      std::vector<at::Tensor> keep, at::Tensor user = at::Tensor(),
-      at::Tensor buf = at::Tensor()) {
-    auto work = c10::make_intrusive<WorkUVCCL>(type, std::move(outputs));
+      c10d::OpType type, const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
+      at::Tensor user = at::Tensor(), at::Tensor buf = at::Tensor()) {
+    // the profiler's event: "<backend>:<op>" with the inputs' shapes
+    // (complex tensors as their real views, as Gloo records them)
+    std::string title = name_ + ":" + op_title(type);
+    std::vector<at::Tensor> shown;
+    for (auto& t : inputs)
+      shown.push_back(t.is_complex() ? at::view_as_real(t) : t);
+    auto work = c10::make_intrusive<WorkUVCCL>(type, title.c_str(), shown,
+                                               std::move(outputs));
     work->keep = std::move(keep);
     if (user.defined() && buf.defined() && !user.is_same(buf))
       work->after = [user, buf]() mutable { user.copy_(buf); };
     return work;
   }
 
+  static const char* op_title(c10d::OpType type) {
+    switch (type) {
+      case c10d::OpType::BROADCAST: return "broadcast";
+      case c10d::OpType::ALLREDUCE: return "all_reduce";
+      case c10d::OpType::ALLREDUCE_COALESCED: return "all_reduce";
+      case c10d::OpType::REDUCE: return "reduce";
+      case c10d::OpType::ALLGATHER: return "all_gather";
+      case c10d::OpType::_ALLGATHER_BASE: return "all_gather_into_tensor";
+      case c10d::OpType::ALLGATHER_COALESCED: return "all_gather";
+      case c10d::OpType::GATHER: return "gather";
+      case c10d::OpType::SCATTER: return "scatter";
+      case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
+      case c10d::OpType::_REDUCE_SCATTER_BASE: return "reduce_scatter_tensor";
+      case c10d::OpType::ALLTOALL_BASE: return "all_to_all";
+      case c10d::OpType::ALLTOALL: return "all_to_all";
+      case c10d::OpType::SEND: return "send";
+      case c10d::OpType::RECV: return "recv";
+      case c10d::OpType::RECVANYSOURCE: return "recvAnySource";
+      case c10d::OpType::BARRIER: return "barrier";
+      default: return "unknown";
+    }
+  }
+
+  // Queues the operation's steps (first, then any already on the work)
+  // for the loop. timeout: the options' (unset: the group's).
   c10::intrusive_ptr<c10d::Work> submit(
-      const c10::intrusive_ptr<WorkUVCCL>& work,
-      std::function<int(uvccl_work_t*)> start) {
+      const c10::intrusive_ptr<WorkUVCCL>& work, Step first,
+      std::chrono::milliseconds timeout = c10d::kUnsetTimeout) {
     WorkUVCCL* raw = work.get();
+    auto type = raw->retrieveOpType();
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+        type != c10d::OpType::RECVANYSOURCE)
+      seq_++;
+    if (first) raw->steps.push_front(std::move(first));
+    if (timeout.count() > 0) raw->timeout_ms = (uint64_t)timeout.count();
     c10::raw::intrusive_ptr::incref(raw);  // the loop's, until on_done
-    loop_->post([this, raw, start]() {
-      int rc;
+    loop_->post([this, raw]() {
       if (!pg_up_) {
         raw->complete(UVCCL_ECLOSING, "the process group is shut down");
-        c10::raw::intrusive_ptr::decref(raw);
-        return;
+      } else {
+        raw->start_next();
       }
-      rc = start(&raw->w);
-      if (rc != 0) {  // refused at the call: no callback comes
-        raw->complete(rc, raw->w.msg);
+      if (raw->isCompleted()) {  // refused at the call: no callback comes
+        raw->keep.clear();
         c10::raw::intrusive_ptr::decref(raw);
       }
     });
@@ -711,6 +1090,13 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
     loop_->post([this, &done]() {
       pg_up_ = false;
       parts_ = 1;  // this task's own
+      if (mb_pg_.impl_ != nullptr) {  // a handle on pg_'s connections
+        parts_++;
+        mb_pg_.data = this;
+        uvccl_pg_destroy(&mb_pg_, [](uvccl_pg_t* p) {
+          static_cast<ProcessGroupUVCCL*>(p->data)->part_done();
+        });
+      }
       if (pg_.impl_ != nullptr) {
         parts_++;
         pg_.data = this;
@@ -749,7 +1135,12 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
   }
 
   std::shared_ptr<Loop> loop_;
+  std::string name_;
+  std::map<double, uvccl_redop_t> premul_;
+  std::atomic<uint64_t> seq_{0};
   uvccl_pg_t pg_;
+  uvccl_pg_t mb_pg_;                 // monitoredBarrier's messages
+  uint32_t mb_count_ = 0;
   uvccl_store_t store_;
   uvccl_store_server_t server_;
   uvccl_work_t init_w_;
@@ -773,6 +1164,8 @@ PYBIND11_MODULE(_C, m) {
              c10::intrusive_ptr<uvccl_torch::ProcessGroupUVCCL>>(
       m, "ProcessGroupUVCCL")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int,
-                    std::chrono::milliseconds>(),
+                    std::chrono::milliseconds, std::string>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"),
+           py::arg("timeout"), py::arg("name") = "uvccl",
            py::call_guard<py::gil_scoped_release>());
 }

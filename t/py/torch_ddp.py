@@ -1,0 +1,133 @@
+"""DDP through the uvccl backend, beside Gloo, in one job.
+
+One rank of a world started by torchrun (or any launcher setting RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT). The default group is uvccl's; a Gloo
+group of the same ranks is made too. Each model trains twice from the same
+initial parameters on the same synthetic data: once with DDP over uvccl,
+once with DDP over Gloo. Each rank prints
+
+    @check RANK OK NAME | detail     (the tests' verdicts)
+    @time RANK BACKEND MODEL STEP_MS  (mean step time, after warm-up)
+
+Options (environment): DDP_STEPS (100), DDP_MODELS ("mlp,cnn"; also
+"big", about 25 M parameters, allreduce-bound), DDP_BACKENDS ("uvccl,gloo").
+"""
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+import uvccl_torch  # noqa: E402,F401  (registers "uvccl")
+
+rank = int(os.environ["RANK"])
+world = int(os.environ["WORLD_SIZE"])
+steps = int(os.environ.get("DDP_STEPS", "100"))
+models = os.environ.get("DDP_MODELS", "mlp,cnn").split(",")
+backends = os.environ.get("DDP_BACKENDS", "uvccl,gloo").split(",")
+torch.set_num_threads(1)
+
+
+def check(ok, name, detail=""):
+    print(f"@check {rank} {1 if ok else 0} {name} | {detail}", flush=True)
+
+
+def make_model(kind):
+    torch.manual_seed(1234)  # the same initial parameters on every rank
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64),
+                             nn.ReLU(), nn.Linear(64, 10))
+    if kind == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(),
+                             nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(16 * 4 * 4, 10))
+    if kind == "big":  # 4096x3072 x2 + ...: about 25 M parameters
+        return nn.Sequential(nn.Linear(256, 3072), nn.ReLU(),
+                             nn.Linear(3072, 4096), nn.ReLU(),
+                             nn.Linear(4096, 2048), nn.ReLU(),
+                             nn.Linear(2048, 10))
+    raise ValueError(kind)
+
+
+def batch(kind, step):
+    g = torch.Generator().manual_seed(step * 100 + rank)
+    if kind == "cnn":
+        x = torch.randn(16, 1, 16, 16, generator=g)
+    elif kind == "big":
+        x = torch.randn(8, 256, generator=g)
+    else:
+        x = torch.randn(32, 32, generator=g)
+    y = torch.randint(0, 10, (x.shape[0],), generator=g)
+    return x, y
+
+
+def train(kind, group):
+    model = nn.parallel.DistributedDataParallel(make_model(kind),
+                                                process_group=group)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    losses, times = [], []
+    for step in range(steps):
+        x, y = batch(kind, step)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    warm = times[min(5, len(times) - 1):]
+    return model.module, losses, 1000 * sum(warm) / len(warm)
+
+
+def same_everywhere(module, group):
+    """Every parameter equal to rank 0's, exactly."""
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    ref = flat.clone()
+    dist.broadcast(ref, src=0, group=group)
+    return torch.equal(flat, ref), flat
+
+
+def main():
+    dist.init_process_group("uvccl")
+    check(dist.get_backend() == "uvccl", "init",
+          f"rank {rank} of {world} through {dist.get_backend()}")
+    gloo = dist.new_group(backend="gloo") if "gloo" in backends else None
+    for kind in models:
+        results = {}
+        for b in backends:
+            group = None if b == "uvccl" else gloo
+            module, losses, ms = train(kind, group)
+            results[b] = (module, losses)
+            print(f"@time {rank} {b} {kind} {ms:.3f}", flush=True)
+        if "uvccl" not in results:
+            continue
+        module, losses = results["uvccl"]
+        same, flat = same_everywhere(module, None)
+        check(same, f"{kind}-equal", f"{kind}: {flat.numel()} parameters "
+              f"equal on every rank after {steps} steps")
+        if "gloo" in results:
+            gmod, glosses = results["gloo"]
+            gflat = torch.cat([p.detach().reshape(-1)
+                               for p in gmod.parameters()])
+            dl = max(abs(a - b) for a, b in zip(losses, glosses))
+            dp = (flat - gflat).abs().max().item()
+            check(dl < 1e-4 and dp < 1e-4, f"{kind}-gloo",
+                  f"{kind}: losses within {dl:.2e} of Gloo's, parameters "
+                  f"within {dp:.2e} (first loss {losses[0]:.4f}, last "
+                  f"{losses[-1]:.4f})")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
+try:
+    main()
+except Exception:
+    check(False, "exception", traceback.format_exc().replace("\n", " / ")[-400:])
+    sys.exit(1)
