@@ -64,12 +64,55 @@ static void world(int n) {
   agg(ps, n, "monitored", mask, "%d ranks: monitored_barrier", n);
   agg(ps, n, "error", mask, "%d ranks: an unsupported dtype is a "
       "RuntimeError that says so", n);
+  agg(ps, n, "premul", mask, "%d ranks: PREMUL_SUM with a number and with a "
+      "tensor factor", n);
+  agg(ps, n, "sparse", mask, "%d ranks: sparse allreduce equal to Gloo's and "
+      "to the dense sum", n);
+  agg(ps, n, "gather_coalesced", mask, "%d ranks: all_gather_coalesced of "
+      "two shapes, equal to Gloo's", n);
+  agg(ps, n, "batch_p2p", mask, "%d ranks: batch_isend_irecv both ways "
+      "around the ring", n);
+  agg(ps, n, "objects", mask, "%d ranks: all_gather_object, "
+      "broadcast_object_list", n);
+  agg(ps, n, "timeout", mask, "%d ranks: an allreduce the others never "
+      "join times out with a RuntimeError naming who it waited for", n);
   agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
   agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
   for (r = 0; r < n; r++)
     if (ps[r].status != 0) scenario_failed = 1;
   ok(!scenario_failed, "%d ranks: every rank exited 0", n);
   if (scenario_failed) dump_procs(ps, n);
+  procs_free(ps, n);
+}
+
+/* A peer SIGKILLed mid-allreduce: each survivor's RuntimeError names it. */
+static void killed(int n) {
+  static char e_size[32], e_port[32], e_rank[MAXP][32];
+  char *argv[] = {PY, SCRIPT, NULL};
+  proc_t ps[MAXP];
+  unsigned mask = (1u << (n - 1)) - 1; /* the survivors */
+  int r, port = free_port(), good;
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
+  for (r = 0; r < n; r++) {
+    const char *env[] = {e_rank[r], e_size, "MASTER_ADDR=127.0.0.1", e_port,
+                         "PYTHONWARNINGS=ignore", "T_SCENARIO=kill", NULL};
+    char name[32];
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    snprintf(name, sizeof(name), "rank %d", r);
+    if (spawn(&ps[r], name, argv, env, 0) != 0) note("spawning rank %d", r);
+  }
+  finish_all(ps, n, 120);
+  scenario_failed = 0;
+  agg(ps, n, "killed", mask, "%d ranks, rank %d SIGKILLed mid-allreduce: "
+      "every survivor's RuntimeError names it", n, n - 1);
+  agg(ps, n, "destroy", mask, "%d ranks: the survivors destroy their group",
+      n);
+  good = 1;
+  for (r = 0; r < n - 1; r++)
+    if (ps[r].status != 0) good = 0;
+  ok(good, "%d ranks: every survivor exited 0", n);
+  if (scenario_failed || !good) dump_procs(ps, n);
   procs_free(ps, n);
 }
 
@@ -85,8 +128,9 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 10);
+  plan(2 * 16 + 3);
   world(2);
   world(4);
+  killed(3);
   return done_testing();
 }

@@ -160,6 +160,90 @@ def run_ops(pg, skip=()):
     return out
 
 
+def more_ops(gloo):
+    """PREMUL_SUM, sparse allreduce, all_gather_coalesced, batch_isend_irecv
+    and the object collectives, against Gloo (or local results), then a
+    timeout."""
+    # PREMUL_SUM (a factor, as a number and as a tensor) against the sum of
+    # every rank's input times the factor, computed here
+    t = inputs(20, 33, torch.float64)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
+    want = sum(inputs(20, 33, torch.float64, r) for r in range(world)) * 0.25
+    t2 = inputs(20, 33, torch.float32)
+    dist.all_reduce(t2, op=dist._make_nccl_premul_sum([torch.tensor([2.0])]))
+    want2 = sum(inputs(20, 33, torch.float32, r) for r in range(world)) * 2
+    check(torch.allclose(t, want) and torch.allclose(t2, want2), "premul",
+          f"PREMUL_SUM x0.25 (float64) and x2 as a tensor (float32): max "
+          f"error {(t - want).abs().max().item():.2e}")
+    # sparse: each rank a few entries of a 10x4 tensor (overlapping)
+    def sparse_input():
+        idx = torch.tensor([[rank % 10, (rank + 3) % 10, 7],
+                            [0, rank % 4, 2]])
+        val = torch.tensor([1.0 + rank, 10.0 * rank, 0.5])
+        return torch.sparse_coo_tensor(idx, val, (10, 4))
+    mine, ref = sparse_input(), sparse_input()
+    dist.all_reduce(mine)
+    dist.all_reduce(ref, group=gloo)
+    dense = sum(torch.sparse_coo_tensor(
+        torch.tensor([[r % 10, (r + 3) % 10, 7], [0, r % 4, 2]]),
+        torch.tensor([1.0 + r, 10.0 * r, 0.5]), (10, 4)).to_dense()
+        for r in range(world))
+    check(mine.is_sparse and torch.equal(mine.to_dense(), ref.to_dense()) and
+          torch.equal(mine.to_dense(), dense), "sparse",
+          f"sparse allreduce: {mine._nnz()} entries, equal to Gloo's and to "
+          "the dense sum")
+    # all_gather_coalesced: two tensors of two shapes, against Gloo's
+    ins = [inputs(21, 6, torch.float32), inputs(22, 8, torch.float32).view(2, 4)]
+    outs = [[torch.zeros(6), torch.zeros(2, 4)] for _ in range(world)]
+    refs = [[torch.zeros(6), torch.zeros(2, 4)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    dist.all_gather_coalesced(refs, ins, group=gloo)
+    want = [[inputs(21, 6, torch.float32, r),
+             inputs(22, 8, torch.float32, r).view(2, 4)] for r in range(world)]
+    check(all(torch.equal(a, b) and torch.equal(a, c)
+              for o, w, f in zip(outs, want, refs)
+              for a, b, c in zip(o, w, f)), "gather_coalesced",
+          "all_gather_coalesced of a 6 and a 2x4 tensor, equal to Gloo's")
+    # batch_isend_irecv around the ring, both directions
+    right, left = (rank + 1) % world, (rank - 1) % world
+    a, b = torch.zeros(3), torch.zeros(3)
+    ops = [dist.P2POp(dist.isend, torch.full((3,), float(rank)), right),
+           dist.P2POp(dist.isend, torch.full((3,), 100.0 + rank), left),
+           dist.P2POp(dist.irecv, a, left), dist.P2POp(dist.irecv, b, right)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    check(torch.equal(a, torch.full((3,), float(left))) and
+          torch.equal(b, torch.full((3,), 100.0 + right)), "batch_p2p",
+          f"batch_isend_irecv: from the left {a[0].item()}, from the right "
+          f"{b[0].item()}")
+    # the object collectives (PyTorch's Python layer over our ops)
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})
+    bl = [{"k": [1, 2, 3]}, "two"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(bl, src=0)
+    check(objs == [{"rank": r, "s": "x" * r} for r in range(world)] and
+          bl == [{"k": [1, 2, 3]}, "two"], "objects",
+          "all_gather_object and broadcast_object_list")
+    # a timeout: rank 0 allreduces in a group of 1.5 s, the others do not
+    # (they barrier later): a RuntimeError naming the rank it waited for
+    import datetime
+    short = dist.new_group(timeout=datetime.timedelta(seconds=1.5))
+    if rank == 0 and world > 1:
+        t0 = __import__("time").time()
+        try:
+            dist.all_reduce(torch.ones(4), group=short)
+            check(False, "timeout", "the allreduce completed")
+        except RuntimeError as e:
+            took = __import__("time").time() - t0
+            msg = str(e)
+            check("timed out" in msg and "waiting for rank" in msg and
+                  took < 10, "timeout",
+                  f"after {took:.1f} s: {msg.splitlines()[0][:160]}")
+    else:
+        check(True, "timeout", "(rank 0 waits)")
+    dist.barrier()
+
+
 def main():
     dist.init_process_group("uvccl", init_method="env://", rank=rank,
                             world_size=world)
@@ -215,6 +299,7 @@ def main():
     default.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=30),
                               wait_all_ranks=True)
     check(True, "monitored", "monitored_barrier passed")
+    more_ops(gloo)
     sub = dist.new_group(ranks=list(range(world)))
     t = torch.ones(4) * rank
     dist.all_reduce(t, group=sub)
@@ -224,7 +309,38 @@ def main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+def kill_main():
+    """A peer killed mid-collective: rank world-1 SIGKILLs itself while a
+    16 MiB allreduce is under way; every survivor gets a RuntimeError naming
+    it (never a hang or a crash), and can still destroy its group."""
+    import signal
+    import time
+    dist.init_process_group("uvccl", init_method="env://", rank=rank,
+                            world_size=world)
+    victim = world - 1
+    t = torch.ones(4 << 20)
+    dist.all_reduce(t)  # warm
+    if rank == victim:
+        dist.all_reduce(t, async_op=True)
+        time.sleep(0.002)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.time()
+    try:
+        for _ in range(20):
+            dist.all_reduce(t)
+        check(False, "killed", "every allreduce completed")
+    except RuntimeError as e:
+        msg = str(e).splitlines()[0]
+        check(f"rank {victim}" in msg and time.time() - t0 < 30, "killed",
+              f"after {time.time() - t0:.2f} s: {msg[:200]}")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
 try:
+    if os.environ.get("T_SCENARIO") == "kill":
+        kill_main()
+        sys.exit(0)
     main()
 except Exception:
     check(False, "exception", traceback.format_exc().replace("\n", " / ")[-300:])
