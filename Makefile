@@ -74,6 +74,9 @@ ifneq ($(wildcard $(TORCH_HDR)),)
 TORCH_SUFFIX := $(shell $(TORCH_PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 TORCH_PYINC  := $(shell $(TORCH_PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 TORCH_EXT    := $(if $(TORCH_SUFFIX),python/uvccl_torch/_C$(TORCH_SUFFIX))
+# make install puts the package under PREFIX's site directory for python3
+TORCH_PYVER  := $(shell $(TORCH_PY) -c "import sys; print('%d.%d' % sys.version_info[:2])" 2>/dev/null)
+TORCH_SITE   := $(PREFIX)/lib/python$(TORCH_PYVER)/dist-packages
 endif
 endif
 
@@ -231,6 +234,12 @@ install: all
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' uvccl.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvccl.pc
+ifneq ($(TORCH_EXT),)
+	# the PyTorch backend, where Debian's python3 finds it
+	install -d $(DESTDIR)$(TORCH_SITE)/uvccl_torch
+	install -m 644 python/uvccl_torch/__init__.py $(DESTDIR)$(TORCH_SITE)/uvccl_torch/
+	install -m 755 $(TORCH_EXT) $(DESTDIR)$(TORCH_SITE)/uvccl_torch/
+endif
 
 clean:
 	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so

@@ -11,7 +11,10 @@
 #     (asked through the store) and uvccl-trace names rank 2;
 #  4. the store: worker processes rendezvous through an embedded TCPStore
 #     server and put a short load on it;
-#  5. the GPU, where there is one: 2 ranks sharing it through a TCP group
+#  5. PyTorch, where python3-torch and the extension are: DDP on 4 local
+#     ranks (torchrun) through the uvccl backend and through Gloo, from the
+#     same initial parameters: step times side by side, results compared;
+#  6. the GPU, where there is one: 2 ranks sharing it through a TCP group
 #     (buffers staged through pinned memory) and a 1-rank NCCL group;
 #     elsewhere the reason there is none.
 set -e
@@ -43,6 +46,29 @@ echo "== uvccl-demo: the store, 4 worker processes"
 echo
 echo "== uvccl-demo: the store, 32 worker processes"
 "$BUILD/bin/uvccl-demo" -n 32 --ops 600
+echo
+echo "== PyTorch: torchrun --nproc_per_node 4, DDP (small MLP, 60 steps) over Gloo, then over uvccl"
+if ls python/uvccl_torch/_C*.so >/dev/null 2>&1 && [ -x /usr/bin/torchrun ]; then
+  LOGS=$(mktemp -d)
+  PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # (--redirects 1 --tee 1: torchrun 1.13 on Python 3.11 cannot parse its
+  # own defaults)
+  DDP_STEPS=60 DDP_MODELS=mlp DDP_BACKENDS=gloo,uvccl PYTHONWARNINGS=ignore \
+    OMP_NUM_THREADS=1 /usr/bin/torchrun --nproc_per_node 4 \
+    --master_addr 127.0.0.1 --master_port "$PORT" --redirects 1 --tee 1 \
+    --log_dir "$LOGS" t/py/torch_ddp.py 2>/dev/null |
+    sed -n 's/^\[default[0-9]*\]://p' | awk '
+      /^@time 0 / { t[$3] = $5 }
+      /^@check / { n++; if ($3 != 1) bad++; else if ($2 == 0) print "  rank 0: " substr($0, index($0, "|") + 2) }
+      END {
+        if (t["gloo"] && t["uvccl"])
+          printf "  DDP step (mean after warm-up): Gloo %.2f ms, uvccl %.2f ms (%+.0f%%)\n", t["gloo"], t["uvccl"], (t["uvccl"] / t["gloo"] - 1) * 100
+        printf "  %d checks on 4 ranks, %d failed\n", n, bad
+      }'
+  rm -rf "$LOGS"
+else
+  echo "skipped: python3-torch or the extension is missing (make builds it where libtorch-dev is installed)"
+fi
 echo
 echo "== GPU"
 if out=$("$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --gpu \

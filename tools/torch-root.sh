@@ -9,6 +9,8 @@
 #
 #   tools/torch-root.sh create [SUITE [DIR]]  # as root; SUITE trixie (2.6)
 #                                             # or sid; DIR /opt/uvccl-torch/SUITE
+#                                             # (TORCH_ROOT_DEV=1: also what
+#                                             # building the backend takes)
 #   tools/torch-root.sh list                  # the roots there are, one a line
 #   tools/torch-root.sh run DIR CMD [ARG...]  # CMD inside DIR, as root
 #
@@ -41,9 +43,12 @@ create)
       "$suite" "$dir" http://deb.debian.org/debian
   fi
   mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
+  dev=""
+  [ "${TORCH_ROOT_DEV:-0}" = 1 ] &&
+    dev="libtorch-dev python3-dev pybind11-dev g++ make libuv1-dev pkg-config"
   chroot "$dir" /bin/sh -c "apt-get $apt_opts update -q &&
     DEBIAN_FRONTEND=noninteractive apt-get $apt_opts install -y \
-      --no-install-recommends python3-torch"
+      --no-install-recommends python3-torch $dev"
   chroot "$dir" python3 -c \
     'import torch, torch.distributed; print("torch", torch.__version__)'
   echo "torch-root: $dir ready"

@@ -19,4 +19,7 @@ def _create(store, rank, world_size, timeout):
 
 
 if "UVCCL" not in _dist.Backend._plugins:
-    _dist.Backend.register_backend("uvccl", _create)
+    try:  # PyTorch 2: the backend serves CPU tensors
+        _dist.Backend.register_backend("uvccl", _create, devices=["cpu"])
+    except TypeError:  # PyTorch 1.13: no devices argument
+        _dist.Backend.register_backend("uvccl", _create)

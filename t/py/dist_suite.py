@@ -6,7 +6,7 @@ does: one class joining TestDistBackend and DistributedTest._DistTestBase,
 every test in its own world of WORLD_SIZE spawned processes, configured by
 BACKEND, WORLD_SIZE and TEMP_DIR.
 
-    dist_suite.py MODE WORLD_SIZE OUT.tsv [NAME_SUBSTRING ...]
+    dist_suite.py MODE WORLD_SIZE OUT.tsv [NAME_SUBSTRING ... | --passed-in TSV]
 
 MODE:
   gloo           PyTorch's Gloo, untouched: the reference outcomes
@@ -20,7 +20,10 @@ MODE:
                  get_future, sparse allreduce) run on uvccl too
 
 OUT.tsv gets one line per test: name, outcome (pass, fail, error, skip),
-seconds, and the first line of the reason. The exit status is 0 when the
+seconds, and the first line of the reason. Tests their decorators skip
+outright (a backend or world size they need) are recorded as skipped
+without starting processes. --passed-in TSV runs only the tests that
+passed in an earlier run's TSV (Gloo's, for the uvccl modes). The exit status is 0 when the
 suite ran, whatever the outcomes; comparing modes is the caller's job.
 
 This file is the spawned ranks' main module too (multiprocessing's spawn
@@ -164,10 +167,25 @@ class Recorder(unittest.TextTestResult):
 def main():
     names = sorted(n for n in dir(TestDistBackendWithSpawn)
                    if n.startswith("test_"))
-    if patterns:
+    if patterns[:1] == ["--passed-in"]:
+        with open(patterns[1]) as f:
+            passed = {ln.split("\t")[0] for ln in f
+                      if ln.split("\t")[1:2] == ["pass"]}
+        names = [n for n in names if n in passed]
+    elif patterns:
         names = [n for n in names if any(p in n for p in patterns)]
     open(out_path, "w").close()
-    suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
+    # skipped by a decorator at import: no need to start a world for them
+    static = [n for n in names
+              if getattr(getattr(TestDistBackendWithSpawn, n),
+                         "__unittest_skip__", False)]
+    with open(out_path, "a") as f:
+        for n in static:
+            why = getattr(getattr(TestDistBackendWithSpawn, n),
+                          "__unittest_skip_why__", "")
+            f.write(f"{n}\tskip\t0.0\t{why}\n")
+    suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names
+                               if n not in static)
     runner = unittest.TextTestRunner(resultclass=Recorder, verbosity=2,
                                      stream=sys.stderr)
     runner.run(suite)

@@ -170,7 +170,11 @@ def more_ops(gloo):
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
     want = sum(inputs(20, 33, torch.float64, r) for r in range(world)) * 0.25
     t2 = inputs(20, 33, torch.float32)
-    dist.all_reduce(t2, op=dist._make_nccl_premul_sum([torch.tensor([2.0])]))
+    try:  # PyTorch 1.13: a list of tensors; 2.x: one tensor
+        op = dist._make_nccl_premul_sum([torch.tensor([2.0])])
+    except TypeError:
+        op = dist._make_nccl_premul_sum(torch.tensor([2.0]))
+    dist.all_reduce(t2, op=op)
     want2 = sum(inputs(20, 33, torch.float32, r) for r in range(world)) * 2
     check(torch.allclose(t, want) and torch.allclose(t2, want2), "premul",
           f"PREMUL_SUM x0.25 (float64) and x2 as a tensor (float32): max "

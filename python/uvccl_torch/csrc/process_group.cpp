@@ -1,4 +1,4 @@
-// uvccl as a PyTorch c10d backend (PyTorch 1.13's ProcessGroup API).
+// uvccl as a PyTorch c10d backend (PyTorch 1.13's ProcessGroup API, 2.x's Backend API).
 //
 // One libuv loop per process, on a thread of this extension: PyTorch's
 // calls (any thread) post operations to it through a uv_async_t; uvccl
@@ -13,7 +13,15 @@
 // used for that one key: its kind does not matter, and the group's own
 // rendezvous runs on the loop, never blocking on a c10d store.
 #include <torch/python.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+// PyTorch 2: a process group holds one Backend per device type; this is
+// the CPU one.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define UVCCL_TORCH2 1
+#else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -38,6 +46,12 @@
 #include <vector>
 
 namespace uvccl_torch {
+
+#ifdef UVCCL_TORCH2
+using PGBase = c10d::Backend;
+#else
+using PGBase = c10d::ProcessGroup;
+#endif
 
 // ---- the loop thread ---------------------------------------------------------
 
@@ -159,10 +173,17 @@ static Redop redop_of(const c10d::ReduceOp& rop) {
       TORCH_CHECK(sup != nullptr, "uvccl: PREMUL_SUM without its factor");
       r.op = UVCCL_PREMUL_SUM;
       r.premul = true;
-      if (!sup->tensor_factors.empty()) {
-        TORCH_CHECK(sup->tensor_factors[0].numel() == 1,
+#ifdef UVCCL_TORCH2
+      const at::Tensor* f =
+          sup->tensor_factor.defined() ? &sup->tensor_factor : nullptr;
+#else
+      const at::Tensor* f =
+          sup->tensor_factors.empty() ? nullptr : &sup->tensor_factors[0];
+#endif
+      if (f != nullptr) {
+        TORCH_CHECK(f->numel() == 1,
                     "uvccl: PREMUL_SUM: the factor tensor must hold one value");
-        r.factor = sup->tensor_factors[0].item<double>();
+        r.factor = f->item<double>();
       } else {
         r.factor = sup->double_factor;
       }
@@ -325,12 +346,12 @@ static void on_done(uvccl_work_t* w, int status) {
 
 // ---- the process group -------------------------------------------------------
 
-class ProcessGroupUVCCL : public c10d::ProcessGroup {
+class ProcessGroupUVCCL : public PGBase {
  public:
   ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     int size, std::chrono::milliseconds timeout,
                     std::string name = "uvccl")
-      : c10d::ProcessGroup(rank, size),
+      : PGBase(rank, size),
         loop_(Loop::get()),
         name_(std::move(name)) {
     std::memset(&pg_, 0, sizeof(pg_));
@@ -445,7 +466,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override {
     if (tensors.size() == 1 && tensors[0].is_sparse())
-      return allreduce_sparse(tensors[0], opts);
+      return sparse_sum(tensors[0], opts);
     auto& t = single(tensors, "allreduce");
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::ALLREDUCE, {t}, {t}, {buf}, t, buf);
@@ -641,7 +662,18 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
   // Sparse SUM the way Gloo does it: each rank's coalesced indices and
   // values are allgathered (their counts first), and every rank adds them
   // up into one coalesced tensor, which replaces the input's contents.
+#ifdef UVCCL_TORCH2
+  // PyTorch 2 sends sparse tensors here
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override {
+    TORCH_CHECK(tensors.size() == 1 && tensors[0].is_sparse(),
+                "uvccl: allreduce_sparse takes one sparse tensor");
+    return sparse_sum(tensors[0], opts);
+  }
+#endif
+
+  c10::intrusive_ptr<c10d::Work> sparse_sum(
       at::Tensor& t, const c10d::AllreduceOptions& opts) {
     TORCH_CHECK(t.device().is_cpu(), "uvccl: sparse allreduce: CPU tensors");
     TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM,
@@ -1160,7 +1192,7 @@ class ProcessGroupUVCCL : public c10d::ProcessGroup {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "uvccl's c10d backend (see python/uvccl_torch/__init__.py)";
-  py::class_<uvccl_torch::ProcessGroupUVCCL, c10d::ProcessGroup,
+  py::class_<uvccl_torch::ProcessGroupUVCCL, uvccl_torch::PGBase,
              c10::intrusive_ptr<uvccl_torch::ProcessGroupUVCCL>>(
       m, "ProcessGroupUVCCL")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int,

@@ -1,0 +1,141 @@
+"""uvccl vs Gloo through PyTorch, side by side in one job.
+
+    bench/torch/bench.py allreduce WORLD [ROUNDS]
+    bench/torch/bench.py ddp WORLD MODEL STEPS
+
+Starts WORLD ranks of itself on this host (env://). Every rank has both
+backends: the default group is uvccl's, and a Gloo group of the same ranks
+is made beside it, so both see the same machine at the same time.
+
+allreduce: float32 dist.all_reduce at 4 B and 4 KiB (latency) and 1, 16,
+64 MiB (bus bandwidth, 2(n-1)/n x bytes / time, as nccl-tests count it).
+Each of ROUNDS rounds times every size on Gloo, then on uvccl; a cell is
+the median over the rounds of each round's mean. Prints a markdown table.
+
+ddp: DistributedDataParallel training of MODEL (t/py/torch_ddp.py's "mlp",
+"cnn" or "big", about 25 M parameters) for STEPS steps on each backend;
+prints the mean step time (after 5 warm-up steps) and samples/s.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(os.path.dirname(here))
+
+
+def launch(argv, world):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   BENCH_RANK="1", PYTHONWARNINGS="ignore",
+                   OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__] + argv,
+                                      env=env, stdout=subprocess.PIPE,
+                                      text=True))
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        sys.stderr.write("".join(outs))
+        sys.exit("a rank failed")
+    return outs[0]
+
+
+# ---- ranks ------------------------------------------------------------------
+
+def rank_allreduce(rounds):
+    import torch
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.join(root, "python"))
+    import uvccl_torch  # noqa: F401
+    torch.set_num_threads(1)
+    dist.init_process_group("uvccl")
+    n = dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    sizes = [4, 4096, 1 << 20, 16 << 20, 64 << 20]
+    res = {(b, s): [] for b in ("gloo", "uvccl") for s in sizes}
+
+    def iters(size):
+        return {4: 2000, 4096: 1000, 1 << 20: 60, 16 << 20: 8}.get(size, 3)
+
+    for _ in range(rounds):
+        for size in sizes:
+            t = torch.ones(size // 4)
+            for b, g in (("gloo", gloo), ("uvccl", None)):
+                k = iters(size)
+                for _ in range(max(2, k // 20)):  # warm
+                    dist.all_reduce(t, group=g)
+                dist.barrier(group=g)
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    dist.all_reduce(t, group=g)
+                res[(b, size)].append((time.perf_counter() - t0) / k)
+    if dist.get_rank() == 0:
+        print(f"allreduce float32 through PyTorch 1.13, {n} ranks on one "
+              f"host, {rounds} rounds (median of the rounds' means)\n")
+        print("| size | Gloo | uvccl | uvccl vs Gloo |")
+        print("|---:|---:|---:|---:|")
+        for size in sizes:
+            g = statistics.median(res[("gloo", size)])
+            u = statistics.median(res[("uvccl", size)])
+            if size <= 4096:
+                cell = lambda x: f"{x * 1e6:.1f} us"  # noqa: E731
+                ratio = f"{g / u:.2f}x faster"
+            else:
+                bw = lambda x: 2 * (n - 1) / n * size / x / 1e9  # noqa: E731
+                cell = lambda x: f"{bw(x):.2f} GB/s busbw"  # noqa: E731
+                ratio = f"{bw(u) / bw(g):.2f}x the bandwidth"
+            label = f"{size} B" if size < 1024 else (
+                f"{size >> 10} KiB" if size < (1 << 20) else f"{size >> 20} MiB")
+            print(f"| {label} | {cell(g)} | {cell(u)} | {ratio} |")
+    dist.destroy_process_group()
+
+
+def rank_ddp(model, steps):
+    env = dict(os.environ, DDP_MODELS=model, DDP_STEPS=str(steps),
+               DDP_BACKENDS="gloo,uvccl")
+    os.environ.update(env)
+    sys.argv = [os.path.join(root, "t", "py", "torch_ddp.py")]
+    import runpy
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+# ---- main -------------------------------------------------------------------
+
+def main():
+    mode = sys.argv[1]
+    world = int(sys.argv[2])
+    if os.environ.get("BENCH_RANK"):
+        if mode == "allreduce":
+            rank_allreduce(int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+        else:
+            rank_ddp(sys.argv[3], int(sys.argv[4]))
+        return
+    out = launch(sys.argv[1:], world)
+    if mode == "allreduce":
+        sys.stdout.write(out)
+        return
+    model, steps = sys.argv[3], int(sys.argv[4])
+    times = {}
+    for line in out.splitlines():
+        if line.startswith("@time "):
+            _, _, b, m, ms = line.split()
+            times[b] = float(ms)
+        elif line.startswith("@check ") and line.split()[2] == "0":
+            sys.exit("check failed: " + line)
+    batch = {"mlp": 32, "cnn": 16, "big": 8}[model]
+    g, u = times["gloo"], times["uvccl"]
+    print(f"| {model} | {world} | {steps} | {g:.2f} ms | {u:.2f} ms | "
+          f"{(u / g - 1) * 100:+.0f}% | {batch * world / g * 1000:.0f} | "
+          f"{batch * world / u * 1000:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

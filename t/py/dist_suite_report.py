@@ -1,0 +1,84 @@
+"""Compares t/py/dist_suite.py's outcomes: uvccl against Gloo.
+
+    dist_suite_report.py DIR [WORLD ...]
+
+DIR holds gloo-W.tsv, uvccl-as-gloo-W.tsv and uvccl-W.tsv for each world
+size W (default 2 3 4). A test that passes with Gloo must pass with uvccl
+in at least one of the two ways the suite runs it (as the plugin backend
+"uvccl", or building the groups c10d would build with Gloo); a test that
+cannot run one way says why in the table. Prints markdown (a summary per
+world size, then every test Gloo passes with its three outcomes) and exits
+1 when some test passes with Gloo and with neither uvccl mode.
+"""
+import os
+import sys
+
+
+def load(path):
+    out = {}
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        for ln in f:
+            parts = ln.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                out[parts[0]] = (parts[1], parts[3] if len(parts) > 3 else "")
+    return out
+
+
+def main():
+    d = sys.argv[1]
+    worlds = sys.argv[2:] or ["2", "3", "4"]
+    bad = []
+    rows = {}
+    print("| world | Gloo passes | uvccl passes them | as the plugin | "
+          "as Gloo's groups | neither |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for w in worlds:
+        g = load(f"{d}/gloo-{w}.tsv")
+        a = load(f"{d}/uvccl-as-gloo-{w}.tsv") or {}
+        p = load(f"{d}/uvccl-{w}.tsv") or {}
+        if g is None:
+            print(f"| {w} | (no Gloo run) | | | | |")
+            continue
+        gp = sorted(n for n, (o, _) in g.items() if o == "pass")
+        np_ = sum(1 for n in gp if p.get(n, ("",))[0] == "pass")
+        na = sum(1 for n in gp if a.get(n, ("",))[0] == "pass")
+        either = [n for n in gp if p.get(n, ("",))[0] == "pass" or
+                  a.get(n, ("",))[0] == "pass"]
+        neither = [n for n in gp if n not in either]
+        bad += [(w, n) for n in neither]
+        print(f"| {w} | {len(gp)} | {len(either)} | {np_} | {na} | "
+              f"{len(neither)} |")
+        for n in gp:
+            rows.setdefault(n, {})[w] = (p.get(n, ("-", ""))[0],
+                                         a.get(n, ("-", ""))[0])
+    print()
+    print("Every test Gloo passes, and uvccl's outcome (plugin / as Gloo's "
+          "groups) per world size:")
+    print()
+    print("| test | " + " | ".join(f"W={w}" for w in worlds) + " |")
+    print("|---|" + "---|" * len(worlds))
+    for n in sorted(rows):
+        cells = []
+        for w in worlds:
+            if w in rows[n]:
+                cells.append("/".join(rows[n][w]))
+            else:
+                cells.append("(Gloo: not a pass)")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    if bad:
+        print()
+        print("Passing with Gloo, with neither uvccl mode:")
+        for w, n in bad:
+            why = []
+            for mode in ("uvccl", "uvccl-as-gloo"):
+                t = load(f"{d}/{mode}-{w}.tsv") or {}
+                o = t.get(n, ("not run", ""))
+                why.append(f"{mode}: {o[0]} {o[1][:120]}")
+            print(f"- W={w} {n}: " + "; ".join(why))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The uvccl backend on PyTorch 2.x (c10d's Backend API): in a Debian root
+# that tools/torch-root.sh made with TORCH_ROOT_DEV=1 (libtorch-dev and a
+# compiler inside), copies this source tree in (ROOT/uvccl-src), builds
+# libuvccl and the extension there with the root's compiler against its
+# libtorch, then runs t/py/torch_backend.py (every operation against Gloo
+# in the same job, errors, a timeout, a killed peer) at 2 and 4 ranks.
+# Prints TAP; exits 2 when the root cannot build the extension.
+#
+#   t/run-torch2-backend.sh /opt/uvccl-torch/trixie
+set -u
+cd "$(dirname "$0")/.."
+root=${1:?usage: run-torch2-backend.sh ROOT}
+hdr=$root/usr/include/torch/csrc/distributed/c10d/Backend.hpp
+if [ ! -f "$hdr" ] || [ ! -x "$root/usr/bin/g++" ]; then
+  echo "run-torch2-backend: $root has no libtorch-dev or g++" \
+    "(TORCH_ROOT_DEV=1 tools/torch-root.sh create)" >&2
+  exit 2
+fi
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+src=$root/uvccl-src
+rm -rf "$src.new"
+mkdir -p "$src.new"
+# the tracked files as they are now in the work tree, not as committed
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  git ls-files -z | xargs -0 cp --parents -t "$src.new" 2>/dev/null
+else
+  tar --exclude=./build --exclude='./build-*' -cf - . | tar -C "$src.new" -xf -
+fi
+rm -rf "$src"
+mv "$src.new" "$src"
+if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl.a >/tmp/uvccl-build.log 2>&1 && make -o deps torch-ext >>/tmp/uvccl-build.log 2>&1'; then
+  tail -20 "$root/tmp/uvccl-build.log" >&2
+  echo "run-torch2-backend: building in $root failed" >&2
+  exit 2
+fi
+version=$(chroot "$root" python3 -c 'import torch; print(torch.__version__)')
+echo "1..4"
+n_test=0
+world() { # n scenario
+  local n=$1 scen=$2 port r out fails want got
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  out=$(mktemp -d)
+  for r in $(seq 0 $((n - 1))); do
+    chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONWARNINGS=ignore \
+      T_SCENARIO=$scen timeout 180 python3 /uvccl-src/t/py/torch_backend.py \
+      >"$out/$r" 2>&1 &
+  done
+  wait 2>/dev/null
+  n_test=$((n_test + 1))
+  fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
+  got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
+  want=$3
+  if [ "$fails" = 0 ] && [ "$got" -ge "$want" ]; then
+    echo "ok $n_test - PyTorch $version, $n ranks${scen:+ ($scen)}: $got checks passed"
+  else
+    echo "not ok $n_test - PyTorch $version, $n ranks${scen:+ ($scen)}: $got passed, $fails failed (of $want)"
+    grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
+  fi
+  rm -rf "$out"
+}
+# checks per rank: 15 (t/5001's list); the kill scenario: 2 per survivor
+world 2 "" 30
+world 4 "" 60
+world 3 kill 4
+# DDP, 2 ranks: parameters equal, losses as Gloo's
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+out=$(mktemp -d)
+for r in 0 1; do
+  chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONWARNINGS=ignore \
+    DDP_STEPS=50 timeout 180 python3 /uvccl-src/t/py/torch_ddp.py >"$out/$r" 2>&1 &
+done
+wait
+fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
+got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
+if [ "$fails" = 0 ] && [ "$got" -ge 12 ]; then
+  echo "ok 4 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
+else
+  echo "not ok 4 - PyTorch $version, DDP: $got passed, $fails failed"
+  grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
+fi
+rm -rf "$out"
