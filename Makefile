@@ -80,7 +80,7 @@ TORCH_SITE   := $(PREFIX)/lib/python$(TORCH_PYVER)/dist-packages
 endif
 endif
 
-.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext
+.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
@@ -203,6 +203,10 @@ check: all
 
 demo: all
 	$(Q)./tools/demo.sh $(BUILD)
+
+# PyTorch's distributed_test.py against the backend (minutes: not in check)
+torch-suite: all
+	$(Q)./t/dist_suite.sh
 
 bench-store: all
 	$(Q)./bench/store/run.sh

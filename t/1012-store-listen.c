@@ -43,6 +43,12 @@ static int have_ipv6(void) {
   return ok6;
 }
 
+static int quiet_passed;
+static void quiet_done(uv_timer_t *t) {
+  (void)t;
+  quiet_passed = 1;
+}
+
 int main(void) {
   uvccl_store_server_t srv, srv2;
   uvccl_store_server_options_t so = {0};
@@ -128,6 +134,16 @@ int main(void) {
     uvccl_store_server_close(&srv2, on_srv_closed);
     is_int(uvccl_work_wait(&w), 0, "in-flight request answered at shutdown");
     is_int(w.result, 11, "with the right value");
+    /* A closing server answers its clients a moment more (requests on
+     * their way), and lets each go once quiet for 100 ms: after that a
+     * request is an error. */
+    {
+      uv_timer_t t;
+      uv_timer_init(&loop, &t);
+      uv_timer_start(&t, quiet_done, 300, 0);
+      while (!quiet_passed) uv_run(&loop, UV_RUN_ONCE);
+      uv_close((uv_handle_t *)&t, NULL);
+    }
     uvccl_store_set_timeout(&s, 500); /* reconnecting is refused: fail fast */
     uvccl_store_add(&s, &w2, "n", 1, NULL);
     ok(uvccl_work_wait(&w2) < 0, "after shutdown the client gets an error: %s",

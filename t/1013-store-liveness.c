@@ -154,17 +154,12 @@ static void test_long_wait(const char *name, uvccl_dialect_t d, int stop_ms) {
 
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   if (role != NULL && *role) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     alarm(150);
     return role_server();
   }
-  tap_alarm(120);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(120);
   sigpipe_default();
   uv_loop_init(&L);
   plan(6);

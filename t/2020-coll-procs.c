@@ -642,17 +642,12 @@ static void scenario_mbarrier(void) {
 int main(int argc, char **argv) {
   const char *role = getenv("UVCCL_T_ROLE"), *only;
   char why[256] = "";
-  ssize_t l;
   double t0 = now_s();
   (void)argc;
   (void)argv;
   if (role != NULL && *role) return rank_main(role);
 
-  tap_alarm(120);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(120);
   signal(SIGPIPE, SIG_IGN);
   isolated = isolate_net(why, sizeof(why));
   /* UVCCL_T_ONLY=bc runs only those scenarios (for debugging). */

@@ -283,15 +283,10 @@ static void scenario_store(const char *mode, size_t size) {
 
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   size_t i;
   int k;
   if (role != NULL && *role) return rank_main(role);
-  tap_alarm(600);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(600);
   srand((unsigned)getpid());
   /* The parent too: nothing here may depend on SIGPIPE being ignored. */
   sigpipe_default();

@@ -121,14 +121,9 @@ int main(void) {
   static const char *ops[] = {"allreduce", "broadcast", "allgather",
                               "reduce_scatter", "alltoall", "barrier"};
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   size_t i;
   if (role != NULL && *role) return rank_main();
-  tap_alarm(600);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(600);
   srand((unsigned)getpid());
   sigpipe_default();
   plan(6 * 2 + 3);

@@ -286,13 +286,8 @@ static void scenario_idle(void) {
 
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   if (role != NULL && *role) return rank_main(role);
-  tap_alarm(600);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(600);
   sigpipe_default();
   plan(4 + 2 + 2 + 3);
   scenario_stop_forever();

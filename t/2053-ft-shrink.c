@@ -395,13 +395,8 @@ int main(void) {
   static const int v_b[] = {6, 0, 3, 7, 1};
   static const int v_c[] = {3, 0};
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   if (role != NULL && *role) return rank_main(role);
-  tap_alarm(900);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(900);
   srand((unsigned)getpid());
   sigpipe_default();
   plan(3 + 5);

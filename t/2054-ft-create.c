@@ -407,7 +407,6 @@ static void test_procs_store_host_killed(int delay_ms) {
 
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE"), *only;
-  ssize_t l;
   if (role != NULL && *role) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     sigpipe_default();
@@ -415,11 +414,7 @@ int main(void) {
     R = ft_env_int("RANK", -1);
     return role_create();
   }
-  tap_alarm(300);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(300);
   sigpipe_default();
   unsetenv("UVCCL_SOCKET_IFNAME");
   uv_loop_init(&L);

@@ -120,14 +120,9 @@ static int rank_main(void) {
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
   proc_t ps[3];
-  ssize_t l;
   int round;
   if (role != NULL && *role) return rank_main();
-  tap_alarm(300);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(300);
   sigpipe_default();
   plan(3 * 7);
   for (round = 0; round < 3; round++) {

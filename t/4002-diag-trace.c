@@ -227,15 +227,10 @@ int main(void) {
                                 "root"};
   const char *role = getenv("UVCCL_T_ROLE");
   char out[4096];
-  ssize_t l;
   size_t i;
   int rc;
   if (role != NULL && *role) return rank_main();
-  tap_alarm(300);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(300);
   snprintf(dir, sizeof(dir), "/tmp/uvccl-t4002.XXXXXX");
   if (mkdtemp(dir) == NULL) skip_all("mkdtemp failed");
   plan(6 * 3 * 2 + 5 + 4);

@@ -279,13 +279,8 @@ static void usr2(void) {
 
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
   if (role != NULL && *role) return rank_main();
-  tap_alarm(300);
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  atexit(kill_live);
+  parent_init(300);
   snprintf(dir, sizeof(dir), "/tmp/uvccl-t4003.XXXXXX");
   if (mkdtemp(dir) == NULL) skip_all("mkdtemp failed");
   plan(12);

@@ -85,18 +85,21 @@ static void world(int n) {
   procs_free(ps, n);
 }
 
-/* A peer SIGKILLed mid-allreduce: each survivor's RuntimeError names it. */
-static void killed(int n) {
+/* A peer SIGKILLed mid-allreduce: each survivor's RuntimeError names it.
+ * Or (abort) rank 0 aborts the group: the others' RuntimeErrors carry its
+ * reason at once. */
+static void killed(int n, int abort) {
   static char e_size[32], e_port[32], e_rank[MAXP][32];
   char *argv[] = {PY, SCRIPT, NULL};
   proc_t ps[MAXP];
-  unsigned mask = (1u << (n - 1)) - 1; /* the survivors */
+  unsigned mask = abort ? (1u << n) - 1 : (1u << (n - 1)) - 1; /* survivors */
   int r, port = free_port(), good;
   snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
   snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
   for (r = 0; r < n; r++) {
     const char *env[] = {e_rank[r], e_size, "MASTER_ADDR=127.0.0.1", e_port,
-                         "PYTHONWARNINGS=ignore", "T_SCENARIO=kill", NULL};
+                         "PYTHONWARNINGS=ignore",
+                         abort ? "T_SCENARIO=abort" : "T_SCENARIO=kill", NULL};
     char name[32];
     snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
     snprintf(name, sizeof(name), "rank %d", r);
@@ -104,12 +107,16 @@ static void killed(int n) {
   }
   finish_all(ps, n, 120);
   scenario_failed = 0;
-  agg(ps, n, "killed", mask, "%d ranks, rank %d SIGKILLed mid-allreduce: "
-      "every survivor's RuntimeError names it", n, n - 1);
+  if (abort)
+    agg(ps, n, "aborted", mask, "%d ranks, rank 0 calls abort(): the others' "
+        "allreduce fails at once with its reason", n);
+  else
+    agg(ps, n, "killed", mask, "%d ranks, rank %d SIGKILLed mid-allreduce: "
+        "every survivor's RuntimeError names it", n, n - 1);
   agg(ps, n, "destroy", mask, "%d ranks: the survivors destroy their group",
       n);
   good = 1;
-  for (r = 0; r < n - 1; r++)
+  for (r = 0; r < (abort ? n : n - 1); r++)
     if (ps[r].status != 0) good = 0;
   ok(good, "%d ranks: every survivor exited 0", n);
   if (scenario_failed || !good) dump_procs(ps, n);
@@ -128,9 +135,10 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 16 + 3);
+  plan(2 * 16 + 3 + 3);
   world(2);
   world(4);
-  killed(3);
+  killed(3, 0);
+  killed(3, 1);
   return done_testing();
 }

@@ -4,7 +4,7 @@
  * t/run-torch2-backend.sh builds libuvccl and the extension inside the
  * root, then runs t/py/torch_backend.py (every operation against Gloo in
  * the same job, errors, a timeout) at 2 and 4 ranks, a peer killed
- * mid-allreduce at 3, and DDP at 2; its TAP lines are relayed here.
+ * mid-allreduce and abort() at 3, and DDP at 2; its TAP lines are relayed here.
  * Skips where no such root exists (CI's fresh machines; Debian 12's own
  * python3-torch is 1.13, which t/5001 and t/5002 cover) or when not root
  * (chroot). */
@@ -39,7 +39,7 @@ int main(void) {
   if (n == 0)
     skip_all("no PyTorch 2.x root with libtorch-dev (TORCH_ROOT_DEV=1 "
              "tools/torch-root.sh create trixie makes one)");
-  plan(4 * n);
+  plan(5 * n);
   for (i = 0; i < n; i++) {
     char cmd[8192];
     int seen = 0, rc;
@@ -58,7 +58,7 @@ int main(void) {
       }
     }
     rc = f != NULL ? pclose(f) : -1;
-    for (; seen < 4; seen++)
+    for (; seen < 5; seen++)
       ok(0, "%s: the run ended early (status %d)", roots[i], rc);
   }
   return done_testing();

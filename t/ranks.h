@@ -398,6 +398,17 @@ static inline int find_val(proc_t *ps, int n, int rank, const char *name, double
 /* ---- spawning ranks (the test binary re-executed with UVCCL_T_ROLE) ---- */
 static char self[4096];
 
+/* The parent's start: the alarm, this binary's path (ranks are this binary
+ * again), and no rank left running when it exits. */
+static inline void parent_init(unsigned alarm_s) {
+  ssize_t l;
+  tap_alarm(alarm_s);
+  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
+  self[l] = '\0';
+  atexit(kill_live);
+}
+
 /* argv[0] is executed; env: "K=V" entries added to our environment. */
 static inline int spawn(proc_t *p, const char *name, char *const *argv,
                  const char *const *env, int with_stdin) {

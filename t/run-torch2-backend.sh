@@ -35,7 +35,7 @@ if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl
   exit 2
 fi
 version=$(chroot "$root" python3 -c 'import torch; print(torch.__version__)')
-echo "1..4"
+echo "1..5"
 n_test=0
 world() { # n scenario
   local n=$1 scen=$2 port r out fails want got
@@ -64,6 +64,7 @@ world() { # n scenario
 world 2 "" 30
 world 4 "" 60
 world 3 kill 4
+world 3 abort 6
 # DDP, 2 ranks: parameters equal, losses as Gloo's
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 out=$(mktemp -d)
@@ -76,9 +77,9 @@ wait
 fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
 got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
 if [ "$fails" = 0 ] && [ "$got" -ge 12 ]; then
-  echo "ok 4 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
+  echo "ok 5 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
 else
-  echo "not ok 4 - PyTorch $version, DDP: $got passed, $fails failed"
+  echo "not ok 5 - PyTorch $version, DDP: $got passed, $fails failed"
   grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
 fi
 rm -rf "$out"

@@ -28,6 +28,8 @@
 #define GROW_STEP (16 * 1024)
 /* How long a graceful shutdown waits for clients that do not read. */
 #define SHUTDOWN_GRACE_MS 2000
+#define SHUTDOWN_QUIET_MS 100
+#define SHUTDOWN_TICK_MS 25
 
 typedef struct server_s server_t;
 typedef struct conn_s conn_t;
@@ -44,6 +46,9 @@ struct conn_s {
   int paused;                /* reads stopped for backpressure */
   int writing;
   int close_after_flush;
+  uint64_t last_read;        /* uv_now of its last bytes (closing server) */
+  int lingering;             /* half-closed by a closing server: reading
+                              * to the client's end, dropping it */
   uint8_t *in;               /* the unparsed tail of the input */
   size_t in_len, in_cap;
   size_t need;               /* bytes needed before parsing again */
@@ -68,6 +73,7 @@ struct server_s {
   uv_check_t flush_check;
   uv_timer_t shutdown_timer;
   int shutdown_timer_closed;
+  uint64_t closing_since;    /* uv_now when close began */
   uvccl__kv_t *kv;
   uvccl__proto_limits_t limits;
   size_t max_output;
@@ -85,6 +91,7 @@ struct server_s {
 };
 
 static void conn_close(conn_t *c, const char *why);
+static void conn_linger(conn_t *c);
 static void conn_process(conn_t *c, const uint8_t *data, size_t len,
                          size_t *used);
 static void conn_flush(conn_t *c);
@@ -569,6 +576,12 @@ static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   int from_shared = buf->base == (char *)s->rbuf;
 
   if (from_shared) s->rbuf_busy = 0;
+  if (c->lingering) {
+    if (nread < 0) conn_close(c, NULL); /* its end (or an error): done */
+    else c->in_len = 0;                 /* nobody answers this any more */
+    return;
+  }
+  if (nread > 0) c->last_read = uv_now(s->loop);
   if (nread == UV_EOF) {
     /* The client finished sending (it may still read): answer what it
      * sent, then close. */
@@ -615,6 +628,14 @@ static void conn_resume(conn_t *c) {
 
 static void server_handle_closed(uv_handle_t *h);
 
+/* The last client of a closing server is gone: its timer and flusher go. */
+static void server_stop_timers(server_t *s) {
+  if (s->shutdown_timer_closed) return;
+  s->shutdown_timer_closed = 1;
+  uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
+  uv_close((uv_handle_t *)&s->flush_check, server_handle_closed);
+}
+
 static void conn_part_closed(conn_t *c) {
   server_t *s = c->srv;
   if (--c->parts > 0) return;
@@ -623,10 +644,7 @@ static void conn_part_closed(conn_t *c) {
   uvccl__obuf_free(&c->wbuf);
   uvccl__free(c);
   s->handles_open--;
-  if (s->closing && s->conns == NULL && !s->shutdown_timer_closed) {
-    s->shutdown_timer_closed = 1;
-    uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
-  }
+  if (s->closing && s->conns == NULL) server_stop_timers(s);
   server_maybe_done(s);
 }
 
@@ -656,6 +674,20 @@ static void conn_close(conn_t *c, const char *why) {
   if (uvccl__wq_close(&c->wq, conn_wq_closed)) c->parts++;
   c->parts++;
   uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}
+
+/* The server is closing and this client has been quiet: send our end (FIN
+ * after the replies), then read until the client's end, dropping what
+ * comes. Closing with bytes of its unread would send a reset, and a reset
+ * makes the client's kernel drop replies it has not read yet. The shutdown
+ * grace bounds the wait. */
+static void conn_linger(conn_t *c) {
+  if (c->lingering) return;
+  c->lingering = 1;
+  c->in_len = 0;
+  if (uvccl__wq_shutdown(&c->wq) < 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read) != 0)
+    conn_close(c, NULL);
 }
 
 static void peer_name(uv_tcp_t *t, char *buf, size_t cap) {
@@ -858,41 +890,50 @@ fail_alloc:
   return r;
 }
 
-static void server_shutdown_timeout(uv_timer_t *t) {
+/* While closing, every SHUTDOWN_TICK_MS: a client quiet for SHUTDOWN_QUIET_MS
+ * with its replies out is let go (conn_linger); after SHUTDOWN_GRACE_MS
+ * every client is closed. Until then requests already on their way are
+ * still answered: a rank whose store host finished first may be a moment
+ * behind (its wait at the group's creation barrier sent, not yet read),
+ * and stopping at once would leave it without its answer. */
+static void server_shutdown_tick(uv_timer_t *t) {
   server_t *s = t->data;
-  conn_t *c;
-  LOG_INFO("store", "shutdown: closing clients that did not take their "
-           "replies within %d ms", SHUTDOWN_GRACE_MS);
-  while ((c = s->conns) != NULL) conn_close(c, "shutdown deadline");
+  conn_t *c, *next;
+  uint64_t now = uv_now(s->loop);
+  if (now - s->closing_since >= SHUTDOWN_GRACE_MS) {
+    LOG_INFO("store", "shutdown: closing the clients still connected after "
+             "%d ms", SHUTDOWN_GRACE_MS);
+    while ((c = s->conns) != NULL) conn_close(c, "shutdown deadline");
+    return;
+  }
+  for (c = s->conns; c != NULL; c = next) {
+    next = c->next;
+    if (!c->lingering && !c->writing && c->out.len == 0 && !c->in_flush &&
+        now - c->last_read >= SHUTDOWN_QUIET_MS)
+      conn_linger(c);
+  }
 }
 
 void uvccl_store_server_close(uvccl_store_server_t *pub,
                               uvccl_store_server_close_cb cb) {
   server_t *s = pub ? pub->impl_ : NULL;
-  conn_t *c, *next;
+  conn_t *c;
   if (s == NULL || s->closing) return;
   s->closing = 1;
   s->close_cb = cb;
+  s->closing_since = uv_now(s->loop);
   uv_close((uv_handle_t *)&s->listener, server_handle_closed);
-  uv_close((uv_handle_t *)&s->flush_check, server_handle_closed);
-  /* Every request already received has been answered into the output
-   * buffers: write those out, then close each client. */
-  for (c = s->conns; c != NULL; c = next) {
-    next = c->next;
-    c->close_after_flush = 1;
-    c->paused = 0; /* no more reading */
-    uv_read_stop((uv_stream_t *)&c->tcp);
+  /* No new clients; the ones there are keep being answered a moment. */
+  LOG_DEBUG("store", "server closing: %d clients", (int)s->st.connections);
+  for (c = s->conns; c != NULL; c = c->next) {
+    c->last_read = s->closing_since;
     conn_flush(c);
   }
-  s->flush_head = s->flush_tail = NULL;
-  if (s->conns == NULL) {
-    s->shutdown_timer_closed = 1;
-    uv_close((uv_handle_t *)&s->shutdown_timer, server_handle_closed);
-  } else {
-    /* A client that never reads its replies cannot hold the shutdown. */
-    uv_timer_start(&s->shutdown_timer, server_shutdown_timeout,
-                   SHUTDOWN_GRACE_MS, 0);
-  }
+  if (s->conns == NULL)
+    server_stop_timers(s);
+  else
+    uv_timer_start(&s->shutdown_timer, server_shutdown_tick, SHUTDOWN_TICK_MS,
+                   SHUTDOWN_TICK_MS);
 }
 
 void uvccl_store_server_stats(const uvccl_store_server_t *pub,

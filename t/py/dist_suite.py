@@ -116,7 +116,15 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        # UVCCL_SUITE_START=fork: ranks forked from this process, which has
+        # torch imported already (about a second less per test than
+        # spawning, as PyTorch's old test_distributed_fork.py ran them);
+        # this process never starts a group, so nothing is forked mid-use
+        if os.environ.get("UVCCL_SUITE_START") == "fork":
+            self._start_processes(
+                torch.multiprocessing.get_context("fork").Process)
+        else:
+            self._spawn_processes()
 
 
 class Recorder(unittest.TextTestResult):

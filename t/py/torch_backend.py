@@ -341,7 +341,40 @@ def kill_main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+def abort_main():
+    """abort(): rank 0 aborts its group while the others wait in an
+    allreduce it never joins; they get a RuntimeError with its reason at
+    once (not after the 60 s timeout), and everyone destroys cleanly."""
+    import datetime
+    import time
+    dist.init_process_group("uvccl", init_method="env://", rank=rank,
+                            world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    pg = dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, uvccl_torch.ProcessGroupUVCCL):  # PyTorch 2
+        pg = pg._get_backend(torch.device("cpu"))
+    dist.barrier()
+    if rank == 0:
+        time.sleep(0.5)
+        pg.abort("stopping the job")
+        check(True, "aborted", "abort() returned")
+    else:
+        t0 = time.time()
+        try:
+            dist.all_reduce(torch.ones(8))
+            check(False, "aborted", "the allreduce completed")
+        except RuntimeError as e:
+            msg = str(e).splitlines()[0]
+            check("stopping the job" in msg and time.time() - t0 < 20,
+                  "aborted", f"after {time.time() - t0:.2f} s: {msg[:200]}")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
 try:
+    if os.environ.get("T_SCENARIO") == "abort":
+        abort_main()
+        sys.exit(0)
     if os.environ.get("T_SCENARIO") == "kill":
         kill_main()
         sys.exit(0)

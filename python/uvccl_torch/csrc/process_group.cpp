@@ -440,6 +440,17 @@ class ProcessGroupUVCCL : public PGBase {
 
   const std::string getBackendName() const override { return name_; }
 
+  // Fails every pending operation of the group at once, here and (with
+  // the reason) on every other rank; the group is unusable after (destroy
+  // it). For an application that must stop a stuck job without waiting
+  // for its timeouts.
+  void abort(const std::string& reason) {
+    loop_->call<int>([this, reason]() {
+      if (pg_up_) uvccl_pg_abort(&pg_, reason.c_str());
+      return 0;
+    });
+  }
+
   // c10d's per-group sequence number: every collective counts one (point-
   // to-point operations do not: they need not match across ranks). Groups
   // are made by all their ranks at once, so every rank starts at 0.
@@ -1199,5 +1210,10 @@ PYBIND11_MODULE(_C, m) {
                     std::chrono::milliseconds, std::string>(),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("name") = "uvccl",
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      .def("abort", &uvccl_torch::ProcessGroupUVCCL::abort,
+           py::arg("reason") = "aborted by its application",
+           py::call_guard<py::gil_scoped_release>(),
+           "Fails every pending operation of the group, here and on every "
+           "other rank (with the reason); destroy the group after.");
 }
