@@ -1150,7 +1150,15 @@ class ProcessGroupUVCCL : public PGBase {
       part_done_ = &done;
       part_done();
     });
-    f.wait();
+    // Destroyed from Python (the last reference dropped, or at exit) this
+    // thread holds the GIL; the loop thread may need it meanwhile (a
+    // future's Python callback, as DDP's hooks): wait without it.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      f.wait();
+    } else {
+      f.wait();
+    }
   }
 
   // destroy order: the group, then its store client, then the server
