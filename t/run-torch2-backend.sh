@@ -18,6 +18,10 @@ if [ ! -f "$hdr" ] || [ ! -x "$root/usr/bin/g++" ]; then
   exit 2
 fi
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+# The root builds its own way: not with the flags of a make that runs this
+# (make check SANITIZE=1 would ask for a sanitizer build, which has no
+# extension)
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES SANITIZE
 src=$root/uvccl-src
 rm -rf "$src.new"
 mkdir -p "$src.new"

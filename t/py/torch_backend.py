@@ -358,6 +358,9 @@ def abort_main():
         time.sleep(0.5)
         pg.abort("stopping the job")
         check(True, "aborted", "abort() returned")
+        # (staying a moment: a process that exits at once can reach a peer
+        # as "exited" before its notice does; see issue 14's notes)
+        time.sleep(1.0)
     else:
         t0 = time.time()
         try:

@@ -33,6 +33,23 @@ backends = os.environ.get("DDP_BACKENDS", "uvccl,gloo").split(",")
 torch.set_num_threads(1)
 
 
+def _die_with_launcher():
+    """A rank outlives a launcher killed outright (torchrun SIGKILLed by a
+    test's timeout): then it goes too, rather than linger."""
+    import threading
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+_die_with_launcher()
+
+
 def check(ok, name, detail=""):
     print(f"@check {rank} {1 if ok else 0} {name} | {detail}", flush=True)
 
