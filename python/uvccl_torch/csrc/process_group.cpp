@@ -693,6 +693,7 @@ class ProcessGroupUVCCL : public PGBase {
                 kSparseMaxDims, " dimensions");
     struct State {
       at::Tensor in, meta, all_meta, idx, all_idx, val, all_val;
+      std::vector<int64_t> nnz;            // each rank's entries
       std::vector<size_t> icounts, vcounts;
       std::vector<void*> iptrs, vptrs;
     };
@@ -722,17 +723,15 @@ class ProcessGroupUVCCL : public PGBase {
       auto am = st->all_meta.accessor<int64_t, 1>();
       auto mine = st->meta.accessor<int64_t, 1>();
       int64_t itot = 0, vtot = 0;
-      int64_t dense = st->val.numel() / std::max<int64_t>(st->in._nnz(), 1);
-      if (st->in._nnz() == 0) {
-        dense = 1;
-        for (int64_t d = mine[1]; d < mine[3]; d++) dense *= mine[4 + d];
-      }
+      int64_t dense = 1;  // values per entry: the dense dimensions' sizes
+      for (int64_t d = mine[1]; d < mine[3]; d++) dense *= mine[4 + d];
       for (int r = 0; r < n; r++) {
         for (int k = 1; k < kSparseMeta; k++)
           TORCH_CHECK(am[r * kSparseMeta + k] == mine[k],
                       "uvccl: sparse allreduce: rank ", r,
                       " has a tensor of another shape or layout");
         int64_t nnz = am[r * kSparseMeta];
+        st->nnz.push_back(nnz);
         st->icounts.push_back((size_t)(nnz * mine[1]));
         st->vcounts.push_back((size_t)(nnz * dense));
         itot += nnz * mine[1];
@@ -763,8 +762,7 @@ class ProcessGroupUVCCL : public PGBase {
       auto vshape = st->val.sizes().vec();
       int64_t io = 0, vo = 0;
       for (int r = 0; r < n; r++) {
-        int64_t nnz = sd > 0 ? (int64_t)st->icounts[r] / sd
-                             : st->all_meta[r * kSparseMeta].item<int64_t>();
+        int64_t nnz = st->nnz[r];
         idxs.push_back(st->all_idx.narrow(0, io, (int64_t)st->icounts[r])
                            .view({sd, nnz}));
         vshape[0] = nnz;
