@@ -59,7 +59,7 @@ TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 TEST_SRCS := $(sort $(wildcard t/[0-9]*.c))
 TESTS     := $(TEST_SRCS:%.c=%.t)
-HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h tools/*.h)
+HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h tools/*.h examples/*/*.h)
 
 STATIC    := $(BUILD)/libuvccl.a
 SHARED    := $(BUILD)/libuvccl.so
@@ -80,14 +80,33 @@ TORCH_SITE   := $(PREFIX)/lib/python$(TORCH_PYVER)/dist-packages
 endif
 endif
 
-.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite
+# The HTTP service example (examples/vsearch), on H2O (Debian's libh2o-dev,
+# built on libuv), where its headers are.
+VSEARCH_SRCS := $(sort $(wildcard examples/vsearch/*.c))
+VSEARCH_OBJS := $(VSEARCH_SRCS:%.c=$(BUILD)/%.o)
+VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
+
+.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # The chaos benchmark's uvccl rank (bench/chaos/run.sh) and the store's
 # load generator (bench/store/run.sh).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
+
+# The examples, from a make of their own (as torch: H2O's headers arrive
+# with deps on a fresh machine).
+examples: deps $(STATIC)
+	$(Q)$(MAKE) --no-print-directory examples-build
+examples-build: $(VSEARCH)
+
+ifneq ($(VSEARCH),)
+$(VSEARCH): $(VSEARCH_OBJS) $(STATIC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TOOL    $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(VSEARCH_OBJS) $(STATIC) -lh2o $(LIBS_ALL)
+endif
 
 # The extension, from a make of its own: on a fresh machine the headers it
 # looks for arrive with deps, after this makefile was read.
@@ -188,7 +207,7 @@ t/3004-gpu-abi.t: CFLAGS_ALL += $(if $(wildcard $(CUDA_INC)/nccl.h),-I$(CUDA_INC
 
 # Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
 # they link the static library of the current build flavour.
-t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES) $(OTHER_BENCHES)
+t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES) $(OTHER_BENCHES) $(VSEARCH)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
 	  -DUVCCL_SRC_DIR='"$(CURDIR)"' $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
@@ -235,7 +254,7 @@ install: all
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libuvccl.so.0
 	ln -sf libuvccl.so.0 $(DESTDIR)$(PREFIX)/lib/libuvccl.so
-	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(TOOLS) $(VSEARCH) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' uvccl.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uvccl.pc
 ifneq ($(TORCH_EXT),)

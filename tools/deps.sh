@@ -18,6 +18,11 @@ command -v g++ >/dev/null 2>&1 || need="$need g++"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v clang >/dev/null 2>&1 || need="$need clang"
+# The HTTP service example (examples/vsearch): H2O on libuv (its headers
+# include OpenSSL's), and wrk for its load tests and benchmark.
+[ -f /usr/include/h2o.h ] || need="$need libh2o-dev"
+[ -f /usr/include/openssl/ssl.h ] || need="$need libssl-dev"
+command -v wrk >/dev/null 2>&1 || need="$need wrk"
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need="$need libclang-rt-14-dev"
 [ -z "$need" ] && exit 0
