@@ -230,7 +230,8 @@ torch-suite: all
 bench-store: all
 	$(Q)./bench/store/run.sh
 
-# libFuzzer target for the protocol parser (clang). FUZZ_SECONDS bounds it.
+# libFuzzer targets: the store protocol parser, the trace reader, and the
+# HTTP example's request parser (clang). FUZZ_SECONDS bounds each.
 FUZZ_SECONDS ?= 30
 fuzz:
 	$(Q)mkdir -p build-fuzz
@@ -247,6 +248,12 @@ fuzz:
 	$(Q)mkdir -p build-fuzz/corpus-trace
 	./build-fuzz/trace_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  build-fuzz/corpus-trace fuzz/corpus-trace
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -Iexamples/vsearch -o build-fuzz/vsearch_query_fuzz \
+	  fuzz/vsearch_query_fuzz.c examples/vsearch/query.c examples/vsearch/table.c -lm
+	$(Q)mkdir -p build-fuzz/corpus-vsearch
+	./build-fuzz/vsearch_query_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus-vsearch fuzz/corpus-vsearch
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -14,7 +14,10 @@
 #  5. PyTorch, where python3-torch and the extension are: DDP on 4 local
 #     ranks (torchrun) through the uvccl backend and through Gloo, from the
 #     same initial parameters: step times side by side, results compared;
-#  6. the GPU, where there is one: 2 ranks sharing it through a TCP group
+#  6. the HTTP service example (examples/vsearch): uvccl-vsearch on 4
+#     ranks, H2O on rank 0's loop; a search, wrk for 3 s, then rank 2 is
+#     killed: 503s naming it, the survivors shrink and serve every row;
+#  7. the GPU, where there is one: 2 ranks sharing it through a TCP group
 #     (buffers staged through pinned memory) and a 1-rank NCCL group;
 #     elsewhere the reason there is none.
 set -e
@@ -68,6 +71,13 @@ if ls python/uvccl_torch/_C*.so >/dev/null 2>&1 && [ -x /usr/bin/torchrun ]; the
   rm -rf "$LOGS"
 else
   echo "skipped: python3-torch or the extension is missing (make builds it where libtorch-dev is installed)"
+fi
+echo
+echo "== the HTTP service example: uvccl-run -n 4 --keep-going --kill 2@7 uvccl-vsearch (H2O on rank 0's loop)"
+if [ -x "$BUILD/bin/uvccl-vsearch" ] && command -v wrk >/dev/null 2>&1; then
+  /usr/bin/python3 examples/vsearch/demo.py "$BUILD"
+else
+  echo "skipped: uvccl-vsearch or wrk is missing (make builds it where libh2o-dev is installed)"
 fi
 echo
 echo "== GPU"

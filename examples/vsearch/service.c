@@ -760,12 +760,11 @@ static void on_shrunk(uvccl_work_t *w, int status)
   if (svc->nworlds > 2)
     uvccl_pg_destroy(&svc->worlds[svc->nworlds - 2], close_noop);
   svc->epoch++;
+  fprintf(stderr, "uvccl-vsearch: rank %d: goes on as rank %d of %d (epoch "
+          "%d)\n", svc->rank, next->rank, next->size, svc->epoch);
   svc->rank = next->rank;
   svc->size = next->size;
   uvccl_log_set_rank(svc->rank);
-  fprintf(stderr, "uvccl-vsearch: rank %d: go on as rank %d of %d after "
-          "losing rank(s) (epoch %d)\n", svc->rank, next->rank, next->size,
-          svc->epoch);
   rc = make_subgroups(svc);
   if (rc != 0) {
     enter_recovery(svc, rc, "cannot make the subgroups");

@@ -1,0 +1,25 @@
+-- wrk script: POST /search with one of 64 random 64-float vectors (k 10),
+-- and a parseable summary line (@wrk ...) for bench/server/bench.py.
+local bodies = {}
+local n = 0
+init = function(args)
+  math.randomseed(7 + (tonumber(args[1]) or 0))
+  local dim = tonumber(args[2]) or 64
+  for b = 1, 64 do
+    local v = {}
+    for i = 1, dim do v[i] = string.format("%.4f", math.random() * 2 - 1) end
+    bodies[b] = '{"vector": [' .. table.concat(v, ", ") .. '], "k": 10}'
+  end
+end
+request = function()
+  n = n % 64 + 1
+  return wrk.format("POST", "/search", {["Content-Type"] = "application/json"},
+                    bodies[n])
+end
+done = function(s, latency, requests)
+  local e = s.errors
+  io.write(string.format("@wrk %d %.1f %.3f %.3f %.3f %d %d\n", s.requests,
+    s.requests / (s.duration / 1e6), latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000, e.status,
+    e.connect + e.read + e.write + e.timeout))
+end
