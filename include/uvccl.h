@@ -350,7 +350,11 @@ typedef enum {
 typedef struct {
   const char *host;         /* name or address; required */
   int port;                 /* required */
-  uvccl_dialect_t dialect;  /* default MODERN */
+  /* AUTO (0, the default): the newer dialect, or PyTorch 1.13's when the
+   * server closes the connection at the newer one's opening (as 1.13's
+   * server does: a torchrun 1.13 agent's store, say). MODERN, LEGACY:
+   * that one only. */
+  uvccl_dialect_t dialect;
   uint64_t timeout_ms;      /* store timeout, also the connect deadline;
                                0 = UVCCL_STORE_DEFAULT_TIMEOUT_MS */
   /* As PyTorch's client: if world_size > 0, the first connection adds 1 to

@@ -3,7 +3,8 @@
  * operation the 1.13 server has, with exact values; a get released by
  * another client; a wait timeout and the reconnect after it; 1000 adds
  * pipelined on one connection; the operations 1.13 lacks refused at the
- * call; keys shared with PyTorch's own Python client; and what happens
+ * call; the default dialect (AUTO) finding 1.13's; keys shared with
+ * PyTorch's own Python client; and what happens
  * when the server goes away.
  *
  * The server is t/py/torch_store_server.py: it prints its port and serves
@@ -285,6 +286,47 @@ static void unsupported(uvccl_store_t *s) {
   is_int(num_keys(s), nkeys, "the connection is still fine");
 }
 
+/* The default dialect (AUTO) against the 1.13 server: the newer
+ * dialect's opening closes the connection, the client speaks 1.13's on a
+ * new one; what was queued before goes out relabelled (values exact), what
+ * 1.13 lacks fails with UVCCL_ENOTSUP. This is how uvccl groups made from
+ * env:// under torchrun 1.13 reach its agent's store. */
+static void auto_dialect(uvccl_store_t *s) {
+  uvccl_store_t a;
+  uvccl_tcp_store_options_t o = {0};
+  uvccl_work_t w1 = {0}, w2 = {0}, w3 = {0}, w4 = {0}, w5 = {0}, w6 = {0};
+  const char *k[] = {"auto/a"};
+
+  memset(&a, 0, sizeof(a));
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout_ms = 20000;
+  tap_require(uvccl_tcp_store_init(&loop, &a, &o) == 0, "AUTO client init");
+  /* all queued before the first connection */
+  is_int(uvccl_store_set(&a, &w1, "auto/a", "v1", 2, NULL), 0, "auto: set");
+  is_int(uvccl_store_add(&a, &w2, "auto/n", 5, NULL), 0, "auto: add");
+  is_int(uvccl_store_get(&a, &w3, "auto/a", NULL), 0, "auto: get");
+  is_int(uvccl_store_multi_get(&a, &w4, k, 1, NULL), 0,
+         "auto: multi_get accepted before the dialect is known");
+  is_int(run(&w3), 0, "auto: the get completes in the 1.13 dialect");
+  ok(w3.value_len == 2 && memcmp(w3.value, "v1", 2) == 0,
+     "auto: the value set before the fallback comes back");
+  is_int(w1.status, 0, "auto: the set completed");
+  ok(w2.status == 0 && w2.result == 5, "auto: add returned 5");
+  is_int(run(&w4), UVCCL_ENOTSUP, "auto: the queued multi_get fails with "
+         "UVCCL_ENOTSUP: %s", w4.msg);
+  ok(strstr(w4.msg, "1.13") != NULL, "auto: its message says why");
+  is_int(uvccl_store_append(&a, &w5, "auto/a", "x", 1, NULL), UVCCL_ENOTSUP,
+         "auto: after the fallback, append is refused at the call");
+  uvccl_store_get(s, &w6, "auto/a", NULL);
+  is_int(run(&w6), 0, "auto: a 1.13 client sees the key");
+  ok(w6.value_len == 2 && memcmp(w6.value, "v1", 2) == 0, "auto: same value");
+  nkeys += 2;
+  uvccl_work_cleanup(&w3);
+  uvccl_work_cleanup(&w6);
+  close_client(&a);
+}
+
 /* init/ as PyTorch's client: world_size adds 1 to the unprefixed key. */
 static void init_key(void) {
   uvccl_store_t a, b;
@@ -400,6 +442,7 @@ int main(void) {
   every_op(&s, &s2);
   pipelined(&s);
   unsupported(&s);
+  auto_dialect(&s);
   init_key();
   with_python(&s);
   server_gone(&s, &s2);

@@ -7,6 +7,7 @@
 #include "bootenv.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void free_store(uvccl_store_t *s) { uvccl__free(s); }
@@ -92,7 +93,13 @@ int uvccl__url_open(uv_loop_t *loop, const char *url,
     rc = uvccl_file_store_init(loop, store, path, o->size);
   } else if (strcmp(scheme, "env") == 0 || strcmp(scheme, "tcp") == 0) {
     uvccl_tcp_store_options_t so;
-    if (o->rank == 0 && uvccl__host_is_local(host))
+    /* torchrun's agent already serves a TCPStore at MASTER_PORT and tells
+     * its workers to use it (as PyTorch's env:// rendezvous does); the
+     * client finds out which dialect that PyTorch speaks */
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    int agent_store = strcmp(scheme, "env") == 0 && agent != NULL &&
+                      strcmp(agent, "True") == 0;
+    if (o->rank == 0 && !agent_store && uvccl__host_is_local(host))
       rc = open_server(loop, scheme, port, component, &server);
     if (rc == 0) {
       memset(&so, 0, sizeof(so));

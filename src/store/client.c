@@ -69,6 +69,7 @@ typedef struct {
   char *host;
   int port;
   uvccl_dialect_t dialect;
+  int dialect_auto;          /* AUTO asked and the server's not yet known */
   int world_size;
   int registered;            /* "init/" added */
   int state;
@@ -363,6 +364,7 @@ static void client_on_reply(client_t *c, inflight_t *e,
     }
     if (c->state == ST_HANDSHAKE && e->op == UVCCL__OP_PING) {
       c->state = ST_READY;
+      c->dialect_auto = 0; /* it answered in the newer dialect */
       c->backoff_ms = 0;
       LOG_DEBUG("store", "%s: connected", c->name);
       if (c->connect_work) {
@@ -623,6 +625,33 @@ static void client_drop_tcp(client_t *c) {
 }
 
 /* Fails everything pending with err and closes the connection. */
+/* AUTO fell back to the 1.13 dialect: the queued requests were encoded in
+ * the newer one. Only the opcode byte differs between the dialects; an
+ * operation 1.13 lacks fails with UVCCL_ENOTSUP. */
+static int relabel(uint8_t *req, size_t len) {
+  int code;
+  if (req == NULL || len == 0) return 0;
+  code = uvccl__proto_opcode(UVCCL_DIALECT_LEGACY, (uvccl__op_t)req[0]);
+  if (code < 0) return UVCCL_ENOTSUP;
+  req[0] = (uint8_t)code;
+  return 0;
+}
+
+static void requeue_legacy(client_t *c) {
+  uvccl_work_t *w, *next;
+  for (w = c->queued.head; w != NULL; w = next) {
+    opstate_t *o = w->priv_[0];
+    next = w->next_;
+    if (o != NULL && (relabel(o->req, o->req_len) != 0 ||
+                      relabel(o->phase2, o->phase2_len) != 0 ||
+                      relabel(o->rewait, o->rewait_len) != 0)) {
+      uvccl__work_list_remove(&c->queued, w);
+      work_finish(w, UVCCL_ENOTSUP, "%s: %s: the server speaks PyTorch "
+                  "1.13's dialect, which lacks it", c->name, w->op);
+    }
+  }
+}
+
 static void client_lost(client_t *c, int err, const char *why) {
   uvccl_work_t *w;
   inflight_t e;
@@ -632,6 +661,27 @@ static void client_lost(client_t *c, int err, const char *why) {
                  : err;
 
   if (st == ST_CLOSED || st == ST_IDLE) return;
+  if (st == ST_HANDSHAKE && c->dialect_auto &&
+      (err == UV_EOF || err == UV_ECONNRESET || err == UV_EPIPE)) {
+    /* AUTO: the newer dialect's opening (VALIDATE, then PING) broke the
+     * connection before the PING came back: a PyTorch 1.13 server closes a
+     * connection whose request it does not know. Speak the 1.13 dialect on
+     * a new connection; nothing queued has been sent, nothing fails. */
+    LOG_INFO("store", "%s: the server does not know the newer dialect (%s):"
+             " using PyTorch 1.13's", c->name, why);
+    c->dialect = UVCCL_DIALECT_LEGACY;
+    c->dialect_auto = 0;
+    c->registered = 0;
+    uv_timer_stop(&c->hb);
+    c->in_len = 0;
+    c->out.len = 0;
+    while (c->fl_len > 0) fl_pop(c); /* the probes: no works */
+    requeue_legacy(c);
+    client_drop_tcp(c);
+    c->state = ST_IDLE;
+    client_start_connect(c);
+    return;
+  }
   LOG_INFO("store", "%s: connection lost: %s", c->name, why);
   c->state = ST_IDLE;
   c->wait_blocked = 0;
@@ -953,6 +1003,7 @@ int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,
   c->port = o->port;
   c->dialect = o->dialect == UVCCL_DIALECT_LEGACY ? UVCCL_DIALECT_LEGACY
                                                   : UVCCL_DIALECT_MODERN;
+  c->dialect_auto = o->dialect == UVCCL_DIALECT_AUTO;
   c->world_size = o->world_size;
   c->nonce = (uint32_t)getpid();
   c->state = ST_IDLE;
