@@ -26,7 +26,6 @@ struct http_s {
   h2o_accept_ctx_t accept_ctx;
   uv_tcp_t listener;
   int listening;
-  void (*stop_cb)(http_t *);
   /* stats */
   uint64_t n_search, n_rows, n_healthz, n_stats, n_4xx, n_5xx, n_200;
   uint32_t lat_us[LAT_RING];
@@ -48,7 +47,11 @@ struct search_s {
   float vec[];
 };
 
-static http_t *the_http; /* the handler finds it here (one per process) */
+/* H2O's handler, with a way back to us */
+typedef struct {
+  h2o_handler_t super;
+  http_t *h;
+} handler_t;
 
 /* ---- replies ---------------------------------------------------------- */
 
@@ -304,7 +307,7 @@ static int is(h2o_iovec_t v, const char *s)
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-  http_t *h = the_http;
+  http_t *h = ((handler_t *) self)->h;
   h2o_iovec_t path = req->path_normalized;
   int get = is(req->method, "GET") || is(req->method, "HEAD");
   int post = is(req->method, "POST");
@@ -365,7 +368,7 @@ http_t *http_start(uv_loop_t *loop, svc_t *svc, const http_options_t *o)
   http_t *h = calloc(1, sizeof(*h));
   h2o_hostconf_t *host;
   h2o_pathconf_t *pathconf;
-  h2o_handler_t *handler;
+  handler_t *handler;
   struct sockaddr_storage ss;
   int rc, len = sizeof(ss);
   char name[INET6_ADDRSTRLEN] = "?";
@@ -376,7 +379,6 @@ http_t *http_start(uv_loop_t *loop, svc_t *svc, const http_options_t *o)
   h->svc = svc;
   h->o = *o;
   h->started_ms = uv_now(loop);
-  the_http = h;
   h2o_config_init(&h->config);
   h->config.max_request_entity_size = o->max_body;
   h->config.http1.req_timeout = o->client_timeout_ms;
@@ -384,8 +386,9 @@ http_t *http_start(uv_loop_t *loop, svc_t *svc, const http_options_t *o)
   host = h2o_config_register_host(&h->config,
                                   h2o_iovec_init(H2O_STRLIT("default")), 65535);
   pathconf = h2o_config_register_path(host, "/", 0);
-  handler = h2o_create_handler(pathconf, sizeof(*handler));
-  handler->on_req = on_req;
+  handler = (handler_t *) h2o_create_handler(pathconf, sizeof(*handler));
+  handler->super.on_req = on_req;
+  handler->h = h;
   h2o_context_init(&h->ctx, loop, &h->config);
   h->accept_ctx.ctx = &h->ctx;
   h->accept_ctx.hosts = h->config.hosts;
@@ -428,22 +431,7 @@ int http_listening(http_t *h)
 
 /* The context and configuration are not disposed: open connections may
  * still use them, and the process ends after a stop. */
-static void on_listener_closed(uv_handle_t *handle)
+void http_stop(http_t *h)
 {
-  http_t *h = handle->data;
-  if (h->stop_cb)
-    h->stop_cb(h);
-}
-
-void http_stop(http_t *h, void (*cb)(http_t *))
-{
-  h->stop_cb = cb;
-  uv_close((uv_handle_t *) &h->listener, on_listener_closed);
-}
-
-void http_free(http_t *h)
-{
-  if (the_http == h)
-    the_http = NULL;
-  free(h);
+  uv_close((uv_handle_t *) &h->listener, NULL);
 }

@@ -24,11 +24,10 @@ typedef struct http_s http_t;
 
 /* Starts serving; prints "listening on HOST:PORT". NULL on error (printed). */
 http_t *http_start(uv_loop_t *loop, svc_t *svc, const http_options_t *o);
-/* Stops listening and closes the connections; cb once everything is
- * closed. */
 /* 1 when the listener is up. */
 int http_listening(http_t *h);
-void http_stop(http_t *h, void (*cb)(http_t *));
-void http_free(http_t *h);
+/* Stops listening (the process ends soon after: open connections are
+ * left to it). */
+void http_stop(http_t *h);
 
 #endif

@@ -97,7 +97,7 @@ static void on_ready(svc_t *s, int status, const char *msg)
 static void on_signal(uv_signal_t *h, int signum)
 {
   if (http != NULL) {
-    http_stop(http, NULL);
+    http_stop(http);
     http = NULL;
   }
   svc_stop(svc, signum == SIGINT ? "interrupted" : "terminated");
@@ -105,8 +105,11 @@ static void on_signal(uv_signal_t *h, int signum)
 
 int main(int argc, char **argv)
 {
-  static http_options_t ho = {64, 100000, 1, 100, "127.0.0.1", -1, 1 << 20,
-                              10000, 10000};
+  static http_options_t ho = {.dim = 64, .rows = 100000, .seed = 1,
+                              .max_k = 100, .host = "127.0.0.1", .port = -1,
+                              .max_body = 1 << 20,
+                              .client_timeout_ms = 10000,
+                              .request_timeout_ms = 10000};
   svc_options_t so;
   enum { O_PORT = 256, O_HOST, O_DIM, O_ROWS, O_SEED, O_MAXK, O_BATCH,
          O_PIPE, O_REQTO, O_CLITO, O_BODY, O_HB, O_RMB, O_RMS };

@@ -3,6 +3,7 @@
  * skips (while validating) everything else. */
 #include "query.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -243,7 +244,7 @@ int vs_parse_search(const char *body, size_t len, int dim, uint32_t max_k,
           for (;;) {
             if (parse_number(&p, &d) != 0)
               return -1;
-            if (!isfinite((float) d)) {
+            if (!(fabs(d) <= FLT_MAX)) { /* the cast below must be defined */
               snprintf(err, errlen, "vector[%d] is not a finite float", n);
               return -1;
             }

@@ -252,12 +252,19 @@ static void batch_finish(batch_t *b)
     for (i = 0; i < b->count; i++) {
       svc_search_t *s = b->reqs[i];
       uint32_t k = b->k[i];
-      if (s != NULL && !b->failed && lp && op) {
+      if (s == NULL) {
+        /* answered already (timed out), or its client went away */
+      } else if (!b->failed && lp && op) {
         for (r = 0; r < svc->size; r++)
           lp[r] = b->all + (size_t) r * b->nk + off;
         vs_merge(lp, svc->size, k, op);
         b->reqs[i] = NULL;
         answer(s, 200, op, NULL);
+      } else {
+        /* a failure while stopping (recovery answers the others at once) */
+        b->reqs[i] = NULL;
+        answer(s, 503, NULL, svc->last_failure[0] ? svc->last_failure
+                                                  : "the batch failed");
       }
       off += k;
     }
@@ -294,6 +301,7 @@ static void post_gather(batch_t *b)
   int rc;
 
   b->gw.data = b;
+  b->gw.msg[0] = '\0'; /* a refused call may not write one */
   rc = uvccl_gather(RES(svc), &b->gw, b->mine,
                     svc->rank == 0 ? b->all : NULL, b->nk * sizeof(vs_cand_t),
                     UVCCL_UINT8, 0, on_gather);
@@ -433,6 +441,7 @@ static void post_refresh(svc_t *svc)
   }
   svc->rw_next = (svc->rw_next + 1) % REFRESH_WORKS;
   w->data = svc;
+  w->msg[0] = '\0';
   rc = uvccl_allreduce(BG(svc), w, svc->rsend, svc->rrecv, svc->rcount,
                        UVCCL_FLOAT32, UVCCL_SUM, on_refresh);
   if (rc != 0) {
@@ -510,6 +519,7 @@ static int post_bcast(batch_t *b)
   b->works = 0;
   b->failed = 0;
   b->bw.data = b;
+  b->bw.msg[0] = '\0';
   /* a worker waits for rank 0's next command as long as it takes (an idle
    * service); dead or stopped ranks are found by the heartbeats */
   b->bw.timeout_ms = svc->rank == 0 ? 0 : UVCCL_NO_TIMEOUT;
@@ -1051,23 +1061,4 @@ void svc_stats(svc_t *svc, svc_stats_t *st)
   for (i = 0; i < svc->nfailed; i++)
     st->failed_ranks[i] = svc->failed_ranks[i];
   st->nfailed = svc->nfailed;
-}
-
-void svc_free(svc_t *svc)
-{
-  int i;
-
-  if (svc == NULL)
-    return;
-  for (i = 0; i < svc->nslots; i++) {
-    free(svc->slots[i].cmd);
-    free(svc->slots[i].mine);
-    free(svc->slots[i].all);
-    free(svc->slots[i].reqs);
-  }
-  free(svc->slots);
-  free(svc->rsend);
-  free(svc->rrecv);
-  vs_table_free(&svc->table);
-  free(svc);
 }

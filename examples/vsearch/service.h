@@ -83,6 +83,5 @@ void svc_stats(svc_t *svc, svc_stats_t *st);
 /* Stops (rank 0: tells the workers): queued searches get 503, in-flight
  * batches finish; then on_exit. A second call stops at once. */
 void svc_stop(svc_t *svc, const char *why);
-void svc_free(svc_t *svc);
 
 #endif
