@@ -676,7 +676,8 @@ static void enter_recovery(svc_t *svc, int status, const char *msg)
   snprintf(svc->last_failure, sizeof(svc->last_failure), "%s (%s)",
            msg && msg[0] ? msg : uvccl_strerror(status),
            uvccl_err_name(status));
-  note_failed_rank(svc, f.global_rank);
+  if (f.cause != UVCCL_FAIL_REVOKED)
+    note_failed_rank(svc, f.global_rank);
   fprintf(stderr, "uvccl-vsearch: rank %d: %s\n", svc->rank,
           svc->last_failure);
   if (svc->rank != 0 && f.global_rank == 0) {
@@ -691,11 +692,13 @@ static void enter_recovery(svc_t *svc, int status, const char *msg)
     return;
   }
   svc->state = ST_RECOVERING;
-  /* the others learn it at once, and nothing pending waits for a timeout */
-  uvccl_pg_revoke(world(svc), "a rank failed");
+  /* the others learn it at once, and nothing pending waits for a timeout;
+   * the reason carries the culprit, so a rank that hears of the failure
+   * through this revoke first still names it (rank 0 replies with it) */
+  uvccl_pg_revoke(world(svc), svc->last_failure);
   if (svc->have_sub) {
-    uvccl_pg_revoke(RES(svc), "a rank failed");
-    uvccl_pg_revoke(BG(svc), "a rank failed");
+    uvccl_pg_revoke(RES(svc), svc->last_failure);
+    uvccl_pg_revoke(BG(svc), svc->last_failure);
   }
   /* rank 0: the searches in flight fail now, with the reason; queued ones
    * wait for the survivors */
@@ -764,6 +767,18 @@ static void on_shrunk(uvccl_work_t *w, int status)
     svc->stop_sent = 1;
     maybe_finish(svc);
     return;
+  }
+  /* who is gone: the old world's members the new one lacks */
+  {
+    uvccl_pg_t *old = world(svc);
+    int i, j;
+    for (i = 0; i < old->size; i++) {
+      int g = uvccl_pg_global_rank(old, i), kept = 0;
+      for (j = 0; j < next->size && !kept; j++)
+        kept = uvccl_pg_global_rank(next, j) == g;
+      if (!kept)
+        note_failed_rank(svc, g);
+    }
   }
   svc->nworlds++;
   /* the world before (not the first: it owns the store) is done with */
