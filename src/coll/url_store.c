@@ -18,15 +18,23 @@ void uvccl__url_close(uvccl_store_t *store, uvccl_store_server_t *server) {
   if (server != NULL) uvccl_store_server_close(server, free_server);
 }
 
-/* Rank 0's embedded server on port (0 = any). *server stays NULL when a
- * tcp:// address is already served by someone else: that one is used. */
-static int open_server(uv_loop_t *loop, const char *scheme, int port,
-                       const char *component, uvccl_store_server_t **server) {
+/* Rank 0's embedded server on host:port (port 0 = any). It binds the
+ * address the ranks are told (MASTER_ADDR, the tcp:// host), not every
+ * interface: a world on loopback is reachable from this host only.
+ * $UVCCL_STORE_BIND names another address to bind, or "any" for all.
+ * *server stays NULL when a tcp:// address is already served by someone
+ * else: that one is used. */
+static int open_server(uv_loop_t *loop, const char *scheme, const char *host,
+                       int port, const char *component,
+                       uvccl_store_server_t **server) {
   uvccl_store_server_options_t sv;
   uvccl_store_server_t *s = uvccl__calloc(1, sizeof(*s));
+  const char *bind = getenv("UVCCL_STORE_BIND");
   int rc;
   if (s == NULL) return UV_ENOMEM;
   memset(&sv, 0, sizeof(sv));
+  if (bind == NULL || *bind == '\0') sv.host = host;
+  else if (strcmp(bind, "any") != 0) sv.host = bind;
   sv.port = port;
   sv.listen_fd = -1;
   rc = uvccl_store_server_init(loop, s, &sv);
@@ -35,7 +43,8 @@ static int open_server(uv_loop_t *loop, const char *scheme, int port,
     return 0;
   }
   if (rc != 0) {
-    LOG_ERROR(component, "rank 0: store server on port %d: %s", port,
+    LOG_ERROR(component, "rank 0: store server on %s port %d: %s",
+              sv.host ? sv.host : "every interface", port,
               uvccl_strerror(rc));
     uvccl__free(s);
     return rc;
@@ -100,7 +109,7 @@ int uvccl__url_open(uv_loop_t *loop, const char *url,
     int agent_store = strcmp(scheme, "env") == 0 && agent != NULL &&
                       strcmp(agent, "True") == 0;
     if (o->rank == 0 && !agent_store && uvccl__host_is_local(host))
-      rc = open_server(loop, scheme, port, component, &server);
+      rc = open_server(loop, scheme, host, port, component, &server);
     if (rc == 0) {
       memset(&so, 0, sizeof(so));
       so.host = host;

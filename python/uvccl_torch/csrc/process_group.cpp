@@ -361,11 +361,20 @@ class ProcessGroupUVCCL : public PGBase {
     timeout_ms_ = (uint64_t)timeout.count();
     std::string addr;
     if (rank == 0) {
-      int port = loop_->call<int>([this]() {
+      std::string bind = publish_host();
+      int port = loop_->call<int>([this, &bind]() {
         uvccl_store_server_options_t so;
         std::memset(&so, 0, sizeof(so));
         so.listen_fd = -1;
+        // the address the ranks are told, not every interface (a job on
+        // loopback is reachable from this host only); every interface
+        // only where that address cannot be bound here
+        so.host = bind.c_str();
         int rc = uvccl_store_server_init(loop_->loop(), &server_, &so);
+        if (rc == UV_EADDRNOTAVAIL || rc == UV_EAI_NONAME) {
+          so.host = nullptr;
+          rc = uvccl_store_server_init(loop_->loop(), &server_, &so);
+        }
         TORCH_CHECK(rc == 0, "uvccl: starting the store server: ",
                     uvccl_strerror(rc));
         has_server_ = true;
