@@ -27,7 +27,7 @@ CFLAGS_ALL  = -std=gnu11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wshadow \
 	      -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc \
 	      $(UV_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
-LIBS_ALL    = $(UV_LIBS) -pthread -ldl -lm
+LIBS_ALL    = $(UV_LIBS) -lcrypto -pthread -ldl -lm
 
 ifeq ($(V),1)
 Q =
@@ -90,9 +90,11 @@ VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
-# The chaos benchmark's uvccl rank (bench/chaos/run.sh) and the store's
-# load generator (bench/store/run.sh).
-OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench
+# The chaos benchmark's uvccl rank (bench/chaos/run.sh), the store's
+# load generator (bench/store/run.sh) and the authentication cost at
+# connect (bench/auth/run.sh).
+OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
+		 $(BUILD)/bench/uvccl-auth-bench
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -124,7 +126,7 @@ $(TORCH_EXT): python/uvccl_torch/csrc/process_group.cpp include/uvccl.h $(STATIC
 	$(Q)$(CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter \
 	  -Iinclude -I$(TORCH_PYINC) -I/usr/include/torch/csrc/api/include \
 	  $(UV_CFLAGS) -o $@ $< $(STATIC) $(UV_LIBS) -ltorch -ltorch_cpu -lc10 \
-	  -ltorch_python -pthread -ldl -lm
+	  -ltorch_python -lcrypto -pthread -ldl -lm
 endif
 
 # deps is order-only: with make -j on a fresh machine nothing compiles
@@ -190,6 +192,11 @@ $(BUILD)/bench/uvccl-store-bench: bench/store/store_bench.c $(STATIC) $(HEADERS)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
+$(BUILD)/bench/uvccl-auth-bench: bench/auth/connect_bench.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
 $(BUILD)/bench/uvccl_chaos: bench/chaos/uvccl_chaos.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
@@ -237,7 +244,8 @@ fuzz:
 	$(Q)mkdir -p build-fuzz
 	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	  $(UV_CFLAGS) -o build-fuzz/store_proto_fuzz fuzz/store_proto_fuzz.c \
-	  src/store/proto.c src/loop/error.c src/loop/alloc.c $(UV_LIBS)
+	  src/store/proto.c src/store/auth.c src/loop/error.c src/loop/alloc.c \
+	  $(UV_LIBS) -lcrypto
 	$(Q)mkdir -p build-fuzz/corpus
 	./build-fuzz/store_proto_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  build-fuzz/corpus fuzz/corpus

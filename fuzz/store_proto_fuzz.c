@@ -14,6 +14,7 @@
  *    either NEED_MORE or rejected the same way.
  * Inputs are copied to heap blocks of exactly the length parsed, so ASan
  * catches any read past the end. */
+#include "store/auth.h"
 #include "store/proto.h"
 
 #include <stdlib.h>
@@ -301,7 +302,24 @@ static void run_replies(const uint8_t *data, size_t size) {
         UV_EINVAL);
 }
 
+/* The authentication messages (auth.h) a peer might send: a reader says
+ * NEED only for a consistent prefix shorter than its message, never reads
+ * past the input, and a message it accepts starts with the magic. */
+static void run_auth(const uint8_t *data, size_t size) {
+  uint8_t nc[UVCCL__AUTH_NONCE], ns[UVCCL__AUTH_NONCE], mac[UVCCL__AUTH_MAC];
+  int r = uvccl__auth_read_hello(data, size, nc);
+  if (r == UVCCL__AUTH_NEED && size >= UVCCL__AUTH_HELLO_LEN) abort();
+  if (r == 0 && memcmp(data, UVCCL__AUTH_MAGIC, UVCCL__AUTH_MAGIC_LEN) != 0)
+    abort();
+  r = uvccl__auth_read_challenge(data, size, ns, mac);
+  if (r == UVCCL__AUTH_NEED && size >= UVCCL__AUTH_CHALLENGE_LEN) abort();
+  if (r == 0 && (size < UVCCL__AUTH_CHALLENGE_LEN ||
+                 memcmp(data, UVCCL__AUTH_MAGIC, UVCCL__AUTH_MAGIC_LEN) != 0))
+    abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  run_auth(data, size);
   run_detect(data, size);
   run_requests(UVCCL_DIALECT_MODERN, data, size, &small_lim);
   run_requests(UVCCL_DIALECT_LEGACY, data, size, &small_lim);

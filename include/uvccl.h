@@ -61,7 +61,8 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(ENCCL, -20015, "NCCL error")                                              \
   XX(ECUDA, -20016, "CUDA error")                                              \
   XX(EREVOKED, -20017, "the group was revoked")                                \
-  XX(EMISMATCH, -20018, "ranks called mismatched collectives")
+  XX(EMISMATCH, -20018, "ranks called mismatched collectives")              \
+  XX(EAUTH, -20019, "authentication failed")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -369,6 +370,14 @@ typedef struct {
    * a vanished server there). 0 = $UVCCL_HEARTBEAT_TIMEOUT_MS, else 15 s;
    * UINT64_MAX = off. */
   uint64_t heartbeat_timeout_ms;
+  /* Authentication, as the server's options say: the secret (auth_token,
+   * else auth_file, else $UVCCL_AUTH_TOKEN, else $UVCCL_AUTH_FILE); with
+   * one, every connection proves it and checks that the server holds it
+   * too (a server with another secret, or none, fails the operations with
+   * UVCCL_EAUTH, saying which). auth_none = 1: none. */
+  const char *auth_token;
+  const char *auth_file;
+  int auth_none;
 } uvccl_tcp_store_options_t;
 
 /* A client of a TCPStore server (ours or PyTorch's). It connects lazily on
@@ -403,6 +412,17 @@ typedef struct {
                               reply */
   size_t max_request;      /* one whole request (MULTI_SET, WAIT, ...);
                               0 = 64 MiB, at least one largest SET */
+  /* Authentication: clients must prove they hold this secret (a mutual
+   * HMAC-SHA-256 challenge over fresh nonces, before any request; the
+   * secret never crosses the wire) or are closed, with the reason logged
+   * (rate-limited). auth_token: the secret; else auth_file: a file holding
+   * it, readable by its owner only; else $UVCCL_AUTH_TOKEN, else the file
+   * $UVCCL_AUTH_FILE; else none, and the server is open to anyone, as
+   * PyTorch's. auth_none = 1: none, whatever the environment says.
+   * PyTorch's clients cannot authenticate: a secured server refuses them. */
+  const char *auth_token;
+  const char *auth_file;
+  int auth_none;
 } uvccl_store_server_options_t;
 
 struct uvccl_store_server_s {
@@ -435,6 +455,8 @@ typedef struct {
   uint64_t memory;          /* bytes of keys and values held */
   uint64_t waiting;         /* connections with a pending WAIT */
   uint64_t protocol_errors; /* connections closed for bad input */
+  uint64_t auth_failures;   /* connections closed for failing, or not
+                               attempting, authentication */
 } uvccl_store_server_stats_t;
 
 UVCCL_EXTERN void uvccl_store_server_stats(const uvccl_store_server_t *server,

@@ -17,6 +17,11 @@ if [ ! -f "$hdr" ] || [ ! -x "$root/usr/bin/g++" ]; then
     "(TORCH_ROOT_DEV=1 tools/torch-root.sh create)" >&2
   exit 2
 fi
+if [ ! -f "$root/usr/include/openssl/hmac.h" ]; then
+  echo "run-torch2-backend: $root has no libssl-dev, which libuvccl needs" \
+    "now (chroot $root apt-get install libssl-dev, or make the root again)" >&2
+  exit 2
+fi
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 # The root builds its own way: not with the flags of a make that runs this
 # (make check SANITIZE=1 would ask for a sanitizer build, which has no

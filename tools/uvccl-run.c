@@ -71,13 +71,17 @@ static const char usage_text[] =
 "  --kill R@SECONDS          SIGKILL rank R that long after the start, to\n"
 "                            see the others survive it (implies\n"
 "                            --keep-going; may be repeated)\n"
+"  --no-auth                 no job secret (see below)\n"
 "  -h, --help                this text\n"
 "  --                        ends the options (the first argument that is\n"
 "                            not an option does too)\n"
 "\n"
 "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
 "MASTER_ADDR=127.0.0.1, MASTER_PORT, GROUP_RANK=0, GROUP_WORLD_SIZE=1,\n"
-"ROLE_RANK and ROLE_WORLD_SIZE on top of this environment. Rank 0 reads\n"
+"ROLE_RANK and ROLE_WORLD_SIZE on top of this environment, and, unless\n"
+"UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE is set already (or --no-auth), a\n"
+"random UVCCL_AUTH_TOKEN for this job: the store its rank 0 serves then\n"
+"answers only clients that prove they hold it. Rank 0 reads\n"
 "our stdin; the others read /dev/null. stdout lines go to stdout and\n"
 "stderr lines to stderr, whole lines at a time.\n"
 "\n"
@@ -121,6 +125,7 @@ static rank_t *ranks;
 static int nranks = 1;
 static int prefix_on = 1;
 static int keep_going;    /* a failed rank does not stop the others */
+static int no_auth;       /* --no-auth: no job secret */
 static struct {
   int rank;
   uint64_t ms;
@@ -633,6 +638,8 @@ int main(int argc, char **argv) {
       prefix_on = 0;
     } else if (strcmp(a, "--keep-going") == 0) {
       keep_going = 1;
+    } else if (strcmp(a, "--no-auth") == 0) {
+      no_auth = 1;
     } else if (opt_val(argc, argv, &i, "--kill", &v)) {
       parse_kill(v);
       keep_going = 1;
@@ -672,9 +679,25 @@ int main(int argc, char **argv) {
 
   for (ne = 0; environ && environ[ne]; ne++) {
   }
-  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 1));
+  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 2));
   for (ne = 0; environ && environ[ne]; ne++)
     if (!is_our_var(environ[ne])) env[nbase++] = environ[ne];
+  /* A secret per job (its ranks' store answers only them), unless the
+   * caller chose one or none */
+  if (!no_auth && getenv("UVCCL_AUTH_TOKEN") == NULL &&
+      getenv("UVCCL_AUTH_FILE") == NULL) {
+    static char tokvar[32 + 64 + 1];
+    unsigned char rnd[32];
+    size_t b;
+    if ((r = uv_random(NULL, NULL, rnd, sizeof(rnd), 0, NULL)) != 0) {
+      msg("cannot make a job secret: %s", uv_strerror(r));
+      return 1;
+    }
+    b = (size_t)snprintf(tokvar, sizeof(tokvar), "UVCCL_AUTH_TOKEN=");
+    for (k = 0; k < (int)sizeof(rnd); k++)
+      b += (size_t)snprintf(tokvar + b, sizeof(tokvar) - b, "%02x", rnd[k]);
+    env[nbase++] = tokvar;
+  }
 
   loop = uv_default_loop();
   uv_timer_init(loop, &kill_timer);

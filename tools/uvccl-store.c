@@ -55,6 +55,10 @@ static const char usage_text[] =
 "  --max-memory BYTES  keys + values held (default 1G; suffixes K M G)\n"
 "  --max-key-len BYTES, --max-value-len BYTES, --max-keys N,\n"
 "  --max-output BYTES  per-request and per-connection limits\n"
+"  --auth-file F       clients must prove they hold the secret in F (a file\n"
+"                      readable by its owner only); default: the secret in\n"
+"                      $UVCCL_AUTH_TOKEN or the file $UVCCL_AUTH_FILE, if\n"
+"                      any; --no-auth: none (open to anyone, as PyTorch's)\n"
 "  --quiet             library log at error level only, no shutdown notice\n"
 "  --print-cpu         print the process CPU time to stderr at exit\n"
 "  Prints \"listening on HOST:PORT\" to stdout once bound. SIGINT/SIGTERM\n"
@@ -62,7 +66,12 @@ static const char usage_text[] =
 "  statistics to stderr.\n"
 "\n"
 "client options (before COMMAND):\n"
-"  --legacy            speak PyTorch 1.13's dialect (default: modern)\n"
+"  --legacy            speak PyTorch 1.13's dialect only (default: the newer\n"
+"                      one, or 1.13's when the server knows only that)\n"
+"  --modern            speak the newer dialect only\n"
+"  --auth-file F       prove to the server that we hold the secret in F\n"
+"                      (default: $UVCCL_AUTH_TOKEN, $UVCCL_AUTH_FILE);\n"
+"                      --no-auth: prove nothing\n"
 "  --timeout MS        store timeout, also for connecting (default 30000)\n"
 "  --raw               print values as exact bytes, without a newline\n"
 "  --block             queue-pop waits for an item (up to the timeout)\n"
@@ -247,6 +256,10 @@ static int cmd_serve(int argc, char **argv)
   for (i = 1; i < argc; i++) {
     if (opt_value(argc, argv, &i, "--host", &v))
       o.host = v;
+    else if (opt_value(argc, argv, &i, "--auth-file", &v))
+      o.auth_file = v;
+    else if (strcmp(argv[i], "--no-auth") == 0)
+      o.auth_none = 1;
     else if (opt_value(argc, argv, &i, "--port", &v))
       o.port = (int) arg_int("port", v, 0, 65535);
     else if (opt_value(argc, argv, &i, "--listen-fd", &v))
@@ -565,6 +578,10 @@ static int cmd_client(int argc, char **argv)
         c.raw = 1;
       else if (strcmp(a, "--block") == 0)
         c.block = 1;
+      else if (opt_value(argc, argv, &i, "--auth-file", &v))
+        o.auth_file = v;
+      else if (strcmp(a, "--no-auth") == 0)
+        o.auth_none = 1;
       else if (opt_value(argc, argv, &i, "--timeout", &v))
         o.timeout_ms = (uint64_t) arg_int("timeout", v, 1, INT64_MAX);
       else

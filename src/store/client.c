@@ -25,6 +25,7 @@
  * no WAIT reply does; after the WAIT it is the very next reply, since
  * nothing else was sent between. */
 #include "internal.h"
+#include "auth.h"
 #include "proto.h"
 
 #include <stdio.h>
@@ -35,7 +36,7 @@
 #define OOB_PING_TAG 0xA5u /* first byte of an out-of-band PING's nonce */
 
 enum { ST_IDLE, ST_RESOLVING, ST_CONNECTING, ST_HANDSHAKE, ST_READY,
-       ST_CLOSED };
+       ST_CLOSED, ST_AUTH /* proving the secret, before the handshake */ };
 
 /* An entry of the in-flight FIFO. */
 typedef struct {
@@ -70,6 +71,9 @@ typedef struct {
   int port;
   uvccl_dialect_t dialect;
   int dialect_auto;          /* AUTO asked and the server's not yet known */
+  uvccl__auth_key_t auth;    /* the secret's key, when there is one */
+  int got_reply;             /* this connection brought bytes already */
+  uint8_t nc[UVCCL__AUTH_NONCE]; /* this connection's nonce */
   int world_size;
   int registered;            /* "init/" added */
   int state;
@@ -240,7 +244,8 @@ static void client_flush(client_t *c) {
   int rc;
   uvccl__obuf_t t;
   if (c->writing || c->out.len == 0 || !c->wq_open) return;
-  if (c->state != ST_READY && c->state != ST_HANDSHAKE) return;
+  if (c->state != ST_READY && c->state != ST_HANDSHAKE && c->state != ST_AUTH)
+    return;
   b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
   n = uvccl__wq_try(&c->wq, &b, 1);
   if (n < 0) {
@@ -439,12 +444,60 @@ static void client_on_reply(client_t *c, inflight_t *e,
 }
 
 /* Parses every complete reply in the input buffer. */
+static void client_session(client_t *c);
+
+/* ST_AUTH: the server's CHALLENGE (auth.h). Its MAC checked, the PROOF
+ * goes out and the session starts; the bytes used, 0 for more, -1 when
+ * the connection was given up. */
+static size_t client_auth(client_t *c) {
+  uint8_t ns[UVCCL__AUTH_NONCE], mac[UVCCL__AUTH_MAC], want[UVCCL__AUTH_MAC];
+  int r = uvccl__auth_read_challenge(c->in, c->in_len, ns, mac);
+  if (r == UVCCL__AUTH_NEED) return 0;
+  if (r != 0) {
+    client_lost(c, UVCCL_EAUTH, "authentication failed: the server did not "
+                "answer the authentication (a server without a secret, or "
+                "not a uvccl server?)");
+    return (size_t)-1;
+  }
+  uvccl__auth_mac(&c->auth, "server", "store", c->nc, ns, want);
+  if (!uvccl__auth_equal(mac, want, sizeof(want))) {
+    client_lost(c, UVCCL_EAUTH, "authentication failed: the server holds "
+                "another secret (its proof does not match ours)");
+    return (size_t)-1;
+  }
+  uvccl__auth_mac(&c->auth, "client", "store", c->nc, ns, want);
+  if (uvccl__obuf_bytes(&c->out, want, sizeof(want)) != 0) {
+    client_lost(c, UV_ENOMEM, "out of memory");
+    return (size_t)-1;
+  }
+  client_session(c);
+  return UVCCL__AUTH_CHALLENGE_LEN;
+}
+
 static void client_parse(client_t *c) {
   size_t off = 0, used;
   uvccl__proto_reply_t rep;
   inflight_t e;
   int r;
 
+  if (c->state == ST_AUTH) {
+    size_t n = client_auth(c);
+    if (n == 0 || n == (size_t)-1) return;
+    memmove(c->in, c->in + n, c->in_len - n);
+    c->in_len -= n;
+    if (c->state == ST_CLOSED || c->state == ST_IDLE) return;
+  } else if (!c->auth.set && !c->got_reply &&
+             c->in_len >= UVCCL__AUTH_MAGIC_LEN &&
+             memcmp(c->in, UVCCL__AUTH_MAGIC, UVCCL__AUTH_MAGIC_LEN) == 0) {
+    /* a secured server's refusal, the first bytes of the connection (no
+     * reply starts with them: as a length they are far over any limit;
+     * they come in one 8-byte write) */
+    client_lost(c, UVCCL_EAUTH, "authentication failed: the server requires "
+                "a secret (set UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE, or the "
+                "store's auth options)");
+    return;
+  }
+  if (c->in_len > 0) c->got_reply = 1;
   for (;;) {
     if (c->ping_sent && off < c->in_len &&
         (c->fl_len == 0 || fl_at(c, 0)->op != UVCCL__OP_WAIT ||
@@ -661,6 +714,13 @@ static void client_lost(client_t *c, int err, const char *why) {
                  : err;
 
   if (st == ST_CLOSED || st == ST_IDLE) return;
+  if (st == ST_AUTH && code == UVCCL_ECONNLOST) {
+    /* (a server with another secret is found out by its own proof, which
+     * comes first: this one does not speak the exchange at all) */
+    code = UVCCL_EAUTH;
+    why = "authentication failed: the server closed the connection at our "
+          "authentication (a server without a secret, or PyTorch's?)";
+  }
   if (st == ST_HANDSHAKE && c->dialect_auto &&
       (err == UV_EOF || err == UV_ECONNRESET || err == UV_EPIPE)) {
     /* AUTO: the newer dialect's opening (VALIDATE, then PING) broke the
@@ -711,9 +771,8 @@ static void client_connect_failed(client_t *c, int err);
 
 static void client_on_connect(uv_connect_t *req, int status) {
   client_t *c = req->data;
-  uvccl__store_req_t q = {0};
-  inflight_t e = {0};
   if (c->state != ST_CONNECTING) return; /* closing */
+  c->got_reply = 0;
   if (status == 0 && uvccl__tcp_is_self(&c->tcp)) status = UV_ECONNREFUSED;
   if (status < 0) {
     c->last_err = status;
@@ -737,6 +796,32 @@ static void client_on_connect(uv_connect_t *req, int status) {
   c->wq.data = c;
   c->wq_open = 1;
   uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read);
+  if (c->auth.set) {
+    /* the secret first: nothing else goes out before the server proved
+     * it holds it too */
+    uint8_t hello[UVCCL__AUTH_HELLO_LEN];
+    if (uvccl__auth_random(c->nc, sizeof(c->nc)) != 0) {
+      client_lost(c, UV_EIO, "no random bytes for a nonce");
+      return;
+    }
+    uvccl__auth_hello(hello, c->nc);
+    c->state = ST_AUTH;
+    if (uvccl__obuf_bytes(&c->out, hello, sizeof(hello)) != 0) {
+      client_lost(c, UV_ENOMEM, "out of memory");
+      return;
+    }
+    client_flush(c);
+    return;
+  }
+  client_session(c);
+}
+
+/* The session on a connection (authenticated if need be): the newer
+ * dialect's opening, or nothing in 1.13's; "init/"; then the queued
+ * operations. */
+static void client_session(client_t *c) {
+  uvccl__store_req_t q = {0};
+  inflight_t e = {0};
   c->state = ST_HANDSHAKE;
   if (c->dialect == UVCCL_DIALECT_MODERN) {
     /* VALIDATE (no reply), then PING: its echo proves the round trip. */
@@ -1004,6 +1089,17 @@ int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,
   c->dialect = o->dialect == UVCCL_DIALECT_LEGACY ? UVCCL_DIALECT_LEGACY
                                                   : UVCCL_DIALECT_MODERN;
   c->dialect_auto = o->dialect == UVCCL_DIALECT_AUTO;
+  {
+    char err[256];
+    int r = uvccl__auth_key_from_opts(&c->auth, o->auth_token, o->auth_file,
+                                      o->auth_none, err, sizeof(err));
+    if (r != 0) {
+      LOG_ERROR("store", "client: %s", err);
+      uvccl__free(c->host);
+      uvccl__free(c);
+      return r;
+    }
+  }
   c->world_size = o->world_size;
   c->nonce = (uint32_t)getpid();
   c->state = ST_IDLE;

@@ -12,6 +12,7 @@
  * output passes max_output: it cannot grow the server's memory, and it
  * delays nobody else. */
 #include "internal.h"
+#include "auth.h"
 #include "kv.h"
 #include "proto.h"
 
@@ -64,6 +65,10 @@ struct conn_s {
   int64_t barrier_world;
   conn_t *barrier_next;
   char peer[64];
+  /* authentication: 0 done or not asked, 1 waiting for the HELLO, 2 for
+   * the PROOF */
+  int auth;
+  uint8_t nc[UVCCL__AUTH_NONCE], ns[UVCCL__AUTH_NONCE];
 };
 
 struct server_s {
@@ -88,6 +93,9 @@ struct server_s {
   int handles_open;          /* listener + check + connections */
   uvccl_store_server_close_cb close_cb;
   uvccl_store_server_stats_t st;
+  uvccl__auth_key_t auth;
+  uint64_t auth_log_ms;      /* rate limit of the refusals' log lines */
+  int auth_logged;
 };
 
 static void conn_close(conn_t *c, const char *why);
@@ -438,6 +446,88 @@ static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
 /* Parses and applies as many whole requests as data holds; *used is how
  * many bytes were consumed. Stops early when the connection closes or its
  * output passes max_output (reads are then paused). */
+/* A refused client: counted, logged (at most 10 lines a second, so a
+ * flood of strangers cannot flood the log), closed. */
+static void auth_log(conn_t *c, const char *why) {
+  server_t *s = c->srv;
+  uint64_t now = uv_now(s->loop);
+  s->st.auth_failures++;
+  if (now - s->auth_log_ms >= 1000) {
+    if (s->auth_logged > 10)
+      LOG_WARN("store", "(%d more refused connections not logged)",
+               s->auth_logged - 10);
+    s->auth_log_ms = now;
+    s->auth_logged = 0;
+  }
+  if (++s->auth_logged <= 10)
+    LOG_WARN("store", "%s: refused: %s", c->peer, why);
+}
+
+static void auth_refuse(conn_t *c, const char *why) {
+  auth_log(c, why);
+  conn_close(c, NULL);
+}
+
+/* The authentication exchange (auth.h), before any request. Returns the
+ * bytes it used, 0 when it needs more (c->need set), -1 when it closed
+ * the connection. */
+static ssize_t conn_auth(conn_t *c, const uint8_t *p, size_t len) {
+  server_t *s = c->srv;
+  uint8_t msg[UVCCL__AUTH_CHALLENGE_LEN], want[UVCCL__AUTH_MAC];
+  int r;
+  if (c->auth == 3) return -1;
+  if (c->auth == 1) {
+    r = uvccl__auth_read_hello(p, len, c->nc);
+    if (r == UVCCL__AUTH_NEED) {
+      c->need = UVCCL__AUTH_HELLO_LEN;
+      return 0;
+    }
+    if (r != 0) {
+      /* the magic alone, then close: uvccl's clients without a secret
+       * read it as "this server requires authentication" (and a reply
+       * never starts with it); others just see the connection close */
+      auth_log(c, "no authentication (this server requires a secret: a "
+               "PyTorch client, or a uvccl one without "
+               "UVCCL_AUTH_TOKEN/UVCCL_AUTH_FILE?)");
+      c->auth = 3; /* refused: nothing more is read */
+      uv_read_stop((uv_stream_t *)&c->tcp);
+      if (uvccl__obuf_bytes(&c->out, UVCCL__AUTH_MAGIC,
+                            UVCCL__AUTH_MAGIC_LEN) != 0) {
+        conn_close(c, NULL);
+        return -1;
+      }
+      c->close_after_flush = 1;
+      conn_want_flush(c);
+      return -1;
+    }
+    if (uvccl__auth_random(c->ns, sizeof(c->ns)) != 0) {
+      auth_refuse(c, "no random bytes for a nonce");
+      return -1;
+    }
+    uvccl__auth_challenge(msg, &s->auth, "store", c->nc, c->ns);
+    if (uvccl__obuf_bytes(&c->out, msg, sizeof(msg)) != 0) {
+      conn_close(c, "out of memory");
+      return -1;
+    }
+    conn_want_flush(c);
+    c->auth = 2;
+    return UVCCL__AUTH_HELLO_LEN;
+  }
+  if (len < UVCCL__AUTH_PROOF_LEN) {
+    c->need = UVCCL__AUTH_PROOF_LEN;
+    return 0;
+  }
+  uvccl__auth_mac(&s->auth, "client", "store", c->nc, c->ns, want);
+  if (!uvccl__auth_equal(p, want, sizeof(want))) {
+    auth_refuse(c, "wrong secret (its proof does not match this server's "
+                "secret)");
+    return -1;
+  }
+  c->auth = 0;
+  LOG_DEBUG("store", "%s: authenticated", c->peer);
+  return UVCCL__AUTH_PROOF_LEN;
+}
+
 static void conn_process(conn_t *c, const uint8_t *data, size_t len,
                          size_t *used) {
   server_t *s = c->srv;
@@ -455,6 +545,12 @@ static void conn_process(conn_t *c, const uint8_t *data, size_t len,
         LOG_DEBUG("store", "%s: output backlog, reads paused", c->peer);
       }
       break;
+    }
+    if (c->auth) {
+      ssize_t n = conn_auth(c, data + off, len - off);
+      if (n <= 0) break;
+      off += (size_t)n;
+      continue;
     }
     if (c->dialect == UVCCL_DIALECT_AUTO) {
       r = uvccl__proto_detect(data + off, len - off, &c->dialect);
@@ -582,6 +678,11 @@ static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (nread > 0) c->last_read = uv_now(s->loop);
+  if (nread < 0 && c->auth == 2) {
+    /* our proof went out, theirs never came: they found it wrong */
+    auth_log(c, "left during authentication (it holds another secret)");
+    c->auth = 3;
+  }
   if (nread == UV_EOF) {
     /* The client finished sending (it may still read): answer what it
      * sent, then close. */
@@ -742,6 +843,7 @@ static void server_on_connection(uv_stream_t *ls, int status) {
   s->conns = c;
   s->st.connections++;
   s->st.accepted++;
+  c->auth = s->auth.set ? 1 : 0;
   r = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read);
   if (r != 0) conn_close(c, uv_strerror(r));
 }
@@ -839,6 +941,16 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
   /* A single SET of the largest value always fits. */
   if (s->max_request < s->limits.max_value_len + s->limits.max_key_len + 64)
     s->max_request = s->limits.max_value_len + s->limits.max_key_len + 64;
+  {
+    char err[256];
+    r = uvccl__auth_key_from_opts(&s->auth, o->auth_token, o->auth_file,
+                                  o->auth_none, err, sizeof(err));
+    if (r != 0) {
+      LOG_ERROR("store", "server: %s", err);
+      uvccl__free(s);
+      return r;
+    }
+  }
   s->kv = uvccl__kv_new(o->max_memory ? o->max_memory : (size_t)1 << 30);
   s->rbuf = uvccl__malloc(READ_CHUNK);
   if (s->kv == NULL || s->rbuf == NULL) {
@@ -871,7 +983,8 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
   s->handles_open++;
   pub->loop = loop;
   pub->impl_ = s;
-  LOG_INFO("store", "server listening on port %d", pub->port);
+  LOG_INFO("store", "server listening on port %d%s", pub->port,
+           s->auth.set ? " (clients must authenticate)" : "");
   return 0;
 
 fail_listener:
