@@ -633,6 +633,14 @@ typedef struct {
    * small message to every other member per collective. 1 on, -1 off,
    * 0 = on when $UVCCL_DEBUG is "detail". Subgroups inherit it. */
   int fingerprint_check;
+  /* uvccl_pg_init_url: the secret of the store it makes or reaches (the
+   * embedded server and every rank's client; see the store's auth
+   * options): auth_token, else auth_file, else $UVCCL_AUTH_TOKEN, else
+   * $UVCCL_AUTH_FILE; auth_none = 1: none. Every rank must hold the same.
+   * (The mesh connections are not authenticated yet.) */
+  const char *auth_token;
+  const char *auth_file;
+  int auth_none;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0

@@ -25,7 +25,8 @@ void uvccl__url_close(uvccl_store_t *store, uvccl_store_server_t *server) {
  * *server stays NULL when a tcp:// address is already served by someone
  * else: that one is used. */
 static int open_server(uv_loop_t *loop, const char *scheme, const char *host,
-                       int port, const char *component,
+                       int port, const uvccl_pg_options_t *o,
+                       const char *component,
                        uvccl_store_server_t **server) {
   uvccl_store_server_options_t sv;
   uvccl_store_server_t *s = uvccl__calloc(1, sizeof(*s));
@@ -37,6 +38,9 @@ static int open_server(uv_loop_t *loop, const char *scheme, const char *host,
   else if (strcmp(bind, "any") != 0) sv.host = bind;
   sv.port = port;
   sv.listen_fd = -1;
+  sv.auth_token = o->auth_token;
+  sv.auth_file = o->auth_file;
+  sv.auth_none = o->auth_none;
   rc = uvccl_store_server_init(loop, s, &sv);
   if (rc == UV_EADDRINUSE && strcmp(scheme, "tcp") == 0) {
     uvccl__free(s);
@@ -109,11 +113,14 @@ int uvccl__url_open(uv_loop_t *loop, const char *url,
     int agent_store = strcmp(scheme, "env") == 0 && agent != NULL &&
                       strcmp(agent, "True") == 0;
     if (o->rank == 0 && !agent_store && uvccl__host_is_local(host))
-      rc = open_server(loop, scheme, host, port, component, &server);
+      rc = open_server(loop, scheme, host, port, o, component, &server);
     if (rc == 0) {
       memset(&so, 0, sizeof(so));
       so.host = host;
       so.port = port;
+      so.auth_token = o->auth_token;
+      so.auth_file = o->auth_file;
+      so.auth_none = o->auth_none;
       so.timeout_ms =
           o->timeout_ms ? o->timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
       rc = uvccl_tcp_store_init(loop, store, &so);
