@@ -62,12 +62,10 @@ def stop(p):
         p.wait()
 
 
-def wrk(port, conns, script, args=()):
+def wrk(port, conns, args):
     cmd = ["wrk", "-t", str(min(2, conns)), "-c", str(conns), "-d",
-           f"{secs}s", "--timeout", "10s", "-s", os.path.join(here, script),
-           f"http://127.0.0.1:{port}/"]
-    if args:
-        cmd += ["--"] + list(args)
+           f"{secs}s", "--timeout", "10s", "-s", os.path.join(here, "wrk.lua"),
+           f"http://127.0.0.1:{port}/", "--"] + list(args)
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     for line in out.splitlines():
         if line.startswith("@wrk "):
@@ -84,9 +82,9 @@ for refresh in (False, True):
         p, port = start(impl, refresh)
         for c in (1, 16, 64, 256):
             rows.append((refresh, impl, f"search, {c} conn",
-                         wrk(port, c, "search.lua", (str(c), "64"))))
+                         wrk(port, c, ("search", str(c), "64"))))
         rows.append((refresh, impl, "healthz, 4 conn",
-                     wrk(port, 4, "healthz.lua")))
+                     wrk(port, 4, ("healthz",))))
         stop(p)
 
 name = {"uvccl": "uvccl-vsearch (H2O + uvccl)",

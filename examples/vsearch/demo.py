@@ -55,8 +55,9 @@ print(f"  POST /search (row 54321's vector, k 3): {st} in "
       f"{(time.time() - t0) * 1000:.1f} ms: {json.dumps(doc)}")
 wrk = subprocess.run(["wrk", "-t2", "-c16", "-d3s", "--latency", "-s",
                       os.path.join(os.path.dirname(__file__), "..", "..",
-                                   "bench", "server", "search.lua"),
-                      base + "/"], capture_output=True, text=True).stdout
+                                   "bench", "server", "wrk.lua"),
+                      base + "/", "--", "search"], capture_output=True,
+                     text=True).stdout
 for line in wrk.splitlines():
     if line.startswith("@wrk "):
         f = line.split()

@@ -10,6 +10,7 @@
 #include "service.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,9 +107,23 @@ struct svc_s {
 };
 
 static void pump(svc_t *svc);
-static void enter_recovery(svc_t *svc, int status, const char *msg);
-static void try_recover(svc_t *svc);
 static void maybe_finish(svc_t *svc);
+static void enter_recovery(svc_t *svc, int status, const char *msg);
+
+/* Nothing to go on with: the rank stops (on_exit says why, status 1). */
+static void give_up(svc_t *svc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void give_up(svc_t *svc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(svc->exit_msg, sizeof(svc->exit_msg), fmt, ap);
+  va_end(ap);
+  svc->exit_status = 1;
+  svc->state = ST_STOPPING;
+  svc->stop_sent = 1;
+  maybe_finish(svc);
+}
+static void try_recover(svc_t *svc);
 static void scan_pump(svc_t *svc);
 
 static uvccl_pg_t *world(svc_t *svc)
@@ -359,11 +374,8 @@ static void reload_after(uv_work_t *req, int status)
 
   svc->scan_busy = 0;
   if (svc->reload_rc != 0) {
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg),
-             "cannot hold the shard: %s", strerror(-svc->reload_rc));
-    svc->exit_status = 1;
-    svc_stop(svc, svc->exit_msg);
-    svc_stop(svc, svc->exit_msg);
+    uvccl_pg_abort(world(svc), "cannot hold its shard");
+    give_up(svc, "cannot hold the shard: %s", strerror(-svc->reload_rc));
     return;
   }
   if (svc->rank == 0 && !svc->ready_told) {
@@ -682,13 +694,8 @@ static void enter_recovery(svc_t *svc, int status, const char *msg)
           svc->last_failure);
   if (svc->rank != 0 && f.global_rank == 0) {
     /* rank 0 serves HTTP and orders the work: nothing to go on with */
-    svc->exit_status = 1;
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg),
-             "rank 0 (the HTTP server) failed: %s", svc->last_failure);
-    svc->state = ST_STOPPING;
-    svc->stop_sent = 1;
     uvccl_pg_revoke(world(svc), "rank 0 failed");
-    maybe_finish(svc);
+    give_up(svc, "rank 0 (the HTTP server) failed: %s", svc->last_failure);
     return;
   }
   svc->state = ST_RECOVERING;
@@ -758,14 +765,9 @@ static void on_shrunk(uvccl_work_t *w, int status)
   int rc;
 
   if (status != 0) {
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg), "shrink failed: %s (%s)%s%s",
-             uvccl_strerror(status), uvccl_err_name(status),
-             w->msg[0] ? ": " : "", w->msg);
-    svc->exit_status = 1;
     uvccl_pg_destroy(next, close_noop);
-    svc->state = ST_STOPPING;
-    svc->stop_sent = 1;
-    maybe_finish(svc);
+    give_up(svc, "shrink failed: %s (%s)%s%s", uvccl_strerror(status),
+            uvccl_err_name(status), w->msg[0] ? ": " : "", w->msg);
     return;
   }
   /* who is gone: the old world's members the new one lacks */
@@ -821,14 +823,8 @@ static void try_recover(svc_t *svc)
   svc->shrink_w.data = svc;
   rc = uvccl_pg_shrink(world(svc), &svc->worlds[svc->nworlds],
                        &svc->shrink_w, on_shrunk);
-  if (rc != 0) {
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg), "shrink: %s",
-             uvccl_strerror(rc));
-    svc->exit_status = 1;
-    svc->state = ST_STOPPING;
-    svc->stop_sent = 1;
-    maybe_finish(svc);
-  }
+  if (rc != 0)
+    give_up(svc, "shrink: %s", uvccl_strerror(rc));
 }
 
 /* ---- start and stop ---------------------------------------------------- */
@@ -926,17 +922,10 @@ static void on_world(uvccl_work_t *w, int status)
   int rc, i;
 
   if (status != 0) {
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg), "creating the world: "
-             "%s (%s)%s%s", uvccl_strerror(status), uvccl_err_name(status),
-             w->msg[0] ? ": " : "", w->msg);
-    svc->exit_status = 1;
-    if (!svc->ready_told) {
-      svc->ready_told = 1;
-      svc->on_ready(svc, status, svc->exit_msg);
-    }
-    svc->state = ST_STOPPING;
-    svc->stop_sent = 1;
-    maybe_finish(svc);
+    svc->ready_told = 1;
+    svc->on_ready(svc, status, NULL);
+    give_up(svc, "creating the world: %s (%s)%s%s", uvccl_strerror(status),
+            uvccl_err_name(status), w->msg[0] ? ": " : "", w->msg);
     return;
   }
   svc->nworlds = 1;
@@ -945,12 +934,7 @@ static void on_world(uvccl_work_t *w, int status)
   uvccl_log_set_rank(svc->rank);
   rc = make_subgroups(svc);
   if (rc != 0) {
-    snprintf(svc->exit_msg, sizeof(svc->exit_msg), "subgroups: %s",
-             uvccl_strerror(rc));
-    svc->exit_status = 1;
-    svc->state = ST_STOPPING;
-    svc->stop_sent = 1;
-    maybe_finish(svc);
+    give_up(svc, "subgroups: %s", uvccl_strerror(rc));
     return;
   }
   if (svc->rank == 0) {

@@ -721,6 +721,13 @@ static void client_lost(client_t *c, int err, const char *why) {
     why = "authentication failed: the server closed the connection at our "
           "authentication (a server without a secret, or PyTorch's?)";
   }
+  c->state = ST_IDLE;
+  c->wait_blocked = 0;
+  c->ping_sent = 0;
+  uv_timer_stop(&c->hb);
+  c->in_len = 0;
+  c->out.len = 0;
+  client_drop_tcp(c);
   if (st == ST_HANDSHAKE && c->dialect_auto &&
       (err == UV_EOF || err == UV_ECONNRESET || err == UV_EPIPE)) {
     /* AUTO: the newer dialect's opening (VALIDATE, then PING) broke the
@@ -732,24 +739,12 @@ static void client_lost(client_t *c, int err, const char *why) {
     c->dialect = UVCCL_DIALECT_LEGACY;
     c->dialect_auto = 0;
     c->registered = 0;
-    uv_timer_stop(&c->hb);
-    c->in_len = 0;
-    c->out.len = 0;
     while (c->fl_len > 0) fl_pop(c); /* the probes: no works */
     requeue_legacy(c);
-    client_drop_tcp(c);
-    c->state = ST_IDLE;
     client_start_connect(c);
     return;
   }
   LOG_INFO("store", "%s: connection lost: %s", c->name, why);
-  c->state = ST_IDLE;
-  c->wait_blocked = 0;
-  c->ping_sent = 0;
-  uv_timer_stop(&c->hb);
-  c->in_len = 0;
-  c->out.len = 0;
-  client_drop_tcp(c);
   while (c->fl_len > 0) {
     e = *fl_at(c, 0);
     fl_pop(c);

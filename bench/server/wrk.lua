@@ -1,10 +1,14 @@
--- wrk script: POST /search with one of 64 random 64-float vectors (k 10),
--- and a parseable summary line (@wrk ...) for bench/server/bench.py.
+-- wrk script for bench/server/bench.py and make demo: args "search" [SEED
+-- [DIM]] (POST /search with one of 64 random vectors, k 10) or "healthz"
+-- (GET /healthz); prints a parseable summary line (@wrk ...).
 local bodies = {}
 local n = 0
+local mode = "search"
 init = function(args)
-  math.randomseed(7 + (tonumber(args[1]) or 0))
-  local dim = tonumber(args[2]) or 64
+  mode = args[1] or "search"
+  if mode ~= "search" then return end
+  math.randomseed(7 + (tonumber(args[2]) or 0))
+  local dim = tonumber(args[3]) or 64
   for b = 1, 64 do
     local v = {}
     for i = 1, dim do v[i] = string.format("%.4f", math.random() * 2 - 1) end
@@ -12,6 +16,9 @@ init = function(args)
   end
 end
 request = function()
+  if mode ~= "search" then
+    return wrk.format("GET", "/healthz")
+  end
   n = n % 64 + 1
   return wrk.format("POST", "/search", {["Content-Type"] = "application/json"},
                     bodies[n])
