@@ -6,6 +6,7 @@ brute-force search in this script over the rows the service itself serves
 clients, with bad inputs and a slow client, with a refresh allreduce
 running, then with rank 2 killed mid-load and rank 1 stopped (SIGSTOP),
 then a clean stop. Prints TAP. Usage: vsearch_check.py BUILD_DIR"""
+import atexit
 import http.client
 import json
 import math
@@ -127,6 +128,8 @@ class Service:
             + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
         self.err = []
+        # whatever happens to this script, the service goes with it
+        atexit.register(self.kill)
         threading.Thread(target=self._drain_err, daemon=True).start()
         self.port = None
         deadline = time.time() + 60
@@ -162,6 +165,13 @@ class Service:
             if f"RANK={rank}".encode() in env:
                 return pid
         return None
+
+    def kill(self):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def stop(self):
         try:
