@@ -378,7 +378,7 @@ static void test_bool_inplace_and_simple_ops(void) {
 }
 
 static void test_p2p(void) {
-  char s1[64], s2[16], r1[64], r2[16];
+  char s1[64], s2[16], r1[64], r2[16], z[16];
   void *ds1 = dev(64), *ds2 = dev(16), *dr1 = dev(64), *dr2 = dev(16);
   uvccl_work_t w = {0};
   uvccl_p2p_op_t ops[4];
@@ -408,12 +408,21 @@ static void test_p2p(void) {
   ok(ops[2].received == 64 && ops[2].source == 0 && ops[3].received == 16,
      "p2p_batch: received and source filled");
   ops[3].len = 8;
+  memset(z, 0, sizeof(z));
+  put(dr1, z, 16); /* the failed group must not copy into it */
   is_int(uvccl_p2p_batch(&pg, &w, ops, 4, NULL), 0,
          "p2p_batch with mismatched lengths: started");
   is_int(uvccl_work_wait(&w), UVCCL_ENCCL,
          "p2p_batch with mismatched lengths: UVCCL_ENCCL");
   ok(strstr(w.msg, "ncclGroupEnd") != NULL, "message names the call: %s",
      w.msg);
+  /* A group refused at ncclGroupEnd launched nothing (the buffers are
+   * freed below at once): a barrier behind it on the stream sees them
+   * untouched. */
+  is_int(uvccl_barrier(&pg, &w, NULL), 0, "barrier after the failed group");
+  is_int(uvccl_work_wait(&w), 0, "barrier done");
+  get(r1, dr1, 16);
+  ok(memcmp(r1, z, 16) == 0, "the failed group copied nothing");
   uvccl_gpu_free(ds1);
   uvccl_gpu_free(ds2);
   uvccl_gpu_free(dr1);

@@ -1465,37 +1465,42 @@ EXPORT int ncclGroupStart(void) {
   return R_SUCCESS;
 }
 
-/* Matches the group's sends to self with its receives, in order. */
+/* Matches the group's sends to self with its receives, in order. As
+ * NCCL, the whole group is checked before any of it is launched: a group
+ * that fails at ncclGroupEnd leaves nothing on the stream (the caller may
+ * free its buffers at once). */
 static int group_p2p(void) {
-  size_t i, j = 0;
+  size_t i, j, pass;
   int r = R_SUCCESS;
-  for (i = 0; i < t_np2p && r == R_SUCCESS; i++) {
-    if (!t_p2p[i].send) continue;
-    while (j < t_np2p && t_p2p[j].send) j++;
-    if (j == t_np2p) {
-      r = set_error(R_INVALID_USAGE, "ncclSend: Trying to send to self "
-                    "without a matching recv");
-      break;
-    }
-    if (t_p2p[j].bytes != t_p2p[i].bytes) {
-      r = set_error(R_INVALID_USAGE, "fake NCCL: send of %zu bytes matched "
-                    "with a recv of %zu bytes", t_p2p[i].bytes,
-                    t_p2p[j].bytes);
-      break;
-    }
-    if (t_p2p[i].bytes > 0 && !maybe_fail_async(t_p2p[j].comm,
-                                                 t_p2p[j].stream))
-      r = enqueue_copy(t_p2p[j].stream, t_p2p[j].rbuf, t_p2p[i].sbuf,
-                       t_p2p[i].bytes, T_UINT8, 0, 1);
-    j++;
-  }
-  if (r == R_SUCCESS) {
-    for (; j < t_np2p; j++)
-      if (!t_p2p[j].send) {
-        r = set_error(R_INVALID_USAGE, "ncclRecv: Trying to recv from self "
-                      "without a matching send");
+  for (pass = 0; pass < 2 && r == R_SUCCESS; pass++) {
+    for (i = 0, j = 0; i < t_np2p && r == R_SUCCESS; i++) {
+      if (!t_p2p[i].send) continue;
+      while (j < t_np2p && t_p2p[j].send) j++;
+      if (j == t_np2p) {
+        r = set_error(R_INVALID_USAGE, "ncclSend: Trying to send to self "
+                      "without a matching recv");
         break;
       }
+      if (t_p2p[j].bytes != t_p2p[i].bytes) {
+        r = set_error(R_INVALID_USAGE, "fake NCCL: send of %zu bytes matched "
+                      "with a recv of %zu bytes", t_p2p[i].bytes,
+                      t_p2p[j].bytes);
+        break;
+      }
+      if (pass == 1 && t_p2p[i].bytes > 0 &&
+          !maybe_fail_async(t_p2p[j].comm, t_p2p[j].stream))
+        r = enqueue_copy(t_p2p[j].stream, t_p2p[j].rbuf, t_p2p[i].sbuf,
+                         t_p2p[i].bytes, T_UINT8, 0, 1);
+      j++;
+    }
+    if (pass == 0 && r == R_SUCCESS) {
+      for (; j < t_np2p; j++)
+        if (!t_p2p[j].send) {
+          r = set_error(R_INVALID_USAGE, "ncclRecv: Trying to recv from self "
+                        "without a matching send");
+          break;
+        }
+    }
   }
   t_np2p = 0;
   return r;
