@@ -94,7 +94,7 @@ GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # load generator (bench/store/run.sh) and the authentication cost at
 # connect (bench/auth/run.sh).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
-		 $(BUILD)/bench/uvccl-auth-bench
+		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -193,6 +193,11 @@ $(BUILD)/bench/uvccl-store-bench: bench/store/store_bench.c $(STATIC) $(HEADERS)
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
 $(BUILD)/bench/uvccl-auth-bench: bench/auth/connect_bench.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+$(BUILD)/bench/uvccl-create-bench: bench/auth/create_bench.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)

@@ -633,11 +633,14 @@ typedef struct {
    * small message to every other member per collective. 1 on, -1 off,
    * 0 = on when $UVCCL_DEBUG is "detail". Subgroups inherit it. */
   int fingerprint_check;
-  /* uvccl_pg_init_url: the secret of the store it makes or reaches (the
-   * embedded server and every rank's client; see the store's auth
-   * options): auth_token, else auth_file, else $UVCCL_AUTH_TOKEN, else
-   * $UVCCL_AUTH_FILE; auth_none = 1: none. Every rank must hold the same.
-   * (The mesh connections are not authenticated yet.) */
+  /* The world's secret: auth_token, else auth_file, else (uvccl_pg_init)
+   * the one the store client authenticates with, else $UVCCL_AUTH_TOKEN,
+   * else $UVCCL_AUTH_FILE; auth_none = 1: none. Every rank must hold the
+   * same. Every mesh connection and liveness link then proves it both ways
+   * before anything else (a rank holding another secret, or none, fails
+   * creation with UVCCL_EAUTH). uvccl_pg_init_url also secures the store
+   * it makes or reaches with it (the embedded server and every rank's
+   * client; see the store's auth options). */
   const char *auth_token;
   const char *auth_file;
   int auth_none;

@@ -33,8 +33,13 @@ enum {
   FRAME_P2P = 4,       /* point to point: (gid, tag = user tag) */
   FRAME_BYE = 5,       /* the sender is leaving cleanly (destroy) */
   FRAME_REJECT = 6,    /* acceptor -> connector: refused; payload: why */
-  FRAME_AGREE = 7      /* shrink's agreement (gid = the group shrunk,
+  FRAME_AGREE = 7,     /* shrink's agreement (gid = the group shrunk,
                           seq = its epoch); payload: agree_msg_t */
+  /* Worlds with a secret (auth.h): HELLO carries the connector's nonce
+   * after hello_t; the acceptor answers CHALLENGE (its nonce, its MAC),
+   * the connector PROOF (its MAC); then HELLO_ACK as without. */
+  FRAME_CHALLENGE = 8,
+  FRAME_PROOF = 9
 };
 
 #define UVCCL__FRAME_HDR 24
@@ -247,8 +252,18 @@ struct peer_s {
   sop_list_t posted;
   stage_t *staged_head, *staged_tail;
   uint64_t staged_bytes;
-  unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t)];
+  unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t) +
+                          UVCCL__AUTH_NONCE];
   uvccl__wreq_t hello_req;
+  /* Authentication (worlds with a secret): the step reached (0 none yet,
+   * 1 challenge sent or proof sent, 2 proven), both nonces, and the hello
+   * the acceptor acts on once it is proven. */
+  int auth_step;
+  uint8_t auth_nc[UVCCL__AUTH_NONCE], auth_ns[UVCCL__AUTH_NONCE];
+  hello_t auth_hello;
+  unsigned char auth_buf[UVCCL__FRAME_HDR + UVCCL__AUTH_NONCE +
+                         UVCCL__AUTH_MAC];
+  uvccl__wreq_t auth_req;
   peer_t *next_pending;  /* net's accepted-but-unnamed list */
   int nclosing;          /* unnamed peers: handles still closing */
   int left;              /* said BYE: its EOF is a clean leave */
@@ -257,7 +272,8 @@ struct peer_s {
   uvccl__wreq_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
                             net's nclosing already) */
-  char reject[160];      /* REJECT payload to send, or received */
+  char reject[256];      /* REJECT payload to send, or received */
+  unsigned char reject_buf[UVCCL__FRAME_HDR + 256];
 };
 
 struct net_s {
@@ -270,6 +286,9 @@ struct net_s {
   struct sockaddr_storage self;
   char selfstr[64];
   uint64_t nonce;
+  uvccl__auth_key_t auth; /* the world's secret: connections prove it */
+  uint64_t auth_log_ms;  /* rate limit of refusals' log lines */
+  int auth_logged;
   peer_t **peers;        /* by world rank; NULL for self */
   char (*addrs)[64];     /* every rank's published address, for messages */
   peer_t *pending;       /* accepted, hello not yet received */

@@ -27,7 +27,13 @@ enum {
   LF_HB,
   LF_BYE,
   LF_DEAD,      /* payload: wire_fail_t */
-  LF_NOTICE     /* payload: wire_notice_t */
+  LF_NOTICE,    /* payload: wire_notice_t */
+  /* Worlds with a secret (auth.h): HELLO's payload is followed by the
+   * dialer's nonce; CHALLENGE (the listener's nonce and MAC) and PROOF
+   * (the dialer's MAC) come before ACK, and the listener acts on the
+   * hello only once it is proven. */
+  LF_CHALLENGE,
+  LF_PROOF
 };
 
 #define LF_HDR 16
@@ -73,6 +79,10 @@ typedef struct link_s {
   int timer_open;
   struct sockaddr_storage addr;
   uint64_t nonce;          /* outgoing: the target's */
+  int auth_step;           /* 1 challenge or proof sent, 2 proven */
+  lf_hdr_t auth_hdr;       /* the hello, acted on once proven */
+  wire_hello_t auth_hello;
+  uint8_t auth_nc[UVCCL__AUTH_NONCE], auth_ns[UVCCL__AUTH_NONCE];
   uint64_t deadline;
   uint64_t backoff;
   unsigned char rbuf[LF_HDR + LF_MAX_PAYLOAD];
@@ -102,6 +112,9 @@ struct uvccl__live_s {
   uv_mutex_t lock;
   int rank, size;
   uint64_t nonce;
+  uvccl__auth_key_t auth;  /* the world's secret, when it has one */
+  uint64_t refusal_log_ms; /* rate limit of refusals' log lines */
+  int refusals_logged;
   uint64_t hb_ms, period_ms, grace_ms;
   uv_tcp_t listener;
   uv_timer_t tick;
@@ -446,19 +459,43 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   k->rlen -= pos;
 }
 
-static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+/* Refused monitor connections are logged, up to 10 a second. */
+static void refusal_log(uvccl__live_t *l, const char *why) {
+  uint64_t now = uvccl__now_ms();
+  if (now - l->refusal_log_ms >= 1000) {
+    if (l->refusals_logged > 10)
+      LOG_WARN("live", "rank %d: %d more monitor connections refused in the "
+               "last second", l->rank, l->refusals_logged - 10);
+    l->refusal_log_ms = now;
+    l->refusals_logged = 0;
+  }
+  if (++l->refusals_logged <= 10)
+    LOG_WARN("live", "rank %d: refusing a monitor connection: %s", l->rank,
+             why);
+}
+
+/* What both MACs cover besides the nonces (see net.c's mesh_purpose). */
+static void link_purpose(const lf_hdr_t *h, const wire_hello_t *hw,
+                         char *buf, size_t len) {
+  snprintf(buf, len, "live %u>%u %016llx %u", h->a, h->b,
+           (unsigned long long)hw->nonce, h->c);
+}
+
+/* A hello whose sender is known (proven, or no secret): checked, then
+ * the link is this rank's. */
+static void hello_accept(link_t *k, const lf_hdr_t *h,
+                         const wire_hello_t *hw) {
   uvccl__live_t *l = k->l;
-  wire_hello_t hw;
   int from = (int)h->a;
-  if (h->len != sizeof(hw)) goto bad;
-  memcpy(&hw, p, sizeof(hw));
-  if (hw.magic != LINK_MAGIC || hw.nonce != l->nonce ||
-      h->b != (uint32_t)l->rank || h->c != (uint32_t)l->size || from < 0 ||
-      from >= l->size || from == l->rank)
+  char why[128];
+  if (hw->nonce != l->nonce || h->b != (uint32_t)l->rank ||
+      h->c != (uint32_t)l->size || from < 0 || from >= l->size ||
+      from == l->rank)
     goto bad;
   if ((l->links[from] != NULL && l->links[from]->state != LK_DOWN) ||
       l->dead[from])
     goto bad;
+  uv_timer_stop(&k->timer); /* the handshake deadline */
   k->rank = from;
   uv_mutex_lock(&l->lock);
   l->links[from] = k;
@@ -467,21 +504,126 @@ static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
   link_send(k, LF_ACK, 0, 0, 0, NULL, 0);
   return;
 bad:
-  LOG_WARN("live", "rank %d: refusing a monitor connection (hello from %u "
-           "to %u, world %u)", l->rank, h->a, h->b, h->c);
+  snprintf(why, sizeof(why), "hello from %u to %u, world %u", h->a, h->b,
+           h->c);
+  refusal_log(l, why);
   link_close(k);
+}
+
+static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
+  size_t want = sizeof(hw) + (l->auth.set ? UVCCL__AUTH_NONCE : 0);
+  char purpose[96];
+  if (h->len != want) {
+    refusal_log(l, l->auth.set ? "no secret offered, or not a uvccl monitor"
+                               : "not a uvccl monitor");
+    link_close(k);
+    return;
+  }
+  memcpy(&hw, p, sizeof(hw));
+  if (hw.magic != LINK_MAGIC) {
+    refusal_log(l, "not a uvccl monitor");
+    link_close(k);
+    return;
+  }
+  if (!l->auth.set) {
+    hello_accept(k, h, &hw);
+    return;
+  }
+  /* Challenge it; nothing in the hello counts until it is proven. */
+  k->auth_hdr = *h;
+  k->auth_hello = hw;
+  memcpy(k->auth_nc, p + sizeof(hw), UVCCL__AUTH_NONCE);
+  if (uvccl__auth_random(k->auth_ns, sizeof(k->auth_ns)) != 0) {
+    link_close(k);
+    return;
+  }
+  {
+    uint8_t c[UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC];
+    link_purpose(h, &hw, purpose, sizeof(purpose));
+    memcpy(c, k->auth_ns, UVCCL__AUTH_NONCE);
+    uvccl__auth_mac(&l->auth, "server", purpose, k->auth_nc, k->auth_ns,
+                    c + UVCCL__AUTH_NONCE);
+    k->auth_step = 1;
+    link_send(k, LF_CHALLENGE, 0, 0, 0, c, sizeof(c));
+  }
+}
+
+/* Listener: the dialer's PROOF. */
+static void on_proof(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[96];
+  if (h->len != UVCCL__AUTH_MAC) {
+    refusal_log(k->l, "a malformed proof");
+    link_close(k);
+    return;
+  }
+  link_purpose(&k->auth_hdr, &k->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&k->l->auth, "client", purpose, k->auth_nc, k->auth_ns,
+                  want);
+  if (!uvccl__auth_equal(want, p, sizeof(want))) {
+    refusal_log(k->l, "authentication failed: wrong proof (another "
+                "secret)");
+    link_close(k);
+    return;
+  }
+  k->auth_step = 2;
+  hello_accept(k, &k->auth_hdr, &k->auth_hello);
+}
+
+/* Dialer: the listener's CHALLENGE; 0, or -1 when it did not prove the
+ * secret. */
+static int on_challenge(link_t *k, const lf_hdr_t *h,
+                        const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[96];
+  if (h->len != UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC) return -1;
+  memcpy(k->auth_ns, p, UVCCL__AUTH_NONCE);
+  link_purpose(&k->auth_hdr, &k->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&l->auth, "server", purpose, k->auth_nc, k->auth_ns, want);
+  if (!uvccl__auth_equal(want, p + UVCCL__AUTH_NONCE, sizeof(want)))
+    return -1;
+  uvccl__auth_mac(&l->auth, "client", purpose, k->auth_nc, k->auth_ns, want);
+  k->auth_step = 2;
+  link_send(k, LF_PROOF, 0, 0, 0, want, sizeof(want));
+  return 0;
 }
 
 static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
   uvccl__live_t *l = k->l;
   if (k->rank < 0) {
-    if (h->kind == LF_HELLO) on_hello(k, h, p);
-    else link_close(k);
+    if (h->kind == LF_HELLO && k->auth_step == 0) on_hello(k, h, p);
+    else if (h->kind == LF_PROOF && k->auth_step == 1) on_proof(k, h, p);
+    else {
+      refusal_log(l, "not the handshake");
+      link_close(k);
+    }
     return;
   }
   if (k->state == LK_CONNECTING) {
-    if (h->kind == LF_ACK && k->outgoing) link_up(k);
-    else link_close(k);
+    if (h->kind == LF_CHALLENGE && k->outgoing && l->auth.set &&
+        k->auth_step == 0) {
+      if (on_challenge(k, h, p) != 0) {
+        char msg[UVCCL__DETAIL_LEN];
+        uvccl__live_ev_t ev;
+        snprintf(msg, sizeof(msg), "the monitor of rank %d failed "
+                 "authentication (it holds another secret)", k->rank);
+        link_close(k);
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = UVCCL__LIVE_LINK_FAILED;
+        ev.rank = k->rank;
+        ev.fail.err = UVCCL_EAUTH;
+        snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
+        post_ev(l, &ev);
+      }
+    } else if (h->kind == LF_ACK && k->outgoing &&
+               (!l->auth.set || k->auth_step == 2)) {
+      link_up(k);
+    } else {
+      link_close(k);
+    }
     return;
   }
   switch (h->kind) {
@@ -600,8 +742,27 @@ static void on_connect(uv_connect_t *req, int status) {
   memset(&hw, 0, sizeof(hw));
   hw.magic = LINK_MAGIC;
   hw.nonce = k->nonce;
-  link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
-            (uint32_t)l->size, &hw, sizeof(hw));
+  k->auth_step = 0;
+  if (l->auth.set) {
+    unsigned char b[sizeof(hw) + UVCCL__AUTH_NONCE];
+    if (uvccl__auth_random(k->auth_nc, sizeof(k->auth_nc)) != 0) {
+      link_close(k);
+      post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank, "no random nonce");
+      return;
+    }
+    memset(&k->auth_hdr, 0, sizeof(k->auth_hdr));
+    k->auth_hdr.a = (uint32_t)l->rank;
+    k->auth_hdr.b = (uint32_t)k->rank;
+    k->auth_hdr.c = (uint32_t)l->size;
+    k->auth_hello = hw;
+    memcpy(b, &hw, sizeof(hw));
+    memcpy(b + sizeof(hw), k->auth_nc, UVCCL__AUTH_NONCE);
+    link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
+              (uint32_t)l->size, b, sizeof(b));
+  } else {
+    link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
+              (uint32_t)l->size, &hw, sizeof(hw));
+  }
   uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
 }
 
@@ -620,6 +781,13 @@ static void connect_start(link_t *k) {
     link_close(k);
     post_simple(k->l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
   }
+}
+
+static void on_handshake_timeout(uv_timer_t *t) {
+  link_t *k = t->data;
+  if (k->rank >= 0 || k->state != LK_CONNECTING) return;
+  refusal_log(k->l, "no handshake in time");
+  link_close(k);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -641,6 +809,8 @@ static void on_connection(uv_stream_t *server, int status) {
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) link_set_fd(k, fd);
   }
+  /* One that has not named itself (and proven the secret) by then goes. */
+  uv_timer_start(&k->timer, on_handshake_timeout, UVCCL__HANDSHAKE_MS, 0);
   uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
 }
 
@@ -832,14 +1002,16 @@ static void live_free(void *arg) {
 
 uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
+                               const uvccl__auth_key_t *auth,
                                uint64_t hb_timeout_ms, uvccl__live_cb cb,
                                void *arg, int *port, char *err,
-                               size_t errlen) {
+                               size_t errlen, int *status) {
   uvccl__live_t *l = uvccl__calloc(1, sizeof(*l));
   struct sockaddr_storage ss;
   int rc, len = sizeof(ss);
   if (l == NULL) {
     snprintf(err, errlen, "out of memory");
+    *status = UV_ENOMEM;
     return NULL;
   }
   l->app_loop = app_loop;
@@ -848,6 +1020,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   l->rank = rank;
   l->size = size;
   l->nonce = nonce;
+  if (auth != NULL) l->auth = *auth;
   l->hb_ms = hb_timeout_ms;
   l->period_ms = hb_timeout_ms ? hb_timeout_ms / 10 : 1000;
   if (l->period_ms < 20) l->period_ms = 20;
@@ -861,6 +1034,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     uvccl__free(l->dead);
     uvccl__free(l);
     snprintf(err, errlen, "out of memory");
+    *status = UV_ENOMEM;
     return NULL;
   }
   rc = uv_loop_init(&l->loop);
@@ -870,6 +1044,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
              uvccl_strerror(rc));
     uv_loop_close(&l->loop);
     live_free(l);
+    *status = rc;
     return NULL;
   }
   uv_tcp_init(&l->loop, &l->listener);
@@ -894,6 +1069,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     uv_run(&l->loop, UV_RUN_DEFAULT);
     uv_loop_close(&l->loop);
     live_free(l);
+    *status = rc;
     return NULL;
   }
   *port = ntohs(ss.ss_family == AF_INET6
@@ -911,6 +1087,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     uv_run(&l->loop, UV_RUN_DEFAULT);
     uv_loop_close(&l->loop);
     uvccl__xqueue_close(&l->appq, live_free, l);
+    *status = rc;
     return NULL;
   }
   l->thread_started = 1;

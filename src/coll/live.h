@@ -21,6 +21,7 @@
 #define UVCCL_COLL_LIVE_H
 
 #include "../loop/internal.h"
+#include "../store/auth.h"
 
 #include <sys/socket.h>
 
@@ -67,8 +68,14 @@ typedef struct {
   int rank;
   uvccl__fail_t fail;
   uvccl__notice_t notice;
-  char msg[UVCCL__DETAIL_LEN]; /* LINK_FAILED: why */
+  char msg[UVCCL__DETAIL_LEN]; /* LINK_FAILED: why (fail.err UVCCL_EAUTH:
+                                  the link failed authentication) */
 } uvccl__live_ev_t;
+
+/* An accepted connection (mesh or monitor) must name itself, and prove
+ * the world's secret where there is one, within this; else it is
+ * closed. */
+#define UVCCL__HANDSHAKE_MS 10000
 
 typedef struct uvccl__live_s uvccl__live_t;
 typedef void (*uvccl__live_cb)(void *arg, const uvccl__live_ev_t *ev);
@@ -78,13 +85,15 @@ typedef void (*uvccl__live_cb)(void *arg, const uvccl__live_ev_t *ev);
  * thread. Events are delivered on app_loop through cb(arg, ev).
  * hb_timeout_ms: silence after which a rank is declared failed (0 = no
  * heartbeats: links still carry notices and show deaths). nonce: this
- * rank's listener id (hellos must carry it). NULL on failure (err says
- * why). */
+ * rank's listener id (hellos must carry it). auth (may be NULL): the
+ * world's secret, which every link then proves both ways. NULL on
+ * failure (err says why, *status has the error). */
 uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
+                               const uvccl__auth_key_t *auth,
                                uint64_t hb_timeout_ms, uvccl__live_cb cb,
                                void *arg, int *port, char *err,
-                               size_t errlen);
+                               size_t errlen, int *status);
 /* Connects to rank's monitor (higher ranks dial lower ones), retrying
  * until deadline_ms (uvccl__now_ms clock); nonce is the target's. */
 void uvccl__live_connect(uvccl__live_t *l, int rank,

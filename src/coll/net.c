@@ -267,6 +267,33 @@ void uvccl__net_slice_remove(net_t *net, sop_t *op) {
 
 /* ---- listening and accepting ------------------------------------------------- */
 
+/* Refusals of connections that fail (or never try) authentication, or
+ * never finish their handshake, are logged: up to 10 a second, so that
+ * a flood of them cannot flood the log. */
+static void net_refusal_log(net_t *net, const char *from, const char *why) {
+  uint64_t now = uvccl__now_ms();
+  if (now - net->auth_log_ms >= 1000) {
+    if (net->auth_logged > 10)
+      LOG_WARN("coll", "rank %d: %d more connections refused in the last "
+               "second", net->rank, net->auth_logged - 10);
+    net->auth_log_ms = now;
+    net->auth_logged = 0;
+  }
+  if (++net->auth_logged <= 10)
+    LOG_WARN("coll", "rank %d: refusing the connection from %s: %s",
+             net->rank, from, why);
+}
+
+static void on_handshake_timeout(uv_timer_t *t) {
+  peer_t *p = t->data;
+  char why[64];
+  if (p->rank >= 0 || p->state != PEER_CONNECTING) return;
+  snprintf(why, sizeof(why), "no handshake within %d s",
+           UVCCL__HANDSHAKE_MS / 1000);
+  net_refusal_log(p->net, p->addrstr, why);
+  peer_close(p);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   net_t *net = server->data;
   peer_t *p;
@@ -294,6 +321,9 @@ static void on_connection(uv_stream_t *server, int status) {
   p->state = PEER_CONNECTING;
   p->next_pending = net->pending;
   net->pending = p;
+  /* A connection that has not named itself (and proven the secret, where
+   * there is one) by then is closed: strays never pile up. */
+  uv_timer_start(&p->retry, on_handshake_timeout, UVCCL__HANDSHAKE_MS, 0);
   peer_start_read(p);
 }
 
@@ -321,9 +351,9 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   if (net->size > 1) {
     net->live = uvccl__live_new(net->loop, net->rank, net->size,
                                 (struct sockaddr *)&net->self, net->nonce,
-                                hb_ms, net_on_live, net, &net->live_port, err,
-                                errlen);
-    if (net->live == NULL) return UV_ENOMEM;
+                                &net->auth, hb_ms, net_on_live, net,
+                                &net->live_port, err, errlen, &rc);
+    if (net->live == NULL) return rc;
   }
   return 0;
 }
@@ -378,6 +408,13 @@ static void on_connect(uv_connect_t *req, int status) {
   memset(&h, 0, sizeof(h));
   h.kind = FRAME_HELLO;
   h.len = sizeof(hello);
+  if (net->auth.set) {
+    if (uvccl__auth_random(p->auth_nc, sizeof(p->auth_nc)) != 0) {
+      uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "no random nonce");
+      return;
+    }
+    h.len += UVCCL__AUTH_NONCE; /* the nonce follows the hello */
+  }
   memset(&hello, 0, sizeof(hello));
   hello.magic = UVCCL__HELLO_MAGIC;
   hello.version = UVCCL__WIRE_VERSION;
@@ -388,9 +425,14 @@ static void on_connect(uv_connect_t *req, int status) {
   snprintf(hello.addr, sizeof(hello.addr), "%s", net->selfstr);
   hdr_encode(p->hello_buf, &h);
   memcpy(p->hello_buf + UVCCL__FRAME_HDR, &hello, sizeof(hello));
+  if (net->auth.set) {
+    memcpy(p->hello_buf + UVCCL__FRAME_HDR + sizeof(hello), p->auth_nc,
+           UVCCL__AUTH_NONCE);
+    p->auth_hello = hello;
+  }
   peer_start_read(p);
-  rc = peer_write_ctl(p, &p->hello_req, p->hello_buf, sizeof(p->hello_buf),
-                      NULL);
+  rc = peer_write_ctl(p, &p->hello_req, p->hello_buf,
+                      UVCCL__FRAME_HDR + (size_t)h.len, NULL);
   if (rc != 0) uvccl__net_peer_fail(net, p, rc, "sending hello failed");
 }
 
@@ -740,104 +782,105 @@ static void on_reject_written(uvccl__wreq_t *req, int status) {
 
 static void peer_reject(peer_t *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static void peer_reject(peer_t *p, const char *fmt, ...) {
+/* Sends p->reject as a REJECT frame, then closes (on_reject_written). */
+static void send_reject(peer_t *p) {
   frame_hdr_t h;
-  size_t n;
+  size_t n = strlen(p->reject);
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_REJECT;
+  h.len = n;
+  hdr_encode(p->reject_buf, &h);
+  memcpy(p->reject_buf + UVCCL__FRAME_HDR, p->reject, n);
+  p->state = PEER_CLOSING;
+  if (peer_write_ctl(p, &p->hello_req, p->reject_buf, UVCCL__FRAME_HDR + n,
+                     on_reject_written) != 0)
+    peer_close(p);
+}
+
+static void peer_reject(peer_t *p, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(p->reject, sizeof(p->reject), fmt, ap);
   va_end(ap);
   LOG_WARN("coll", "rank %d: refusing the connection from %s: %s",
            p->net->rank, p->addrstr, p->reject);
-  n = strlen(p->reject);
-  memset(&h, 0, sizeof(h));
-  h.kind = FRAME_REJECT;
-  h.len = n;
-  hdr_encode(p->hello_buf, &h);
-  memcpy(p->hello_buf + UVCCL__FRAME_HDR, p->reject, n);
-  p->state = PEER_CLOSING;
-  if (peer_write_ctl(p, &p->hello_req, p->hello_buf, UVCCL__FRAME_HDR + n,
-                     on_reject_written) != 0)
-    peer_close(p);
+  send_reject(p);
 }
 
 /* A misconfigured world (sizes differ, a rank claimed twice): this rank's
  * creation fails with the same words the other side is sent. */
 static void net_misconfigured(net_t *net, const char *msg) {
   if (net->mesh_cb != NULL)
-    net_creation_failed(net, UV_EINVAL, "process group creation failed: %s",
-                        msg);
+    net_creation_failed(net, strncmp(msg, "authentication failed", 21)
+                                 ? UV_EINVAL : UVCCL_EAUTH,
+                        "process group creation failed: %s", msg);
   else
     LOG_WARN("coll", "rank %d: %s", net->rank, msg);
 }
 
-static void handle_hello(peer_t *p, const frame_hdr_t *h,
-                         const unsigned char *payload) {
+/* What both ends' MACs cover besides the nonces: who dials whom, the
+ * listener it means, the world, the dialer's address. A proof made for
+ * one connection opens no other. */
+static void mesh_purpose(const hello_t *h, char *buf, size_t len) {
+  snprintf(buf, len, "mesh %u>%u %016llx %u %s", h->from, h->to,
+           (unsigned long long)h->to_nonce, h->world, h->addr);
+}
+
+/* The acceptor refuses a connection over authentication: the connector
+ * is told why (a rank holding another secret then fails with these
+ * words), this side logs it, rate-limited, and carries on. */
+static void auth_refuse(peer_t *p, const char *why) {
+  net_refusal_log(p->net, p->addrstr, why);
+  snprintf(p->reject, sizeof(p->reject), "authentication failed: %s", why);
+  send_reject(p);
+}
+
+/* A hello whose sender is known (proven, or no secret in this world):
+ * checked against this rank and world, then the connection is adopted. */
+static void hello_accept(peer_t *p, hello_t *hello) {
   net_t *net = p->net;
-  hello_t hello;
   frame_hdr_t ack;
   char why[256];
 
-  if (h->kind == FRAME_HELLO_ACK && p->outgoing && p->state == PEER_CONNECTING) {
-    peer_up(p);
-    return;
-  }
-  if (h->kind != FRAME_HELLO || p->outgoing || p->rank >= 0 ||
-      h->len != sizeof(hello)) {
-    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "unexpected handshake frame");
-    return;
-  }
-  memcpy(&hello, payload, sizeof(hello));
-  hello.addr[sizeof(hello.addr) - 1] = '\0';
-  if (hello.magic != UVCCL__HELLO_MAGIC) {
-    LOG_WARN("coll", "rank %d: closing a connection from %s: not a uvccl "
-             "peer", net->rank, p->addrstr);
-    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
-    return;
-  }
-  if (hello.version != UVCCL__WIRE_VERSION) {
-    peer_reject(p, "wire version %u, rank %d speaks %d", hello.version,
-                net->rank, UVCCL__WIRE_VERSION);
-    return;
-  }
-  if (hello.to_nonce != net->nonce || hello.to != (uint32_t)net->rank) {
+  if (hello->to_nonce != net->nonce || hello->to != (uint32_t)net->rank) {
     /* Not meant for this process: an address left in a reused store, or a
      * process of another world. Nothing of ours is wrong. */
     peer_reject(p, "stale or foreign connection: rank %d (%s) is not the "
                 "process it dialed (rank %u)", net->rank, net->selfstr,
-                hello.to);
+                hello->to);
     return;
   }
-  if (hello.world != (uint32_t)net->size) {
+  if (hello->world != (uint32_t)net->size) {
     snprintf(why, sizeof(why), "world size mismatch: rank %d (%s) was "
              "started with a world of %d, rank %u (%s) with %u", net->rank,
-             net->selfstr, net->size, hello.from, hello.addr, hello.world);
+             net->selfstr, net->size, hello->from, hello->addr, hello->world);
     peer_reject(p, "%s", why);
     net_misconfigured(net, why);
     return;
   }
-  if (hello.from >= (uint32_t)net->size) {
+  if (hello->from >= (uint32_t)net->size) {
     snprintf(why, sizeof(why), "a process (%s) claims rank %u, outside the "
-             "world of %d", hello.addr, hello.from, net->size);
+             "world of %d", hello->addr, hello->from, net->size);
     peer_reject(p, "%s", why);
     net_misconfigured(net, why);
     return;
   }
-  if ((int)hello.from == net->rank || net->peers[hello.from] != NULL) {
+  if ((int)hello->from == net->rank || net->peers[hello->from] != NULL) {
     snprintf(why, sizeof(why), "two processes claim rank %u: %s and %s",
-             hello.from,
-             (int)hello.from == net->rank ? net->selfstr
-                                          : net->addrs[hello.from],
-             hello.addr);
+             hello->from,
+             (int)hello->from == net->rank ? net->selfstr
+                                           : net->addrs[hello->from],
+             hello->addr);
     peer_reject(p, "%s", why);
     net_misconfigured(net, why);
     return;
   }
   pending_unlink(p);
-  p->rank = (int)hello.from;
+  uv_timer_stop(&p->retry); /* the handshake deadline */
+  p->rank = (int)hello->from;
   net->peers[p->rank] = p;
   snprintf(net->addrs[p->rank], sizeof(net->addrs[p->rank]), "%s",
-           hello.addr);
+           hello->addr);
   memset(&ack, 0, sizeof(ack));
   ack.kind = FRAME_HELLO_ACK;
   hdr_encode(p->hello_buf, &ack);
@@ -847,6 +890,158 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     return;
   }
   peer_up(p);
+}
+
+/* Acceptor, world with a secret: the connector's HELLO carried its nonce;
+ * answer with ours and our MAC, and act on nothing until its PROOF. */
+static void auth_challenge(peer_t *p, const hello_t *hello,
+                           const uint8_t *nc) {
+  frame_hdr_t h;
+  char purpose[160];
+  p->auth_hello = *hello;
+  memcpy(p->auth_nc, nc, UVCCL__AUTH_NONCE);
+  if (uvccl__auth_random(p->auth_ns, sizeof(p->auth_ns)) != 0) {
+    peer_close(p);
+    return;
+  }
+  mesh_purpose(hello, purpose, sizeof(purpose));
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_CHALLENGE;
+  h.len = UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC;
+  hdr_encode(p->auth_buf, &h);
+  memcpy(p->auth_buf + UVCCL__FRAME_HDR, p->auth_ns, UVCCL__AUTH_NONCE);
+  uvccl__auth_mac(&p->net->auth, "server", purpose, p->auth_nc, p->auth_ns,
+                  p->auth_buf + UVCCL__FRAME_HDR + UVCCL__AUTH_NONCE);
+  p->auth_step = 1;
+  if (peer_write_ctl(p, &p->auth_req, p->auth_buf, sizeof(p->auth_buf),
+                     NULL) != 0)
+    peer_close(p);
+}
+
+/* Acceptor: the connector's PROOF. */
+static void auth_proof(peer_t *p, const uint8_t *mac) {
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[160];
+  mesh_purpose(&p->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&p->net->auth, "client", purpose, p->auth_nc, p->auth_ns,
+                  want);
+  if (!uvccl__auth_equal(want, mac, sizeof(want))) {
+    auth_refuse(p, "wrong proof (the connecting process holds another "
+                "secret)");
+    return;
+  }
+  p->auth_step = 2;
+  hello_accept(p, &p->auth_hello);
+}
+
+/* Connector: the acceptor's CHALLENGE. Its MAC proves it holds the
+ * secret; ours goes back. */
+static void auth_answer(peer_t *p, const unsigned char *payload) {
+  net_t *net = p->net;
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[160];
+  frame_hdr_t h;
+  memcpy(p->auth_ns, payload, UVCCL__AUTH_NONCE);
+  mesh_purpose(&p->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&net->auth, "server", purpose, p->auth_nc, p->auth_ns,
+                  want);
+  if (!uvccl__auth_equal(want, payload + UVCCL__AUTH_NONCE, sizeof(want))) {
+    net_creation_failed(net, UVCCL_EAUTH, "process group creation failed: "
+                        "rank %d (%s) failed authentication: it holds "
+                        "another secret (every rank of a world must hold "
+                        "the same UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE)",
+                        p->rank, p->addrstr);
+    uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "failed authentication");
+    return;
+  }
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_PROOF;
+  h.len = UVCCL__AUTH_MAC;
+  hdr_encode(p->auth_buf, &h);
+  uvccl__auth_mac(&net->auth, "client", purpose, p->auth_nc, p->auth_ns,
+                  p->auth_buf + UVCCL__FRAME_HDR);
+  p->auth_step = 2;
+  if (peer_write_ctl(p, &p->auth_req, p->auth_buf,
+                     UVCCL__FRAME_HDR + UVCCL__AUTH_MAC, NULL) != 0)
+    uvccl__net_peer_fail(net, p, UV_EPIPE, "sending the proof failed");
+}
+
+/* The handshake's frames. Without a secret: HELLO, then HELLO_ACK (or
+ * REJECT). With one: HELLO (+ nonce), CHALLENGE, PROOF, HELLO_ACK. */
+static void handle_hello(peer_t *p, const frame_hdr_t *h,
+                         const unsigned char *payload) {
+  net_t *net = p->net;
+  hello_t hello;
+  int offered;
+
+  if (p->outgoing && p->state == PEER_CONNECTING) {
+    if (h->kind == FRAME_CHALLENGE && net->auth.set && p->auth_step == 0 &&
+        h->len == UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC) {
+      auth_answer(p, payload);
+      return;
+    }
+    if (h->kind == FRAME_HELLO_ACK && h->len == 0 &&
+        (!net->auth.set || p->auth_step == 2)) {
+      peer_up(p);
+      return;
+    }
+    if (h->kind == FRAME_HELLO_ACK && net->auth.set) {
+      net_creation_failed(net, UVCCL_EAUTH, "process group creation failed: "
+                          "rank %d (%s) accepted the connection without "
+                          "proving the world's secret", p->rank, p->addrstr);
+      uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "did not authenticate");
+      return;
+    }
+  }
+  if (!p->outgoing && p->rank < 0 && p->auth_step == 1 &&
+      h->kind == FRAME_PROOF && h->len == UVCCL__AUTH_MAC) {
+    auth_proof(p, payload);
+    return;
+  }
+  offered = h->len == sizeof(hello) + UVCCL__AUTH_NONCE;
+  if (h->kind != FRAME_HELLO || p->outgoing || p->rank >= 0 ||
+      p->auth_step != 0 || (h->len != sizeof(hello) && !offered)) {
+    if (net->auth.set && p->rank < 0)
+      auth_refuse(p, "not the handshake (a stray or hostile connection)");
+    else
+      uvccl__net_peer_fail(net, p, UVCCL_EPROTO,
+                           "unexpected handshake frame");
+    return;
+  }
+  memcpy(&hello, payload, sizeof(hello));
+  hello.addr[sizeof(hello.addr) - 1] = '\0';
+  if (hello.magic != UVCCL__HELLO_MAGIC) {
+    if (net->auth.set) {
+      auth_refuse(p, "not a uvccl peer");
+      return;
+    }
+    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
+    return;
+  }
+  if (hello.version != UVCCL__WIRE_VERSION) {
+    peer_reject(p, "wire version %u, rank %d speaks %d", hello.version,
+                net->rank, UVCCL__WIRE_VERSION);
+    return;
+  }
+  if (net->auth.set) {
+    if (!offered) {
+      auth_refuse(p, "no secret offered (this world requires one: "
+                  "UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE)");
+      return;
+    }
+    auth_challenge(p, &hello, payload + sizeof(hello));
+    return;
+  }
+  if (offered) {
+    char why[256];
+    snprintf(why, sizeof(why), "authentication failed: rank %u holds a "
+             "secret, rank %d none (every rank must hold the same "
+             "UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE)", hello.from, net->rank);
+    peer_reject(p, "%s", why);
+    net_misconfigured(net, why);
+    return;
+  }
+  hello_accept(p, &hello);
 }
 
 /* Consumes what the read buffer holds. */
@@ -859,14 +1054,17 @@ static void process_rbuf(peer_t *p) {
     if (p->rstate == RS_HDR) {
       if (avail < UVCCL__FRAME_HDR) break;
       hdr_decode(&h, (unsigned char *)p->rbuf + pos);
-      if (h.kind == FRAME_HELLO || h.kind == FRAME_HELLO_ACK) {
-        if (h.len > sizeof(hello_t)) {
+      if (h.kind == FRAME_HELLO || h.kind == FRAME_HELLO_ACK ||
+          h.kind == FRAME_CHALLENGE || h.kind == FRAME_PROOF) {
+        if (h.len > sizeof(hello_t) + UVCCL__AUTH_NONCE) {
           uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "oversized hello");
           return;
         }
         if (avail < UVCCL__FRAME_HDR + h.len) break;
         pos += UVCCL__FRAME_HDR;
         handle_hello(p, &h, (unsigned char *)p->rbuf + pos);
+        /* A failed handshake may have dropped the buffer's contents. */
+        if (p->state != PEER_UP && p->state != PEER_CONNECTING) return;
         pos += (size_t)h.len;
         continue;
       }
@@ -879,7 +1077,9 @@ static void process_rbuf(peer_t *p) {
         memcpy(p->reject, p->rbuf + pos + UVCCL__FRAME_HDR,
                avail - UVCCL__FRAME_HDR < n ? avail - UVCCL__FRAME_HDR : n);
         p->reject[n] = '\0';
-        net_creation_failed(p->net, UV_EINVAL,
+        net_creation_failed(p->net,
+                            strncmp(p->reject, "authentication failed", 21)
+                                ? UV_EINVAL : UVCCL_EAUTH,
                             "process group creation failed: rank %d (%s) "
                             "%s: %s", p->rank, p->addrstr,
                             p->state == PEER_UP ? "gave up"
@@ -1237,9 +1437,11 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   p->err = err;
   if (r < 0) {
     /* An unnamed incoming connection: nobody depends on it. */
-    if (err == UVCCL_EPROTO)
-      LOG_WARN("coll", "rank %d: closing a connection from %s: not a uvccl "
-               "peer (%s)", net->rank, p->addrstr, why);
+    if (err == UVCCL_EPROTO) {
+      char m[160];
+      snprintf(m, sizeof(m), "not a uvccl peer (%s)", why);
+      net_refusal_log(net, p->addrstr, m);
+    }
     peer_close(p);
     return;
   }
@@ -1428,8 +1630,9 @@ static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
     net_check_ready(net);
     return;
   case UVCCL__LIVE_LINK_FAILED:
-    net_creation_failed(net, UVCCL_EPEER, "process group creation failed: %s",
-                        ev->msg);
+    net_creation_failed(net, ev->fail.err == UVCCL_EAUTH ? UVCCL_EAUTH
+                                                         : UVCCL_EPEER,
+                        "process group creation failed: %s", ev->msg);
     return;
   case UVCCL__LIVE_DEAD:
     if (!net->closing) net_apply_dead(net, &ev->fail);

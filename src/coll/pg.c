@@ -402,6 +402,19 @@ static void on_published(uvccl_work_t *w, int status) {
   boot_maybe_barrier(b);
 }
 
+/* The secret the mesh's connections prove: the options', else the one the
+ * store client authenticates with, else the environment's (auth.h). */
+static int mesh_secret(uvccl_store_t *store, const uvccl_pg_options_t *o,
+                       uvccl__auth_key_t *k, char *err, size_t errlen) {
+  memset(k, 0, sizeof(*k));
+  if (o->auth_none) return 0;
+  if (o->auth_token == NULL && o->auth_file == NULL &&
+      uvccl__store_auth_key(store, k))
+    return 0;
+  return uvccl__auth_key_from_opts(k, o->auth_token, o->auth_file, 0, err,
+                                   errlen);
+}
+
 static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
                        const uvccl_pg_options_t *o, uvccl_work_t *w,
                        uvccl_work_cb cb, group_t **out) {
@@ -431,6 +444,13 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net = uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
+  rc = mesh_secret(store, o, &net->auth, err, sizeof(err));
+  if (rc != 0) {
+    LOG_ERROR("coll", "rank %d: the world's secret: %s", o->rank, err);
+    net->refs = 1;
+    uvccl__net_release(net, NULL, NULL);
+    return rc;
+  }
   net->up = &uvccl__sched_upcalls;
   uvccl__shrink_attach(net);
   g = uvccl__group_new(net, o->rank, o->size);

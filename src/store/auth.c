@@ -114,10 +114,10 @@ int uvccl__auth_random(void *buf, size_t n) {
 void uvccl__auth_mac(const uvccl__auth_key_t *k, const char *role,
                      const char *purpose, const uint8_t *nc,
                      const uint8_t *ns, uint8_t *out) {
-  unsigned char msg[128 + 2 * UVCCL__AUTH_NONCE];
+  unsigned char msg[256 + 2 * UVCCL__AUTH_NONCE];
   unsigned int outlen = 0;
-  int n = snprintf((char *)msg, 128, "uvccl-auth-1 %s %s", role, purpose);
-  if (n < 0 || n >= 128) n = 127;
+  int n = snprintf((char *)msg, 256, "uvccl-auth-1 %s %s", role, purpose);
+  if (n < 0 || n >= 256) n = 255; /* both ends cut alike */
   memcpy(msg + n, nc, UVCCL__AUTH_NONCE);
   memcpy(msg + n + UVCCL__AUTH_NONCE, ns, UVCCL__AUTH_NONCE);
   HMAC(EVP_sha256(), k->key, sizeof(k->key), msg,

@@ -1,7 +1,8 @@
 /* Mutual authentication of connections by a shared secret (no I/O: the
- * store's server and client, and later the mesh, drive it; fuzzed).
+ * store's server and client, the mesh (coll/net.c) and the liveness links
+ * (coll/live.c) drive it; fuzzed).
  *
- * The exchange, before anything else on a connection:
+ * The store's exchange, before anything else on a connection:
  *   client -> server  HELLO     "UVCCLAU1" | Nc (32 random bytes)
  *   server -> client  CHALLENGE "UVCCLAU1" | Ns (32) | HMAC(K, "uvccl-auth-1
  *                               server " purpose | Nc | Ns)
@@ -11,8 +12,12 @@
  * (OpenSSL's libcrypto). Each side checks the other's MAC over both fresh
  * nonces (constant-time), so the secret never crosses the wire, a
  * recorded exchange replays nowhere (the other side's nonce is new), and
- * the purpose ("store", "mesh", ...) keeps one kind of connection's proof
- * from opening another. */
+ * the purpose ("store", "mesh ...", "live ...") keeps one kind of
+ * connection's proof from opening another. The mesh and the liveness
+ * links carry the same three messages inside their own frames (the
+ * nonce after the hello, then CHALLENGE and PROOF frames), their purpose
+ * naming who dials whom, the listener's id and the world size. The MAC's
+ * message is cut at 256 bytes of role and purpose (alike on both ends). */
 #ifndef UVCCL_STORE_AUTH_H
 #define UVCCL_STORE_AUTH_H
 

@@ -1156,6 +1156,16 @@ const char *uvccl__store_describe(const uvccl_store_t *s) {
 }
 
 /* The server host of a TCP store (through prefix stores), or NULL. */
+int uvccl__store_auth_key(const uvccl_store_t *s, uvccl__auth_key_t *k) {
+  while (s != NULL && s->type == UVCCL_STORE_PREFIX)
+    s = uvccl__prefix_store_base(s);
+  if (s == NULL || s->type != UVCCL_STORE_TCP || s->impl_ == NULL ||
+      !((const client_t *)s->impl_)->auth.set)
+    return 0;
+  *k = ((const client_t *)s->impl_)->auth;
+  return 1;
+}
+
 const char *uvccl__store_host(const uvccl_store_t *s) {
   while (s != NULL && s->type == UVCCL_STORE_PREFIX)
     s = uvccl__prefix_store_base(s);

@@ -3,6 +3,7 @@
 #define UVCCL_STORE_INTERNAL_H
 
 #include "../loop/internal.h"
+#include "auth.h"
 
 /* Operations, numbered as the newer PyTorch dialect numbers them. */
 typedef enum {
@@ -77,6 +78,9 @@ int uvccl__work_set_nth(uvccl_work_t *work, size_t i, const void *p,
 
 /* For the process groups: where a store lives. */
 const char *uvccl__store_host(const uvccl_store_t *s);
+/* The secret a TCP store client (under any prefixes) authenticates with:
+ * 1 and *k (a uvccl__auth_key_t), or 0 when it has none. */
+int uvccl__store_auth_key(const uvccl_store_t *s, uvccl__auth_key_t *k);
 const char *uvccl__store_describe(const uvccl_store_t *s);
 const uvccl_store_t *uvccl__prefix_store_base(const uvccl_store_t *s);
 
