@@ -27,7 +27,7 @@ CFLAGS_ALL  = -std=gnu11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wshadow \
 	      -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc \
 	      $(UV_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
-LIBS_ALL    = $(UV_LIBS) -lcrypto -pthread -ldl -lm
+LIBS_ALL    = $(UV_LIBS) -lssl -lcrypto -pthread -ldl -lm
 
 ifeq ($(V),1)
 Q =
@@ -53,7 +53,7 @@ endif
 CUDA_STAMP := $(BUILD)/cuda-mode
 $(shell mkdir -p $(BUILD) && (echo '$(CUDA_MODE)' | cmp -s - $(CUDA_STAMP) || echo '$(CUDA_MODE)' > $(CUDA_STAMP)))
 
-LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/diag/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
+LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/tls/*.c src/diag/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
@@ -94,7 +94,8 @@ GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # load generator (bench/store/run.sh) and the authentication cost at
 # connect (bench/auth/run.sh).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
-		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench
+		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
+		 $(BUILD)/bench/uvccl-tls-store-bench
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -126,7 +127,7 @@ $(TORCH_EXT): python/uvccl_torch/csrc/process_group.cpp include/uvccl.h $(STATIC
 	$(Q)$(CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter \
 	  -Iinclude -I$(TORCH_PYINC) -I/usr/include/torch/csrc/api/include \
 	  $(UV_CFLAGS) -o $@ $< $(STATIC) $(UV_LIBS) -ltorch -ltorch_cpu -lc10 \
-	  -ltorch_python -lcrypto -pthread -ldl -lm
+	  -ltorch_python -lssl -lcrypto -pthread -ldl -lm
 endif
 
 # deps is order-only: with make -j on a fresh machine nothing compiles
@@ -193,6 +194,11 @@ $(BUILD)/bench/uvccl-store-bench: bench/store/store_bench.c $(STATIC) $(HEADERS)
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
 $(BUILD)/bench/uvccl-auth-bench: bench/auth/connect_bench.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+$(BUILD)/bench/uvccl-tls-store-bench: bench/tls/store_ops.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)

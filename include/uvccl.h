@@ -378,6 +378,14 @@ typedef struct {
   const char *auth_token;
   const char *auth_file;
   int auth_none;
+  /* TLS, as the server's options say (this client's certificate, its key,
+   * the CA the server's must verify against; else $UVCCL_TLS_*;
+   * tls_none = 1: none). A server whose certificate does not verify, or
+   * that refuses this client's, fails the operations with UVCCL_EAUTH. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_ca;
+  int tls_none;
 } uvccl_tcp_store_options_t;
 
 /* A client of a TCPStore server (ours or PyTorch's). It connects lazily on
@@ -423,6 +431,16 @@ typedef struct {
   const char *auth_token;
   const char *auth_file;
   int auth_none;
+  /* TLS (OpenSSL, 1.2 or later): the server's certificate (PEM, chain
+   * after it), its key, and the CA that clients' certificates must verify
+   * against (every client presents one: mutual TLS). All three, else
+   * $UVCCL_TLS_CERT, $UVCCL_TLS_KEY, $UVCCL_TLS_CA; tls_none = 1: no TLS.
+   * A client that does not complete the handshake is closed, logged
+   * (rate-limited). PyTorch's clients do not speak TLS. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_ca;
+  int tls_none;
 } uvccl_store_server_options_t;
 
 struct uvccl_store_server_s {
@@ -644,6 +662,18 @@ typedef struct {
   const char *auth_token;
   const char *auth_file;
   int auth_none;
+  /* TLS for every mesh connection and liveness link (OpenSSL; 1.2 or
+   * later): this rank's certificate (PEM, its chain after it), its key,
+   * and the CA that every peer's certificate must verify against (both
+   * ends present one: mutual TLS; no host name check). All three, else
+   * $UVCCL_TLS_CERT, $UVCCL_TLS_KEY, $UVCCL_TLS_CA; tls_none = 1: no TLS.
+   * A peer whose certificate does not verify fails creation with
+   * UVCCL_EAUTH. Where the kernel does TLS (kTLS) the data path stays
+   * zero-copy; else a relay thread encrypts. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_ca;
+  int tls_none;
 } uvccl_pg_options_t;
 
 #define UVCCL_BACKEND_TCP 0

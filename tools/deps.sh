@@ -22,6 +22,8 @@ command -v clang >/dev/null 2>&1 || need="$need clang"
 # include OpenSSL's), and wrk for its load tests and benchmark.
 [ -f /usr/include/h2o.h ] || need="$need libh2o-dev"
 [ -f /usr/include/openssl/ssl.h ] || need="$need libssl-dev"
+# The openssl command makes the TLS tests' and benchmark's certificates.
+command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need="$need libclang-rt-14-dev"

@@ -59,6 +59,11 @@ static const char usage_text[] =
 "                      readable by its owner only); default: the secret in\n"
 "                      $UVCCL_AUTH_TOKEN or the file $UVCCL_AUTH_FILE, if\n"
 "                      any; --no-auth: none (open to anyone, as PyTorch's)\n"
+"  --tls-cert F --tls-key F --tls-ca F\n"
+"                      TLS: the server's certificate and key, and the CA\n"
+"                      clients' certificates must verify against (default:\n"
+"                      $UVCCL_TLS_CERT, $UVCCL_TLS_KEY, $UVCCL_TLS_CA, if\n"
+"                      set); --no-tls: none\n"
 "  --quiet             library log at error level only, no shutdown notice\n"
 "  --print-cpu         print the process CPU time to stderr at exit\n"
 "  Prints \"listening on HOST:PORT\" to stdout once bound. SIGINT/SIGTERM\n"
@@ -72,6 +77,9 @@ static const char usage_text[] =
 "  --auth-file F       prove to the server that we hold the secret in F\n"
 "                      (default: $UVCCL_AUTH_TOKEN, $UVCCL_AUTH_FILE);\n"
 "                      --no-auth: prove nothing\n"
+"  --tls-cert F --tls-key F --tls-ca F, --no-tls\n"
+"                      TLS, as the server's (the CA the server's\n"
+"                      certificate must verify against)\n"
 "  --timeout MS        store timeout, also for connecting (default 30000)\n"
 "  --raw               print values as exact bytes, without a newline\n"
 "  --block             queue-pop waits for an item (up to the timeout)\n"
@@ -260,6 +268,14 @@ static int cmd_serve(int argc, char **argv)
       o.auth_file = v;
     else if (strcmp(argv[i], "--no-auth") == 0)
       o.auth_none = 1;
+    else if (opt_value(argc, argv, &i, "--tls-cert", &v))
+      o.tls_cert = v;
+    else if (opt_value(argc, argv, &i, "--tls-key", &v))
+      o.tls_key = v;
+    else if (opt_value(argc, argv, &i, "--tls-ca", &v))
+      o.tls_ca = v;
+    else if (strcmp(argv[i], "--no-tls") == 0)
+      o.tls_none = 1;
     else if (opt_value(argc, argv, &i, "--port", &v))
       o.port = (int) arg_int("port", v, 0, 65535);
     else if (opt_value(argc, argv, &i, "--listen-fd", &v))
@@ -582,6 +598,14 @@ static int cmd_client(int argc, char **argv)
         o.auth_file = v;
       else if (strcmp(a, "--no-auth") == 0)
         o.auth_none = 1;
+      else if (opt_value(argc, argv, &i, "--tls-cert", &v))
+        o.tls_cert = v;
+      else if (opt_value(argc, argv, &i, "--tls-key", &v))
+        o.tls_key = v;
+      else if (opt_value(argc, argv, &i, "--tls-ca", &v))
+        o.tls_ca = v;
+      else if (strcmp(a, "--no-tls") == 0)
+        o.tls_none = 1;
       else if (opt_value(argc, argv, &i, "--timeout", &v))
         o.timeout_ms = (uint64_t) arg_int("timeout", v, 1, INT64_MAX);
       else

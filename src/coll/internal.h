@@ -20,6 +20,7 @@
 #include "../diag/flight.h"
 #include "../diag/fingerprint.h"
 #include "../diag/trace_watch.h"
+#include "../tls/tls.h"
 
 #include <string.h>
 
@@ -258,6 +259,7 @@ struct peer_s {
   /* Authentication (worlds with a secret): the step reached (0 none yet,
    * 1 challenge sent or proof sent, 2 proven), both nonces, and the hello
    * the acceptor acts on once it is proven. */
+  uvccl__tls_hs_t *tls_hs; /* TLS: the connect and handshake under way */
   int auth_step;
   uint8_t auth_nc[UVCCL__AUTH_NONCE], auth_ns[UVCCL__AUTH_NONCE];
   hello_t auth_hello;
@@ -287,6 +289,8 @@ struct net_s {
   char selfstr[64];
   uint64_t nonce;
   uvccl__auth_key_t auth; /* the world's secret: connections prove it */
+  uvccl__tls_ctx_t *tls;  /* TLS for every connection, or NULL */
+  struct tls_accept_s *tls_accepts; /* server handshakes under way */
   uint64_t auth_log_ms;  /* rate limit of refusals' log lines */
   int auth_logged;
   peer_t **peers;        /* by world rank; NULL for self */

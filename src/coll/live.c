@@ -79,6 +79,7 @@ typedef struct link_s {
   int timer_open;
   struct sockaddr_storage addr;
   uint64_t nonce;          /* outgoing: the target's */
+  uvccl__tls_hs_t *tls_hs; /* TLS: the connect and handshake under way */
   int auth_step;           /* 1 challenge or proof sent, 2 proven */
   lf_hdr_t auth_hdr;       /* the hello, acted on once proven */
   wire_hello_t auth_hello;
@@ -113,6 +114,8 @@ struct uvccl__live_s {
   int rank, size;
   uint64_t nonce;
   uvccl__auth_key_t auth;  /* the world's secret, when it has one */
+  uvccl__tls_ctx_t *tls;   /* TLS for every link, or NULL */
+  struct live_tls_accept_s *tls_accepts; /* server handshakes under way */
   uint64_t refusal_log_ms; /* rate limit of refusals' log lines */
   int refusals_logged;
   uint64_t hb_ms, period_ms, grace_ms;
@@ -706,6 +709,8 @@ static void connect_retry(link_t *k) {
     if (k->tcp_open) {
       k->tcp_open = 0;
       uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
+    } else {
+      uv_timer_start(&k->timer, on_retry, k->backoff, 0); /* TLS */
     }
     return;
   }
@@ -714,10 +719,49 @@ static void connect_retry(link_t *k) {
               "the monitor of that rank refused the link until the deadline");
 }
 
+static void link_connected(link_t *k);
+
+/* TLS: the connect and the handshake are done (or failed). */
+static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
+  link_t *k = arg;
+  uvccl__live_t *l = k->l;
+  k->tls_hs = NULL;
+  if (l->closing || k->state != LK_CONNECTING) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  if (status == UVCCL_EAUTH || (status < 0 && uvccl__now_ms() >= k->deadline)) {
+    uvccl__live_ev_t ev;
+    link_close(k);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = UVCCL__LIVE_LINK_FAILED;
+    ev.rank = k->rank;
+    ev.fail.err = status == UVCCL_EAUTH ? UVCCL_EAUTH : 0;
+    snprintf(ev.msg, sizeof(ev.msg), "the monitor of rank %d: %s", k->rank,
+             msg);
+    post_ev(l, &ev);
+    return;
+  }
+  if (status < 0) {
+    connect_retry(k);
+    return;
+  }
+  uv_tcp_init(&l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  if (uv_tcp_open(&k->tcp, fd) != 0) {
+    close(fd);
+    link_close(k);
+    post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank,
+                "adopting the TLS connection failed");
+    return;
+  }
+  link_connected(k);
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   link_t *k = req->data;
   uvccl__live_t *l = k->l;
-  wire_hello_t hw;
   if (l->closing || k->state != LK_CONNECTING) return;
   if (status == 0 && uvccl__tcp_is_self(&k->tcp)) status = UV_ECONNREFUSED;
   if (status < 0) {
@@ -734,6 +778,13 @@ static void on_connect(uv_connect_t *req, int status) {
     }
     return;
   }
+  link_connected(k);
+}
+
+/* The connection is made: hello. */
+static void link_connected(link_t *k) {
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
   uv_tcp_nodelay(&k->tcp, 1);
   {
     uv_os_fd_t fd;
@@ -768,6 +819,19 @@ static void on_connect(uv_connect_t *req, int status) {
 
 static void connect_start(link_t *k) {
   int rc;
+  if (k->l->tls != NULL) {
+    rc = uvccl__tls_connect(k->l->tls, &k->l->loop,
+                            (struct sockaddr *)&k->addr, k->l->hb_ms, 1,
+                            on_tls_connected, k, &k->tls_hs);
+    if (rc != 0) {
+      char msg[UVCCL__DETAIL_LEN];
+      snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+               k->rank, uvccl_strerror(rc));
+      link_close(k);
+      post_simple(k->l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+    }
+    return;
+  }
   uv_tcp_init(&k->l->loop, &k->tcp);
   k->tcp.data = k;
   k->tcp_open = 1;
@@ -790,24 +854,91 @@ static void on_handshake_timeout(uv_timer_t *t) {
   link_close(k);
 }
 
+/* TLS: the server's handshake runs before the link exists. */
+typedef struct live_tls_accept_s {
+  uvccl__live_t *l;
+  uvccl__tls_hs_t *hs;
+  struct live_tls_accept_s *next;
+} live_tls_accept_t;
+
+static void link_adopt(uvccl__live_t *l, int fd);
+
+static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
+  live_tls_accept_t *a = arg, **pp;
+  uvccl__live_t *l = a->l;
+  for (pp = &l->tls_accepts; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+  uvccl__free(a);
+  if (status != 0) {
+    refusal_log(l, msg);
+    return;
+  }
+  if (l->closing) {
+    close(fd);
+    return;
+  }
+  link_adopt(l, fd);
+}
+
+static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
+
+static void tls_accept(uvccl__live_t *l, uv_stream_t *server) {
+  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
+  live_tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
+  int fd = -1, err = 0;
+  if (tmp == NULL || a == NULL) {
+    uvccl__free(tmp);
+    uvccl__free(a);
+    return;
+  }
+  uv_tcp_init(&l->loop, tmp);
+  if (uv_accept(server, (uv_stream_t *)tmp) == 0)
+    fd = uvccl__tls_take_fd(tmp, &err);
+  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  a->l = l;
+  if (fd < 0 || uvccl__tls_accept(l->tls, &l->loop, fd, l->hb_ms, 1,
+                                  on_tls_accepted, a, &a->hs) != 0) {
+    uvccl__free(a);
+    return;
+  }
+  a->next = l->tls_accepts;
+  l->tls_accepts = a;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   uvccl__live_t *l = server->data;
-  link_t *k;
   if (status < 0 || l->closing) return;
+  if (l->tls != NULL) tls_accept(l, server);
+  else link_adopt(l, -1);
+}
+
+/* A new incoming link: accepted from the listener (fd -1), or the
+ * plaintext descriptor of one TLS secured. */
+static void link_adopt(uvccl__live_t *l, int fd) {
+  link_t *k;
   k = link_new(l, -1);
-  if (k == NULL) return;
+  if (k == NULL) {
+    if (fd >= 0) close(fd);
+    return;
+  }
   uv_tcp_init(&l->loop, &k->tcp);
   k->tcp.data = k;
   k->tcp_open = 1;
-  if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
+  if (fd >= 0 ? uv_tcp_open(&k->tcp, fd) != 0
+              : uv_accept((uv_stream_t *)&l->listener,
+                          (uv_stream_t *)&k->tcp) != 0) {
+    if (fd >= 0) close(fd);
     link_close(k);
     return;
   }
   uv_tcp_nodelay(&k->tcp, 1);
   k->state = LK_CONNECTING;
   {
-    uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0) link_set_fd(k, fd);
+    uv_os_fd_t sfd;
+    if (uv_fileno((uv_handle_t *)&k->tcp, &sfd) == 0) link_set_fd(k, sfd);
   }
   /* One that has not named itself (and proven the secret) by then goes. */
   uv_timer_start(&k->timer, on_handshake_timeout, UVCCL__HANDSHAKE_MS, 0);
@@ -948,6 +1079,17 @@ static void close_all(uvccl__live_t *l, int bye) {
   l->closing = 1;
   uv_close((uv_handle_t *)&l->tick, NULL);
   uv_close((uv_handle_t *)&l->listener, NULL);
+  while (l->tls_accepts != NULL) {
+    live_tls_accept_t *a = l->tls_accepts;
+    l->tls_accepts = a->next;
+    uvccl__tls_cancel(a->hs);
+    uvccl__free(a);
+  }
+  for (k = l->all; k != NULL; k = k->next)
+    if (k->tls_hs != NULL) {
+      uvccl__tls_cancel(k->tls_hs);
+      k->tls_hs = NULL;
+    }
   for (k = l->all; k != NULL; k = k->next) {
     if (k->state == LK_UP && bye && k->tcp_open) {
       uv_os_fd_t fd;
@@ -995,6 +1137,7 @@ static void live_free(void *arg) {
     uvccl__free(k);
   }
   uv_mutex_destroy(&l->lock);
+  uvccl__tls_ctx_unref(l->tls);
   uvccl__free(l->links);
   uvccl__free(l->dead);
   uvccl__free(l);
@@ -1003,6 +1146,7 @@ static void live_free(void *arg) {
 uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
                                const uvccl__auth_key_t *auth,
+                               uvccl__tls_ctx_t *tls,
                                uint64_t hb_timeout_ms, uvccl__live_cb cb,
                                void *arg, int *port, char *err,
                                size_t errlen, int *status) {
@@ -1021,6 +1165,10 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   l->size = size;
   l->nonce = nonce;
   if (auth != NULL) l->auth = *auth;
+  if (tls != NULL) {
+    uvccl__tls_ctx_ref(tls);
+    l->tls = tls;
+  }
   l->hb_ms = hb_timeout_ms;
   l->period_ms = hb_timeout_ms ? hb_timeout_ms / 10 : 1000;
   if (l->period_ms < 20) l->period_ms = 20;

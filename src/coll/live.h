@@ -22,6 +22,7 @@
 
 #include "../loop/internal.h"
 #include "../store/auth.h"
+#include "../tls/tls.h"
 
 #include <sys/socket.h>
 
@@ -86,11 +87,13 @@ typedef void (*uvccl__live_cb)(void *arg, const uvccl__live_ev_t *ev);
  * hb_timeout_ms: silence after which a rank is declared failed (0 = no
  * heartbeats: links still carry notices and show deaths). nonce: this
  * rank's listener id (hellos must carry it). auth (may be NULL): the
- * world's secret, which every link then proves both ways. NULL on
+ * world's secret, which every link then proves both ways; tls (may be
+ * NULL; referenced): TLS for every link. NULL on
  * failure (err says why, *status has the error). */
 uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
                                const uvccl__auth_key_t *auth,
+                               uvccl__tls_ctx_t *tls,
                                uint64_t hb_timeout_ms, uvccl__live_cb cb,
                                void *arg, int *port, char *err,
                                size_t errlen, int *status);

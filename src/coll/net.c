@@ -28,6 +28,8 @@
 
 static void peer_start_read(peer_t *p);
 static void peer_close(peer_t *p);
+static void net_creation_failed(net_t *net, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Takes an unnamed incoming connection off the net's list (it is adopted
  * as a rank, or closed). */
@@ -294,25 +296,112 @@ static void on_handshake_timeout(uv_timer_t *t) {
   peer_close(p);
 }
 
+/* ---- TLS (tls.h): the server's handshake runs before the connection is
+ * a pending peer; its plaintext descriptor is then adopted as if
+ * accepted. */
+typedef struct tls_accept_s {
+  net_t *net;
+  uvccl__tls_hs_t *hs;
+  char from[64];
+  struct tls_accept_s *next;
+} tls_accept_t;
+
+static void peer_adopt(net_t *net, int fd, const char *from);
+
+static void tls_accept_unlink(tls_accept_t *a) {
+  tls_accept_t **pp;
+  for (pp = &a->net->tls_accepts; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+}
+
+static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
+  tls_accept_t *a = arg;
+  net_t *net = a->net;
+  tls_accept_unlink(a);
+  if (status != 0) net_refusal_log(net, a->from, msg);
+  else peer_adopt(net, fd, a->from);
+  uvccl__free(a);
+}
+
+static void tls_accepts_cancel(net_t *net) {
+  while (net->tls_accepts != NULL) {
+    tls_accept_t *a = net->tls_accepts;
+    net->tls_accepts = a->next;
+    uvccl__tls_cancel(a->hs);
+    uvccl__free(a);
+  }
+}
+
+static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
+
+static void tls_accept(net_t *net, uv_stream_t *server) {
+  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
+  tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
+  int fd = -1, err = UV_ENOMEM;
+  if (tmp == NULL || a == NULL) {
+    uvccl__free(tmp);
+    uvccl__free(a);
+    return;
+  }
+  uv_tcp_init(net->loop, tmp);
+  if (uv_accept(server, (uv_stream_t *)tmp) == 0) {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0)
+      addr_fmt((struct sockaddr *)&ss, a->from, sizeof(a->from));
+    fd = uvccl__tls_take_fd(tmp, &err);
+  }
+  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  a->net = net;
+  if (fd < 0 || uvccl__tls_accept(net->tls, net->loop, fd, net->hb_ms, 0,
+                                  on_tls_accepted, a, &a->hs) != 0) {
+    uvccl__free(a);
+    return;
+  }
+  a->next = net->tls_accepts;
+  net->tls_accepts = a;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   net_t *net = server->data;
-  peer_t *p;
   if (status < 0) {
     LOG_WARN("coll", "accept failed: %s", uvccl_strerror(status));
     return;
   }
+  if (net->tls != NULL) {
+    tls_accept(net, server);
+    return;
+  }
+  peer_adopt(net, -1, NULL);
+}
+
+/* A new incoming connection: accepted from the listener (fd -1), or the
+ * plaintext descriptor of one TLS secured. */
+static void peer_adopt(net_t *net, int fd, const char *from) {
+  peer_t *p;
   p = peer_new(net, -1);
-  if (p == NULL) return;
+  if (p == NULL) {
+    if (fd >= 0) close(fd);
+    return;
+  }
   uv_tcp_init(net->loop, &p->tcp);
   p->tcp.data = p;
   p->tcp_open = 1;
-  if (uv_accept(server, (uv_stream_t *)&p->tcp) != 0) {
+  if (fd >= 0 ? uv_tcp_open(&p->tcp, fd) != 0
+              : uv_accept((uv_stream_t *)&net->listener,
+                          (uv_stream_t *)&p->tcp) != 0) {
+    if (fd >= 0) close(fd);
     peer_close(p);
     return;
   }
   uv_tcp_nodelay(&p->tcp, 1);
   peer_wq_open(p);
-  {
+  if (from != NULL) {
+    snprintf(p->addrstr, sizeof(p->addrstr), "%s", from);
+  } else {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     if (uv_tcp_getpeername(&p->tcp, (struct sockaddr *)&ss, &len) == 0)
@@ -351,7 +440,8 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   if (net->size > 1) {
     net->live = uvccl__live_new(net->loop, net->rank, net->size,
                                 (struct sockaddr *)&net->self, net->nonce,
-                                &net->auth, hb_ms, net_on_live, net,
+                                &net->auth, net->tls, hb_ms, net_on_live,
+                                net,
                                 &net->live_port, err, errlen, &rc);
     if (net->live == NULL) return rc;
   }
@@ -380,12 +470,11 @@ static void on_retry_closed(uv_handle_t *h) {
     uv_timer_start(&p->retry, on_retry_timer, p->backoff_ms, 0);
 }
 
+static void peer_connected(peer_t *p);
+
 static void on_connect(uv_connect_t *req, int status) {
   peer_t *p = req->data;
   net_t *net = p->net;
-  frame_hdr_t h;
-  hello_t hello;
-  int rc;
 
   if (net->closing || p->state != PEER_CONNECTING) return;
   if (status == 0 && uvccl__tcp_is_self(&p->tcp)) status = UV_ECONNREFUSED;
@@ -403,6 +492,53 @@ static void on_connect(uv_connect_t *req, int status) {
     uvccl__net_peer_fail(net, p, status, "connect failed");
     return;
   }
+  peer_connected(p);
+}
+
+/* TLS: the connect and the handshake are done (or failed). */
+static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
+  peer_t *p = arg;
+  net_t *net = p->net;
+  p->tls_hs = NULL;
+  if (net->closing || p->state != PEER_CONNECTING) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  if (status == UVCCL_EAUTH) {
+    net_creation_failed(net, UVCCL_EAUTH, "process group creation failed: "
+                        "rank %d (%s): %s", p->rank, p->addrstr, msg);
+    uvccl__net_peer_fail(net, p, UVCCL_EAUTH, msg);
+    return;
+  }
+  if (status < 0) {
+    if (uvccl__now_ms() < p->retry.timeout) {
+      p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 10;
+      if (p->backoff_ms > 1000) p->backoff_ms = 1000;
+      uv_timer_start(&p->retry, on_retry_timer, p->backoff_ms, 0);
+      return;
+    }
+    uvccl__net_peer_fail(net, p, status, msg);
+    return;
+  }
+  uv_tcp_init(net->loop, &p->tcp);
+  p->tcp.data = p;
+  if (uv_tcp_open(&p->tcp, fd) != 0) {
+    close(fd);
+    p->tcp_open = 1;
+    uvccl__net_peer_fail(net, p, UV_EIO, "adopting the TLS connection");
+    return;
+  }
+  p->tcp_open = 1;
+  peer_connected(p);
+}
+
+/* The connection is made: hello. */
+static void peer_connected(peer_t *p) {
+  net_t *net = p->net;
+  frame_hdr_t h;
+  hello_t hello;
+  int rc;
+
   uv_tcp_nodelay(&p->tcp, 1);
   peer_wq_open(p);
   memset(&h, 0, sizeof(h));
@@ -438,6 +574,13 @@ static void on_connect(uv_connect_t *req, int status) {
 
 static void connect_start(peer_t *p) {
   int rc;
+  if (p->net->tls != NULL) {
+    rc = uvccl__tls_connect(p->net->tls, p->net->loop,
+                            (struct sockaddr *)&p->addr, p->net->hb_ms, 0,
+                            on_tls_connected, p, &p->tls_hs);
+    if (rc != 0) uvccl__net_peer_fail(p->net, p, rc, "connect failed");
+    return;
+  }
   uv_tcp_init(p->net->loop, &p->tcp);
   p->tcp.data = p;
   p->tcp_open = 1;
@@ -1174,6 +1317,23 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
       return;
     }
     if (p->state == PEER_DEAD) return;
+    if (net->tls != NULL) {
+      /* The TLS session may say why (a refused certificate arrives as an
+       * alert after a TLS 1.3 client's handshake). */
+      char why[200];
+      uv_os_fd_t fd;
+      if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0 &&
+          uvccl__tls_conn_error(fd, why, sizeof(why))) {
+        int refused = strstr(why, "alert") != NULL;
+        if (refused && p->state == PEER_CONNECTING)
+          net_creation_failed(net, UVCCL_EAUTH, "process group creation "
+                              "failed: rank %d (%s) refused this rank's TLS "
+                              "certificate: %s", p->rank, p->addrstr, why);
+        uvccl__net_peer_fail(net, p, refused ? UVCCL_EAUTH : UVCCL_EPEER,
+                             why);
+        return;
+      }
+    }
     uvccl__net_peer_fail(net, p, n == UV_EOF ? UVCCL_EPEER : (int)n,
                          n == UV_EOF ? "closed the connection"
                                      : "connection failed");
@@ -1432,6 +1592,10 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   char detail[UVCCL__DETAIL_LEN];
 
   if (p->state == PEER_DEAD || p->state == PEER_CLOSING) return;
+  if (p->tls_hs != NULL) {
+    uvccl__tls_cancel(p->tls_hs);
+    p->tls_hs = NULL;
+  }
   if (was_up) net->nup--;
   p->state = PEER_DEAD;
   p->err = err;
@@ -1765,6 +1929,7 @@ static void net_free(net_t *net) {
   uvccl__free(net->fails);
   uvccl__free(net->failed);
   if (net->agrees_free != NULL) net->agrees_free(net);
+  uvccl__tls_ctx_unref(net->tls);
   uvccl__free(net);
 }
 
@@ -1968,6 +2133,13 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
     peer_close(p);
   }
   net->pending = NULL;
+  tls_accepts_cancel(net);
   for (r = 0; r < net->size; r++)
-    if (net->peers[r] != NULL) peer_teardown(net->peers[r]);
+    if (net->peers[r] != NULL) {
+      if (net->peers[r]->tls_hs != NULL) {
+        uvccl__tls_cancel(net->peers[r]->tls_hs);
+        net->peers[r]->tls_hs = NULL;
+      }
+      peer_teardown(net->peers[r]);
+    }
 }

@@ -445,8 +445,11 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   net = uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
   rc = mesh_secret(store, o, &net->auth, err, sizeof(err));
+  if (rc == 0)
+    rc = uvccl__tls_ctx_new(o->tls_cert, o->tls_key, o->tls_ca, o->tls_none,
+                            &net->tls, err, sizeof(err));
   if (rc != 0) {
-    LOG_ERROR("coll", "rank %d: the world's secret: %s", o->rank, err);
+    LOG_ERROR("coll", "rank %d: %s", o->rank, err);
     net->refs = 1;
     uvccl__net_release(net, NULL, NULL);
     return rc;

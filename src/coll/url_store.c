@@ -41,6 +41,10 @@ static int open_server(uv_loop_t *loop, const char *scheme, const char *host,
   sv.auth_token = o->auth_token;
   sv.auth_file = o->auth_file;
   sv.auth_none = o->auth_none;
+  sv.tls_cert = o->tls_cert;
+  sv.tls_key = o->tls_key;
+  sv.tls_ca = o->tls_ca;
+  sv.tls_none = o->tls_none;
   rc = uvccl_store_server_init(loop, s, &sv);
   if (rc == UV_EADDRINUSE && strcmp(scheme, "tcp") == 0) {
     uvccl__free(s);
@@ -121,6 +125,10 @@ int uvccl__url_open(uv_loop_t *loop, const char *url,
       so.auth_token = o->auth_token;
       so.auth_file = o->auth_file;
       so.auth_none = o->auth_none;
+      so.tls_cert = o->tls_cert;
+      so.tls_key = o->tls_key;
+      so.tls_ca = o->tls_ca;
+      so.tls_none = o->tls_none;
       so.timeout_ms =
           o->timeout_ms ? o->timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;
       rc = uvccl_tcp_store_init(loop, store, &so);

@@ -26,6 +26,7 @@
  * nothing else was sent between. */
 #include "internal.h"
 #include "auth.h"
+#include "../tls/tls.h"
 #include "proto.h"
 
 #include <stdio.h>
@@ -72,6 +73,8 @@ typedef struct {
   uvccl_dialect_t dialect;
   int dialect_auto;          /* AUTO asked and the server's not yet known */
   uvccl__auth_key_t auth;    /* the secret's key, when there is one */
+  uvccl__tls_ctx_t *tls;     /* TLS to the server, or NULL */
+  uvccl__tls_hs_t *tls_hs;   /* its connect and handshake under way */
   int got_reply;             /* this connection brought bytes already */
   uint8_t nc[UVCCL__AUTH_NONCE]; /* this connection's nonce */
   int world_size;
@@ -637,6 +640,7 @@ static void client_maybe_free(client_t *c) {
   uvccl__free(c->in);
   uvccl__obuf_free(&c->out);
   uvccl__obuf_free(&c->wbuf);
+  uvccl__tls_ctx_unref(c->tls);
   uvccl__free(c);
   uvccl__store_closed(s);
 }
@@ -713,7 +717,19 @@ static void client_lost(client_t *c, int err, const char *why) {
                  ? UVCCL_ECONNLOST
                  : err;
 
+  char tls_why[200];
   if (st == ST_CLOSED || st == ST_IDLE) return;
+  if (c->tls != NULL && c->tcp_open) {
+    /* With TLS 1.3 a refused certificate arrives as an alert after the
+     * client's handshake: the TLS session says so. */
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+        uvccl__tls_conn_error(fd, tls_why, sizeof(tls_why)) &&
+        strstr(tls_why, "alert") != NULL) {
+      code = UVCCL_EAUTH;
+      why = tls_why;
+    }
+  }
   if (st == ST_AUTH && code == UVCCL_ECONNLOST) {
     /* (a server with another secret is found out by its own proof, which
      * comes first: this one does not speak the exchange at all) */
@@ -764,6 +780,8 @@ static void client_lost(client_t *c, int err, const char *why) {
 
 static void client_connect_failed(client_t *c, int err);
 
+static void client_connected(client_t *c);
+
 static void client_on_connect(uv_connect_t *req, int status) {
   client_t *c = req->data;
   if (c->state != ST_CONNECTING) return; /* closing */
@@ -775,6 +793,43 @@ static void client_on_connect(uv_connect_t *req, int status) {
     client_try_next(c);
     return;
   }
+  client_connected(c);
+}
+
+/* TLS (tls.h): the connect and the handshake are done, or failed. */
+static void client_on_tls(void *arg, int status, int fd, const char *msg) {
+  client_t *c = arg;
+  c->tls_hs = NULL;
+  if (c->state != ST_CONNECTING) { /* closing */
+    if (fd >= 0) close(fd);
+    return;
+  }
+  c->got_reply = 0;
+  if (status == UVCCL_EAUTH) {
+    client_lost(c, UVCCL_EAUTH, msg);
+    return;
+  }
+  if (status < 0) {
+    c->last_err = status;
+    client_try_next(c);
+    return;
+  }
+  uv_tcp_init(c->loop, &c->tcp);
+  c->tcp.data = c;
+  c->tcp_open = 1;
+  c->handles++;
+  if (uv_tcp_open(&c->tcp, fd) != 0) {
+    close(fd);
+    c->last_err = UV_EIO;
+    client_drop_tcp(c);
+    client_try_next(c);
+    return;
+  }
+  client_connected(c);
+}
+
+/* The connection is made (plain, or TLS's plaintext end). */
+static void client_connected(client_t *c) {
   uv_tcp_nodelay(&c->tcp, 1);
   {
     uv_os_fd_t fd;
@@ -865,6 +920,14 @@ static void client_try_next(client_t *c) {
   while (c->next_addr != NULL) {
     struct addrinfo *ai = c->next_addr;
     c->next_addr = ai->ai_next;
+    if (c->tls != NULL) {
+      c->state = ST_CONNECTING;
+      r = uvccl__tls_connect(c->tls, c->loop, ai->ai_addr, c->hb_ms, 0,
+                             client_on_tls, c, &c->tls_hs);
+      if (r == 0) return;
+      c->last_err = r;
+      continue;
+    }
     uv_tcp_init(c->loop, &c->tcp);
     c->tcp.data = c;
     c->tcp_open = 1;
@@ -1054,6 +1117,10 @@ static void client_close(uvccl_store_t *s) {
   if (c->addrs) uv_freeaddrinfo(c->addrs);
   c->addrs = c->next_addr = NULL;
   if (resolving) uv_cancel((uv_req_t *)&c->gai);
+  if (c->tls_hs != NULL) {
+    uvccl__tls_cancel(c->tls_hs);
+    c->tls_hs = NULL;
+  }
   client_drop_tcp(c);
   uv_close((uv_handle_t *)&c->retry, tcp_closed);
   uv_close((uv_handle_t *)&c->hb, tcp_closed);
@@ -1088,6 +1155,9 @@ int uvccl_tcp_store_init(uv_loop_t *loop, uvccl_store_t *s,
     char err[256];
     int r = uvccl__auth_key_from_opts(&c->auth, o->auth_token, o->auth_file,
                                       o->auth_none, err, sizeof(err));
+    if (r == 0)
+      r = uvccl__tls_ctx_new(o->tls_cert, o->tls_key, o->tls_ca,
+                             o->tls_none, &c->tls, err, sizeof(err));
     if (r != 0) {
       LOG_ERROR("store", "client: %s", err);
       uvccl__free(c->host);

@@ -15,11 +15,13 @@
 #include "auth.h"
 #include "kv.h"
 #include "proto.h"
+#include "../tls/tls.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define READ_CHUNK (64 * 1024)
 /* A connection keeps at most this much buffer capacity when idle. */
@@ -96,6 +98,8 @@ struct server_s {
   uvccl__auth_key_t auth;
   uint64_t auth_log_ms;      /* rate limit of the refusals' log lines */
   int auth_logged;
+  uvccl__tls_ctx_t *tls;     /* TLS for every client, or NULL */
+  struct tls_accept_s *tls_accepts; /* handshakes under way */
 };
 
 static void conn_close(conn_t *c, const char *why);
@@ -448,8 +452,7 @@ static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
  * output passes max_output (reads are then paused). */
 /* A refused client: counted, logged (at most 10 lines a second, so a
  * flood of strangers cannot flood the log), closed. */
-static void auth_log(conn_t *c, const char *why) {
-  server_t *s = c->srv;
+static void refusal_log(server_t *s, const char *peer, const char *why) {
   uint64_t now = uv_now(s->loop);
   s->st.auth_failures++;
   if (now - s->auth_log_ms >= 1000) {
@@ -460,7 +463,11 @@ static void auth_log(conn_t *c, const char *why) {
     s->auth_logged = 0;
   }
   if (++s->auth_logged <= 10)
-    LOG_WARN("store", "%s: refused: %s", c->peer, why);
+    LOG_WARN("store", "%s: refused: %s", peer, why);
+}
+
+static void auth_log(conn_t *c, const char *why) {
+  refusal_log(c->srv, c->peer, why);
 }
 
 static void auth_refuse(conn_t *c, const char *why) {
@@ -808,18 +815,79 @@ static void peer_name(uv_tcp_t *t, char *buf, size_t cap) {
   snprintf(buf, cap, "client %s:%d", ip, port);
 }
 
+/* TLS (tls.h): the handshake runs before the client is a connection. */
+typedef struct tls_accept_s {
+  server_t *s;
+  uvccl__tls_hs_t *hs;
+  char peer[64];
+  struct tls_accept_s *next;
+} tls_accept_t;
+
+static void conn_adopt(server_t *s, int fd, const char *peer);
+
+static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
+  tls_accept_t *a = arg, **pp;
+  server_t *s = a->s;
+  for (pp = &s->tls_accepts; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+  if (status != 0) {
+    s->st.auth_failures++;
+    refusal_log(s, a->peer, msg);
+  } else {
+    conn_adopt(s, fd, a->peer);
+  }
+  uvccl__free(a);
+}
+
+static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
+
+static void tls_accept(server_t *s, uv_stream_t *ls) {
+  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
+  tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
+  int fd = -1, err = 0;
+  if (tmp == NULL || a == NULL) {
+    uvccl__free(tmp);
+    uvccl__free(a);
+    return;
+  }
+  uv_tcp_init(s->loop, tmp);
+  if (uv_accept(ls, (uv_stream_t *)tmp) == 0) {
+    peer_name(tmp, a->peer, sizeof(a->peer));
+    fd = uvccl__tls_take_fd(tmp, &err);
+  }
+  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  a->s = s;
+  if (fd < 0 || uvccl__tls_accept(s->tls, s->loop, fd, 0, 0, on_tls_accepted,
+                                  a, &a->hs) != 0) {
+    uvccl__free(a);
+    return;
+  }
+  a->next = s->tls_accepts;
+  s->tls_accepts = a;
+}
+
 static void server_on_connection(uv_stream_t *ls, int status) {
   server_t *s = ls->data;
-  conn_t *c;
-  int r;
-
   if (status < 0) {
     LOG_WARN("store", "accept: %s", uv_strerror(status));
     return;
   }
+  if (s->tls != NULL) tls_accept(s, ls);
+  else conn_adopt(s, -1, NULL);
+}
+
+/* A new client: accepted from the listener (fd -1), or the plaintext
+ * descriptor of one TLS secured. */
+static void conn_adopt(server_t *s, int fd, const char *peer) {
+  conn_t *c;
+  int r;
   c = uvccl__calloc(1, sizeof(*c));
   if (c == NULL) {
     LOG_ERROR("store", "accept: out of memory");
+    if (fd >= 0) close(fd);
     return;
   }
   c->srv = s;
@@ -828,16 +896,19 @@ static void server_on_connection(uv_stream_t *ls, int status) {
   uvccl__wq_init(&c->wq, s->loop, &c->tcp);
   c->wq.data = c;
   s->handles_open++;
-  r = uv_accept(ls, (uv_stream_t *)&c->tcp);
+  r = fd >= 0 ? uv_tcp_open(&c->tcp, fd)
+              : uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp);
   if (r != 0) {
     LOG_WARN("store", "accept: %s", uv_strerror(r));
+    if (fd >= 0) close(fd);
     c->closing = 1;
     c->parts = 1;
     uv_close((uv_handle_t *)&c->tcp, conn_closed);
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
-  peer_name(&c->tcp, c->peer, sizeof(c->peer));
+  if (peer != NULL) snprintf(c->peer, sizeof(c->peer), "%s", peer);
+  else peer_name(&c->tcp, c->peer, sizeof(c->peer));
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
@@ -908,6 +979,7 @@ static void server_maybe_done(server_t *s) {
   cb = s->close_cb;
   uvccl__kv_free(s->kv);
   uvccl__free(s->rbuf);
+  uvccl__tls_ctx_unref(s->tls);
   uvccl__free(s);
   if (pub == NULL) return;
   pub->impl_ = NULL;
@@ -945,6 +1017,9 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
     char err[256];
     r = uvccl__auth_key_from_opts(&s->auth, o->auth_token, o->auth_file,
                                   o->auth_none, err, sizeof(err));
+    if (r == 0)
+      r = uvccl__tls_ctx_new(o->tls_cert, o->tls_key, o->tls_ca, o->tls_none,
+                             &s->tls, err, sizeof(err));
     if (r != 0) {
       LOG_ERROR("store", "server: %s", err);
       uvccl__free(s);
@@ -983,8 +1058,9 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
   s->handles_open++;
   pub->loop = loop;
   pub->impl_ = s;
-  LOG_INFO("store", "server listening on port %d%s", pub->port,
-           s->auth.set ? " (clients must authenticate)" : "");
+  LOG_INFO("store", "server listening on port %d%s%s", pub->port,
+           s->auth.set ? " (clients must authenticate)" : "",
+           s->tls ? " (TLS)" : "");
   return 0;
 
 fail_listener:
@@ -999,6 +1075,7 @@ fail_listener:
 fail_alloc:
   uvccl__kv_free(s->kv);
   uvccl__free(s->rbuf);
+  uvccl__tls_ctx_unref(s->tls);
   uvccl__free(s);
   return r;
 }
@@ -1036,6 +1113,12 @@ void uvccl_store_server_close(uvccl_store_server_t *pub,
   s->close_cb = cb;
   s->closing_since = uv_now(s->loop);
   uv_close((uv_handle_t *)&s->listener, server_handle_closed);
+  while (s->tls_accepts != NULL) {
+    tls_accept_t *a = s->tls_accepts;
+    s->tls_accepts = a->next;
+    uvccl__tls_cancel(a->hs);
+    uvccl__free(a);
+  }
   /* No new clients; the ones there are keep being answered a moment. */
   LOG_DEBUG("store", "server closing: %d clients", (int)s->st.connections);
   for (c = s->conns; c != NULL; c = c->next) {
