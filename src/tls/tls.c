@@ -504,7 +504,9 @@ static void hs_done(uvccl__tls_hs_t *hs) {
     /* The kernel carries TLS from here: the TCP socket is the plaintext
      * descriptor. */
     int fd = hs->fd;
-    __atomic_store_n(&g_mode, 1, __ATOMIC_RELAXED);
+    if (__atomic_exchange_n(&g_mode, 1, __ATOMIC_RELAXED) != 1)
+      LOG_INFO("tls", "the kernel carries TLS (kTLS): the data path is the "
+               "plain one");
     hs->fd = -1;
     hs_finish(hs, 0, fd, NULL);
     return;
@@ -517,7 +519,9 @@ static void hs_done(uvccl__tls_hs_t *hs) {
     hs_finish(hs, UV_ENOMEM, -1, "TLS: no relay for the connection");
     return;
   }
-  __atomic_store_n(&g_mode, 2, __ATOMIC_RELAXED);
+  if (__atomic_exchange_n(&g_mode, 2, __ATOMIC_RELAXED) != 2)
+    LOG_INFO("tls", "no kernel TLS here (no tls module, or OpenSSL without "
+             "kTLS): a relay thread encrypts");
   c->ssl = hs->ssl;
   c->nfd = hs->fd;
   c->afd = sp[0];
