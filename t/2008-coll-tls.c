@@ -18,7 +18,8 @@
  *      with a stranger's, one trusting another CA: UVCCL_EAUTH; one
  *      without TLS fails; the server logs and counts the refusals.
  * In separate processes: uvccl-run with $UVCCL_TLS_* runs uvccl-bench's
- * checked collectives on 3 ranks, and every rank leaves cleanly. */
+ * checked collectives on 3 ranks, and every rank leaves cleanly; a rank of
+ * 4 SIGKILLed mid-run: the survivors name it, shrink and finish. */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -423,6 +424,31 @@ static void test_procs(void) {
   ok(st == 0 && yes == 11 && strstr(out, " no\n") == NULL,
      "3 processes under uvccl-run with $UVCCL_TLS_*: 11 checked "
      "collectives right (%d), every rank exits 0 (status %d)", yes, st);
+  if (st != 0) diag("%s", out);
+  /* A rank killed over TLS: the survivors name it and go on. */
+  snprintf(cmd, sizeof(cmd),
+           "UVCCL_TLS_CERT=%s UVCCL_TLS_KEY=%s UVCCL_TLS_CA=%s "
+           "timeout 60 %s/bin/uvccl-run -n 4 --kill 2@0.3 %s/bin/uvccl-bench "
+           "--op allreduce -b 4 -e 4M -f 16 --budget 0.1 --timeout 20 "
+           "--shrink-on-failure 2>&1",
+           cert, key, ca, bd, bd);
+  n = 0;
+  f = popen(cmd, "r");
+  if (f != NULL) {
+    size_t r;
+    while ((r = fread(out + n, 1, sizeof(out) - 1 - n, f)) > 0) n += r;
+    out[n] = '\0';
+    st = pclose(f);
+  } else {
+    st = -1;
+    out[0] = '\0';
+  }
+  ok(st == 0 && strstr(out, "rank 2 (") != NULL &&
+         strstr(out, "its process exited or was killed") != NULL &&
+         strstr(out, "shrunk to 3 ranks after losing rank 2") != NULL &&
+         strstr(out, " no\n") == NULL,
+     "a rank SIGKILLed in a TLS world: the survivors name it, shrink to 3 "
+     "and finish right (status %d)", st);
   if (st != 0) diag("%s", out);
 }
 
