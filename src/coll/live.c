@@ -80,6 +80,8 @@ typedef struct link_s {
   struct sockaddr_storage addr;
   uint64_t nonce;          /* outgoing: the target's */
   uvccl__tls_hs_t *tls_hs; /* TLS: the connect and handshake under way */
+  int discard_parts;       /* an unnamed incoming link going: handles
+                              still closing before it is freed */
   int auth_step;           /* 1 challenge or proof sent, 2 proven */
   lf_hdr_t auth_hdr;       /* the hello, acted on once proven */
   wire_hello_t auth_hello;
@@ -341,11 +343,41 @@ static void declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f) {
 
 /* ---- links: life cycle ---------------------------------------------------------- */
 
-/* The link's socket closes (its memory stays until the monitor goes). */
+static void on_discard_closed(uv_handle_t *h) {
+  link_t *k = h->data, **pp;
+  if (--k->discard_parts > 0) return;
+  for (pp = &k->l->all; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  uvccl__free(k->pend);
+  uvccl__free(k);
+}
+
+/* The link's socket closes (its memory stays until the monitor goes,
+ * but for incoming connections that never became a rank's link: nothing
+ * refers to those, and strays must not pile up). */
 static void link_close(link_t *k) {
   k->state = LK_DOWN;
   link_set_fd(k, -1);
   if (k->timer_open) uv_timer_stop(&k->timer);
+  if (k->rank < 0 && !k->outgoing && !k->l->closing && !k->discard_parts) {
+    /* Freed once both handles closed (callers may still read k until
+     * they return). */
+    if (k->tcp_open) {
+      k->tcp_open = 0;
+      k->discard_parts++;
+      k->tcp.data = k;
+      uv_close((uv_handle_t *)&k->tcp, on_discard_closed);
+    }
+    if (k->timer_open) {
+      k->timer_open = 0;
+      k->discard_parts++;
+      uv_close((uv_handle_t *)&k->timer, on_discard_closed);
+    }
+    return;
+  }
   if (k->tcp_open) {
     k->tcp_open = 0;
     uv_close((uv_handle_t *)&k->tcp, NULL);
@@ -883,24 +915,12 @@ static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
   link_adopt(l, fd);
 }
 
-static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
-
 static void tls_accept(uvccl__live_t *l, uv_stream_t *server) {
-  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
   live_tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  int fd = -1, err = 0;
-  if (tmp == NULL || a == NULL) {
-    uvccl__free(tmp);
-    uvccl__free(a);
-    return;
-  }
-  uv_tcp_init(&l->loop, tmp);
-  if (uv_accept(server, (uv_stream_t *)tmp) == 0)
-    fd = uvccl__tls_take_fd(tmp, &err);
-  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  if (a == NULL) return;
   a->l = l;
-  if (fd < 0 || uvccl__tls_accept(l->tls, &l->loop, fd, l->hb_ms, 1,
-                                  on_tls_accepted, a, &a->hs) != 0) {
+  if (uvccl__tls_accept_from(l->tls, server, l->hb_ms, 1, on_tls_accepted,
+                             a, NULL, 0, &a->hs) != 0) {
     uvccl__free(a);
     return;
   }

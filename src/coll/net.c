@@ -335,29 +335,13 @@ static void tls_accepts_cancel(net_t *net) {
   }
 }
 
-static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
-
 static void tls_accept(net_t *net, uv_stream_t *server) {
-  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
   tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  int fd = -1, err = UV_ENOMEM;
-  if (tmp == NULL || a == NULL) {
-    uvccl__free(tmp);
-    uvccl__free(a);
-    return;
-  }
-  uv_tcp_init(net->loop, tmp);
-  if (uv_accept(server, (uv_stream_t *)tmp) == 0) {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0)
-      addr_fmt((struct sockaddr *)&ss, a->from, sizeof(a->from));
-    fd = uvccl__tls_take_fd(tmp, &err);
-  }
-  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  if (a == NULL) return;
   a->net = net;
-  if (fd < 0 || uvccl__tls_accept(net->tls, net->loop, fd, net->hb_ms, 0,
-                                  on_tls_accepted, a, &a->hs) != 0) {
+  if (uvccl__tls_accept_from(net->tls, server, net->hb_ms, 0,
+                             on_tls_accepted, a, a->from, sizeof(a->from),
+                             &a->hs) != 0) {
     uvccl__free(a);
     return;
   }

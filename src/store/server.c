@@ -828,40 +828,28 @@ static void conn_adopt(server_t *s, int fd, const char *peer);
 static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
   tls_accept_t *a = arg, **pp;
   server_t *s = a->s;
+  char peer[80];
   for (pp = &s->tls_accepts; *pp != NULL; pp = &(*pp)->next)
     if (*pp == a) {
       *pp = a->next;
       break;
     }
+  snprintf(peer, sizeof(peer), "client %s", a->peer); /* as peer_name's */
   if (status != 0) {
     s->st.auth_failures++;
-    refusal_log(s, a->peer, msg);
+    refusal_log(s, peer, msg);
   } else {
-    conn_adopt(s, fd, a->peer);
+    conn_adopt(s, fd, peer);
   }
   uvccl__free(a);
 }
 
-static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
-
 static void tls_accept(server_t *s, uv_stream_t *ls) {
-  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
   tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  int fd = -1, err = 0;
-  if (tmp == NULL || a == NULL) {
-    uvccl__free(tmp);
-    uvccl__free(a);
-    return;
-  }
-  uv_tcp_init(s->loop, tmp);
-  if (uv_accept(ls, (uv_stream_t *)tmp) == 0) {
-    peer_name(tmp, a->peer, sizeof(a->peer));
-    fd = uvccl__tls_take_fd(tmp, &err);
-  }
-  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  if (a == NULL) return;
   a->s = s;
-  if (fd < 0 || uvccl__tls_accept(s->tls, s->loop, fd, 0, 0, on_tls_accepted,
-                                  a, &a->hs) != 0) {
+  if (uvccl__tls_accept_from(s->tls, ls, 0, 0, on_tls_accepted, a, a->peer,
+                             sizeof(a->peer), &a->hs) != 0) {
     uvccl__free(a);
     return;
   }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -82,8 +83,9 @@ int uvccl__tls_ctx_new(const char *cert, const char *key, const char *ca,
   SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:"
                               "TLS_AES_256_GCM_SHA384:"
                               "TLS_CHACHA20_POLY1305_SHA256");
-  /* Read whole bursts of records per recv, not a header then a body. */
-  SSL_CTX_set_read_ahead(s, 1);
+  /* Relayed connections read whole bursts of records per recv, not a
+   * header then a body (read-ahead is switched on after the handshake:
+   * during it, it would keep OpenSSL from handing the socket to kTLS). */
   SSL_CTX_set_default_read_buffer_len(s, 64 * 1024);
   if (SSL_CTX_use_certificate_chain_file(s, cert) != 1) {
     snprintf(err, errlen, "TLS: the certificate %s: ", cert);
@@ -225,6 +227,7 @@ typedef struct relay_conn_s {
   int ssl_wants;         /* UV_READABLE/UV_WRITABLE OpenSSL waits for */
   int nev, aev;          /* what each poll watches now */
   int caller_fd;         /* the caller's end, to name errors by */
+  int wdead;             /* writing to the network failed */
   size_t a2n_off, a2n_len, n2a_off, n2a_len;
   char a2n[RELAY_BUF];   /* plaintext from the app, to encrypt */
   char n2a[RELAY_BUF];   /* plaintext decrypted, for the app */
@@ -333,7 +336,7 @@ static void relay_pump(relay_conn_t *c) {
         progress = 1;
       }
     }
-    if (c->a2n_off < c->a2n_len && !c->sent_close) {
+    if (c->a2n_off < c->a2n_len && !c->sent_close && !c->wdead) {
       ERR_clear_error();
       e = SSL_write(c->ssl, c->a2n + c->a2n_off,
                     (int)(c->a2n_len - c->a2n_off));
@@ -345,9 +348,12 @@ static void relay_pump(relay_conn_t *c) {
         if (e == SSL_ERROR_WANT_WRITE) c->ssl_wants |= UV_WRITABLE;
         else if (e == SSL_ERROR_WANT_READ) c->ssl_wants |= UV_READABLE;
         else {
+          /* The network side failed. What the peer sent before it went
+           * (an alert saying why, say) is read below, then the app sees
+           * EOF. */
           relay_note_error(c);
-          relay_close(c); /* the network side failed: the app sees EOF */
-          return;
+          c->wdead = 1;
+          progress = 1;
         }
       }
     }
@@ -399,6 +405,10 @@ static void relay_pump(relay_conn_t *c) {
       c->app_shut = 1;
       progress = 1;
     }
+    if (c->wdead && (c->net_eof || c->ssl_wants)) {
+      relay_close(c); /* read what there was to read: done */
+      return;
+    }
   } while (progress);
   if (c->sent_close && c->app_shut) {
     relay_close(c);
@@ -449,6 +459,7 @@ struct uvccl__tls_hs_s {
   uv_timer_t timer;
   int nclosing;
   int finished;
+  int draining;           /* failed: reading to EOF before closing */
   uint64_t hb_ms;
   int user_timeout;
   uvccl__tls_cb cb;
@@ -457,6 +468,9 @@ struct uvccl__tls_hs_s {
   int out_fd;
   char msg[256];
 };
+
+static void hs_on_poll(uv_poll_t *h, int status, int events);
+static void hs_on_timer(uv_timer_t *t);
 
 static void hs_closed(uv_handle_t *h) {
   uvccl__tls_hs_t *hs = h->data;
@@ -491,6 +505,19 @@ static void hs_finish(uvccl__tls_hs_t *hs, int status, int fd,
     va_end(ap);
   }
   if (hs->cb != NULL) hs->cb(hs->arg, status, fd, hs->msg);
+  if (status != 0 && status != UV_ECANCELED && hs->fd >= 0 &&
+      !hs->connecting) {
+    /* A failed handshake: OpenSSL's alert is on its way. Closing with
+     * unread bytes (the peer's first request, say) would reset the
+     * connection and the peer could lose the alert, and with it the
+     * reason; so half-close and read to the end first (a second at
+     * most). */
+    shutdown(hs->fd, SHUT_WR);
+    hs->draining = 1;
+    uv_poll_start(&hs->poll, UV_READABLE, hs_on_poll);
+    uv_timer_start(&hs->timer, hs_on_timer, 1000, 0);
+    return;
+  }
   hs_release(hs);
 }
 
@@ -523,6 +550,7 @@ static void hs_done(uvccl__tls_hs_t *hs) {
     LOG_INFO("tls", "no kernel TLS here (no tls module, or OpenSSL without "
              "kTLS): a relay thread encrypts");
   c->ssl = hs->ssl;
+  SSL_set_read_ahead(c->ssl, 1);
   c->nfd = hs->fd;
   c->afd = sp[0];
   c->caller_fd = sp[1];
@@ -540,8 +568,6 @@ static void hs_done(uvccl__tls_hs_t *hs) {
   }
   hs_finish(hs, 0, sp[1], NULL);
 }
-
-static void hs_on_poll(uv_poll_t *h, int status, int events);
 
 static void hs_step(uvccl__tls_hs_t *hs) {
   int r, e;
@@ -591,6 +617,19 @@ static int self_connected(int fd) {
 static void hs_on_poll(uv_poll_t *h, int status, int events) {
   uvccl__tls_hs_t *hs = h->data;
   (void)events;
+  if (hs->draining) {
+    char buf[4096];
+    ssize_t r;
+    while ((r = recv(hs->fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    if (r == 0 || status < 0 ||
+        (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      hs->draining = 0;
+      uv_timer_stop(&hs->timer);
+      hs_release(hs);
+    }
+    return;
+  }
   if (hs->finished) return;
   if (hs->connecting) {
     int err = 0;
@@ -614,6 +653,12 @@ static void hs_on_poll(uv_poll_t *h, int status, int events) {
 
 static void hs_on_timer(uv_timer_t *t) {
   uvccl__tls_hs_t *hs = t->data;
+  if (hs->draining) { /* the peer kept its end open: close anyway */
+    hs->draining = 0;
+    uv_poll_stop(&hs->poll);
+    hs_release(hs);
+    return;
+  }
   if (hs->status != 0) { /* an error found at the start */
     hs_finish(hs, hs->status, -1, "%s", hs->msg);
     return;
@@ -702,12 +747,42 @@ void uvccl__tls_cancel(uvccl__tls_hs_t *hs) {
   hs_finish(hs, UV_ECANCELED, -1, NULL);
 }
 
-int uvccl__tls_take_fd(uv_tcp_t *tcp, int *err) {
-  uv_os_fd_t fd;
-  int d;
-  *err = uv_fileno((uv_handle_t *)tcp, &fd);
-  if (*err != 0) return -1;
-  d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (d < 0) *err = -errno;
-  return d;
+static void on_tmp_closed(uv_handle_t *h) { uvccl__free(h); }
+
+int uvccl__tls_accept_from(uvccl__tls_ctx_t *ctx, uv_stream_t *server,
+                           uint64_t hb_ms, int user_timeout,
+                           uvccl__tls_cb cb, void *arg, char *peer,
+                           size_t peerlen, uvccl__tls_hs_t **out) {
+  /* libuv accepts only into a handle, and a handle's descriptor cannot be
+   * taken back: accept into a scratch one, keep a duplicate of its
+   * descriptor, close the scratch one. */
+  uv_tcp_t *tmp = uvccl__calloc(1, sizeof(*tmp));
+  uv_os_fd_t sfd;
+  int fd = -1, rc;
+  if (tmp == NULL) return UV_ENOMEM;
+  uv_tcp_init(server->loop, tmp);
+  rc = uv_accept(server, (uv_stream_t *)tmp);
+  if (rc == 0) rc = uv_fileno((uv_handle_t *)tmp, &sfd);
+  if (rc == 0 && (fd = fcntl(sfd, F_DUPFD_CLOEXEC, 0)) < 0) rc = -errno;
+  if (rc == 0 && peer != NULL) {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0) {
+      if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+      } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+      }
+    }
+    snprintf(peer, peerlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
+             ip, port);
+  }
+  uv_close((uv_handle_t *)tmp, on_tmp_closed);
+  if (rc != 0) return rc;
+  return uvccl__tls_accept(ctx, server->loop, fd, hb_ms, user_timeout, cb,
+                           arg, out);
 }

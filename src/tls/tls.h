@@ -74,8 +74,13 @@ void uvccl__tls_cancel(uvccl__tls_hs_t *hs);
  * before closing fd. */
 int uvccl__tls_conn_error(int fd, char *buf, size_t len);
 
-/* Takes the descriptor of a connection a uv_tcp_t accepted (dup'ed: the
- * handle may be closed after). -1 and an error in *err. */
-int uvccl__tls_take_fd(uv_tcp_t *tcp, int *err);
+/* Accepts the connection waiting on server (a listening uv_tcp_t: call
+ * from its connection callback) and makes the server's handshake on it,
+ * on the server's loop, as uvccl__tls_accept; peer (may be NULL) gets its
+ * address, "host:port". */
+int uvccl__tls_accept_from(uvccl__tls_ctx_t *ctx, uv_stream_t *server,
+                           uint64_t hb_ms, int user_timeout,
+                           uvccl__tls_cb cb, void *arg, char *peer,
+                           size_t peerlen, uvccl__tls_hs_t **out);
 
 #endif
