@@ -32,6 +32,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -60,7 +62,8 @@ static const char usage_text[] =
 "\n"
 "options:\n"
 "  -n N, --nproc-per-node N  ranks to start (default 1)\n"
-"  --master-port P           MASTER_PORT (default: a free port of 127.0.0.1)\n"
+"  --master-port P           MASTER_PORT (default: a free port of 127.0.0.1,\n"
+"                            below the ephemeral range)\n"
 "  --tag-output              prefix every output line with \"[RANK] \"\n"
 "                            (the default)\n"
 "  --no-prefix               let the ranks write to our stdout and stderr\n"
@@ -420,19 +423,47 @@ static int find_program(const char *prog) {
   return saw_eacces ? EACCES : ENOENT;
 }
 
-static int pick_port(void) {
+/* 1 when port (0: any) binds on 127.0.0.1; *got gets the port bound. */
+static int port_free(int port, int *got) {
   struct sockaddr_in a;
   socklen_t len = sizeof(a);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-  if (fd < 0) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
+  if (fd < 0) return 0;
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
   if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+    *got = ntohs(a.sin_port);
+    ok = 1;
+  }
   close(fd);
-  return port;
+  return ok;
+}
+
+/* MASTER_PORT: a free port below the kernel's ephemeral range. The port is
+ * only bound by rank 0 later; one from the ephemeral range could be taken
+ * meanwhile by another rank's listener or outgoing connection (ports of
+ * bind(0) and connect come from that range), and the job would fail. */
+static int pick_port(void) {
+  int lo = 32768, hi = 60999, i, got = -1;
+  uint64_t x = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^
+               0x9e3779b97f4a7c15ull;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    fclose(f);
+  }
+  for (i = 0; lo > 20100 && i < 200; i++) {
+    int p;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p = 20000 + (int)(x % (uint64_t)(lo - 20000));
+    if (port_free(p, &got)) return got;
+  }
+  return port_free(0, &got) ? got : -1;
 }
 
 static const char *const our_vars[] = {

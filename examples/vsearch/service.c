@@ -90,6 +90,7 @@ struct svc_s {
   int rw_next, refresh_inflight, refresh_due;
   uv_timer_t refresh_timer, sweep_timer, stop_timer;
   int timers_open;
+  int destroying;     /* groups whose destroy has not completed */
   /* stop */
   int stop_sent, exit_status;
   char exit_msg[512];
@@ -736,7 +737,23 @@ static void enter_recovery(svc_t *svc, int status, const char *msg)
   try_recover(svc);
 }
 
-static void close_noop(uvccl_pg_t *pg) { (void) pg; }
+static void maybe_exit(svc_t *svc);
+
+/* Groups are destroyed through here: the rank exits only once every one
+ * is gone (their connections closed cleanly, the monitor's thread done). */
+static void on_pg_gone(uvccl_pg_t *pg)
+{
+  svc_t *svc = pg->data;
+  svc->destroying--;
+  maybe_exit(svc);
+}
+
+static void pg_destroy(svc_t *svc, uvccl_pg_t *pg)
+{
+  pg->data = svc;
+  svc->destroying++;
+  uvccl_pg_destroy(pg, on_pg_gone);
+}
 
 static int make_subgroups(svc_t *svc)
 {
@@ -750,7 +767,7 @@ static int make_subgroups(svc_t *svc)
   if (rc == 0) {
     rc = uvccl_pg_new_group(world(svc), BG(svc), ranks, svc->size, NULL);
     if (rc != 0)
-      uvccl_pg_destroy(RES(svc), close_noop);
+      pg_destroy(svc, RES(svc));
   }
   free(ranks);
   if (rc == 0)
@@ -765,7 +782,7 @@ static void on_shrunk(uvccl_work_t *w, int status)
   int rc;
 
   if (status != 0) {
-    uvccl_pg_destroy(next, close_noop);
+    pg_destroy(svc, next);
     give_up(svc, "shrink failed: %s (%s)%s%s", uvccl_strerror(status),
             uvccl_err_name(status), w->msg[0] ? ": " : "", w->msg);
     return;
@@ -785,7 +802,7 @@ static void on_shrunk(uvccl_work_t *w, int status)
   svc->nworlds++;
   /* the world before (not the first: it owns the store) is done with */
   if (svc->nworlds > 2)
-    uvccl_pg_destroy(&svc->worlds[svc->nworlds - 2], close_noop);
+    pg_destroy(svc, &svc->worlds[svc->nworlds - 2]);
   svc->epoch++;
   fprintf(stderr, "uvccl-vsearch: rank %d: goes on as rank %d of %d (epoch "
           "%d)\n", svc->rank, next->rank, next->size, svc->epoch);
@@ -814,8 +831,8 @@ static void try_recover(svc_t *svc)
       svc->busy > 0 || svc->watch_posted || svc->nworlds >= MAX_WORLDS)
     return;
   if (svc->have_sub) {
-    uvccl_pg_destroy(RES(svc), close_noop);
-    uvccl_pg_destroy(BG(svc), close_noop);
+    pg_destroy(svc, RES(svc));
+    pg_destroy(svc, BG(svc));
     svc->have_sub = 0;
   }
   svc->state = ST_SHRINKING;
@@ -829,12 +846,21 @@ static void try_recover(svc_t *svc)
 
 /* ---- start and stop ---------------------------------------------------- */
 
+static void maybe_exit(svc_t *svc)
+{
+  void (*cb)(svc_t *, int, const char *) = svc->on_exit;
+  if (svc->timers_open > 0 || svc->destroying > 0 || cb == NULL ||
+      svc->state != ST_DONE)
+    return;
+  svc->on_exit = NULL;
+  cb(svc, svc->exit_status, svc->exit_msg[0] ? svc->exit_msg : NULL);
+}
+
 static void on_timer_closed(uv_handle_t *h)
 {
   svc_t *svc = h->data;
-  if (--svc->timers_open == 0 && svc->on_exit)
-    svc->on_exit(svc, svc->exit_status, svc->exit_msg[0] ? svc->exit_msg
-                                                         : NULL);
+  svc->timers_open--;
+  maybe_exit(svc);
 }
 
 static void maybe_finish(svc_t *svc)
@@ -853,14 +879,14 @@ static void maybe_finish(svc_t *svc)
       return;
   svc->state = ST_DONE;
   if (svc->have_sub) {
-    uvccl_pg_destroy(RES(svc), close_noop);
-    uvccl_pg_destroy(BG(svc), close_noop);
+    pg_destroy(svc, RES(svc));
+    pg_destroy(svc, BG(svc));
     svc->have_sub = 0;
   }
   if (svc->nworlds > 1)
-    uvccl_pg_destroy(world(svc), close_noop);
+    pg_destroy(svc, world(svc));
   if (svc->nworlds > 0)
-    uvccl_pg_destroy(&svc->worlds[0], close_noop);
+    pg_destroy(svc, &svc->worlds[0]);
   uv_close((uv_handle_t *) &svc->refresh_timer, on_timer_closed);
   uv_close((uv_handle_t *) &svc->sweep_timer, on_timer_closed);
   uv_close((uv_handle_t *) &svc->stop_timer, on_timer_closed);
