@@ -22,6 +22,7 @@
 #include "uvccl.h"
 #include "ranks.h"
 #include "logcap.h"
+#include "inproc.h"
 
 #include <arpa/inet.h>
 #include <openssl/evp.h>
@@ -29,37 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static uv_loop_t L;
-
-static void run_ms(int ms) {
-  double t0 = now_s();
-  while ((now_s() - t0) * 1000 < ms) {
-    uv_run(&L, UV_RUN_NOWAIT);
-    sleep_ms(1);
-  }
-}
-
-static int closed_count;
-static void on_closed(uvccl_pg_t *p) {
-  (void)p;
-  closed_count++;
-}
-
-static int destroy_all(uvccl_pg_t *pgs, int n) {
-  int i, want = 0;
-  double t0 = now_s();
-  closed_count = 0;
-  for (i = 0; i < n; i++)
-    if (pgs[i].impl_ != NULL) {
-      uvccl_pg_destroy(&pgs[i], on_closed);
-      want++;
-    }
-  while (closed_count < want && now_s() - t0 < 10) uv_run(&L, UV_RUN_ONCE);
-  return closed_count == want;
-}
-
-static void store_closed(uvccl_store_t *s) { (void)s; }
 
 static void on_done(uvccl_work_t *w, int status);
 
@@ -77,18 +47,6 @@ static int init_rank(uvccl_pg_t *gp, uvccl_store_t *st, int rank, int size,
   o.auth_token = token;
   o.auth_none = token == NULL;
   return uvccl_pg_init(&L, gp, st, &o, w, w->data ? on_done : NULL);
-}
-
-static int wait_all(uvccl_work_t *w, int n, int ms) {
-  double t0 = now_s();
-  int i, done;
-  do {
-    uv_run(&L, UV_RUN_NOWAIT);
-    for (done = 1, i = 0; i < n; i++)
-      if (w[i].state == UVCCL_WORK_PENDING) done = 0;
-    if (!done) sleep_ms(1);
-  } while (!done && (now_s() - t0) * 1000 < ms);
-  return done;
 }
 
 /* Each rank r adds r + 1; 1 when every rank got the sum. */

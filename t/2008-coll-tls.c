@@ -25,6 +25,7 @@
 #include "uvccl.h"
 #include "ranks.h"
 #include "logcap.h"
+#include "inproc.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -35,31 +36,9 @@
 #define UVCCL_BUILD_DIR "build"
 #endif
 
-static uv_loop_t L;
 static char dir[64];
 static char ca[128], cert[128], key[128], bad_cert[128], bad_key[128],
     bad_ca[128];
-
-static int closed_count;
-static void on_closed(uvccl_pg_t *p) {
-  (void)p;
-  closed_count++;
-}
-
-static int destroy_all(uvccl_pg_t *pgs, int n) {
-  int i, want = 0;
-  double t0 = now_s();
-  closed_count = 0;
-  for (i = 0; i < n; i++)
-    if (pgs[i].impl_ != NULL) {
-      uvccl_pg_destroy(&pgs[i], on_closed);
-      want++;
-    }
-  while (closed_count < want && now_s() - t0 < 10) uv_run(&L, UV_RUN_ONCE);
-  return closed_count == want;
-}
-
-static void store_closed(uvccl_store_t *s) { (void)s; }
 
 typedef struct {
   const char *cert, *key, *ca;
@@ -84,18 +63,6 @@ static int init_rank(uvccl_pg_t *gp, uvccl_store_t *st, int rank, int size,
   o.auth_token = t->secret;
   o.auth_none = t->secret == NULL;
   return uvccl_pg_init(&L, gp, st, &o, w, NULL);
-}
-
-static int wait_all(uvccl_work_t *w, int n, int ms) {
-  double t0 = now_s();
-  int i, done;
-  do {
-    uv_run(&L, UV_RUN_NOWAIT);
-    for (done = 1, i = 0; i < n; i++)
-      if (w[i].state == UVCCL_WORK_PENDING) done = 0;
-    if (!done) sleep_ms(1);
-  } while (!done && (now_s() - t0) * 1000 < ms);
-  return done;
 }
 
 /* 1 MiB allreduce (float32, each rank i + 1 at every j, plus j) and a
