@@ -769,6 +769,7 @@ int uvccl__tls_accept_from(uvccl__tls_ctx_t *ctx, uv_stream_t *server,
     int len = sizeof(ss);
     char ip[INET6_ADDRSTRLEN] = "?";
     int port = 0;
+    ss.ss_family = AF_INET; /* "?:0" when the peer is already gone */
     if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0) {
       if (ss.ss_family == AF_INET6) {
         uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
