@@ -820,6 +820,11 @@ UVCCL_EXTERN int uvccl_pg_group_rank(const uvccl_pg_t *pg, int global_rank);
 /* "host:port" the rank is reached at ("[v6]:port"), for messages. */
 UVCCL_EXTERN const char *uvccl_pg_peer_address(const uvccl_pg_t *pg,
                                                int group_rank);
+/* How frames to and from the rank travel: "shm" (shared memory: a rank of
+ * this host; $UVCCL_TRANSPORT=tcp turns it off), "tcp", "self", "nccl",
+ * or "?" (no such rank, or its connection is down). */
+UVCCL_EXTERN const char *uvccl_pg_peer_transport(const uvccl_pg_t *pg,
+                                                 int group_rank);
 UVCCL_EXTERN void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
 UVCCL_EXTERN void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
 /* A PREMUL_SUM with this factor: *op is an operation id valid in this

@@ -1,5 +1,6 @@
 /* Every collective, with exact expected results, on in-process worlds of 1
- * to 8 ranks (real listeners and TCP connections, one loop): allreduce for
+ * to 8 ranks (real listeners and TCP connections, one loop), through shared
+ * memory and again through TCP only: allreduce for
  * every dtype x reduce op at sizes 0, 1, odd and past the small-message
  * threshold (so both the recursive-doubling and the ring algorithms run),
  * then reduce, broadcast, allgather(v), gather, scatter, reduce_scatter(v),
@@ -430,13 +431,33 @@ static void test_inflight(world_t *W) {
   is_int(bad, 0, "P=%d: %d allreduces in flight at once, exact", P, K);
 }
 
+/* Every rank reaches every other through `want` ("shm" or "tcp"). */
+static void check_transport(world_t *W, const char *want) {
+  int r, q, bad = 0;
+  for (r = 0; r < W->n; r++)
+    for (q = 0; q < W->n; q++) {
+      const char *t = uvccl_pg_peer_transport(&W->pg[r], q);
+      if (strcmp(t, q == r ? "self" : want) != 0) {
+        if (bad++ == 0) diag("rank %d -> rank %d: %s", r, q, t);
+      }
+    }
+  is_int(bad, 0, "P=%d: every pair of ranks talks through %s", W->n, want);
+}
+
 int main(void) {
   world_t W;
-  int P;
+  int P, t;
+  /* The whole matrix twice: through shared memory (ranks of one process
+   * are ranks of one host), then with $UVCCL_TRANSPORT=tcp. */
+  static const char *const transports[] = {"shm", "tcp"};
   tap_alarm(600);
   uv_loop_init(&loop);
+  for (t = 0; t < 2; t++)
   for (P = 1; P <= 8; P++) {
-    is_int(world_init(&W, &loop, P, NULL), 0, "world of %d ranks", P);
+    setenv("UVCCL_TRANSPORT", transports[t], 1);
+    is_int(world_init(&W, &loop, P, NULL), 0, "world of %d ranks (%s)", P,
+           transports[t]);
+    check_transport(&W, transports[t]);
     nbad = 0;
     test_allreduce(&W);
     is_int(nbad, 0, "P=%d: invalid dtype/op pairs refused at the call", P);

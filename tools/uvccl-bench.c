@@ -1403,8 +1403,17 @@ int main(int argc, char **argv)
   }
 
   print_header();
-  if (!B.json && B.rank == 0)
+  if (!B.json && B.rank == 0) {
+    int q, nshm = 0, ntcp = 0;
     printf("# group init (env://): %.1f ms on rank 0\n", init_ms);
+    for (q = 0; q < B.pg.size; q++) {
+      const char *t = uvccl_pg_peer_transport(&B.pg, q);
+      nshm += strcmp(t, "shm") == 0;
+      ntcp += strcmp(t, "tcp") == 0;
+    }
+    printf("# rank 0 reaches %d peers through shared memory, %d through "
+           "TCP\n", nshm, ntcp);
+  }
 
   /* --shrink-on-failure resumes here, at the agreed op and size */
   setjmp(B.resume);

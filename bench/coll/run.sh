@@ -8,6 +8,9 @@
 #   uvccl-bp  the same with --busy-poll=BUSY_POLL_US (default 50)
 #   uvccl-ip  allreduce only, in place (--inplace): c10d's all_reduce, so
 #             the like-for-like of Gloo's (PyTorch's is in place only)
+#   uvccl-tcp, uvccl-tcp-bp  uvccl and uvccl-bp with UVCCL_TRANSPORT=tcp:
+#             loopback TCP only, as between hosts (ranks of one host
+#             otherwise talk through shared memory, src/coll/shm.c)
 #   gloo      /usr/bin/python3 bench/coll/gloo_bench.py --world W (PyTorch
 #             1.13's Gloo, TCPStore rendezvous, GLOO_SOCKET_IFNAME=lo)
 #   mpi-tcp   Open MPI, pml ob1, btl self,tcp on lo: a socket peer
@@ -138,6 +141,8 @@ bench_one() {
   case $impl in
     uvccl)    cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
     uvccl-bp) cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
+    uvccl-tcp)    cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_TRANSPORT=tcp "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
+    uvccl-tcp-bp) cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_TRANSPORT=tcp "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
     uvccl-ip)
       case ",$OPS," in *,allreduce,*) ;; *) return ;; esac
       cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench"

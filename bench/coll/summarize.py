@@ -22,9 +22,10 @@ import os
 import re
 import sys
 
-IMPLS = ["uvccl", "uvccl-bp", "uvccl-ip", "gloo", "mpi-tcp", "mpi-shm"]
+IMPLS = ["uvccl", "uvccl-bp", "uvccl-ip", "uvccl-tcp", "uvccl-tcp-bp", "gloo", "mpi-tcp", "mpi-shm"]
 HEAD = {"uvccl": "uvccl", "uvccl-bp": "uvccl busy-poll",
-        "uvccl-ip": "uvccl in place", "gloo": "gloo",
+        "uvccl-ip": "uvccl in place", "uvccl-tcp": "uvccl TCP only",
+        "uvccl-tcp-bp": "uvccl TCP only busy-poll", "gloo": "gloo",
         "mpi-tcp": "mpi-tcp", "mpi-shm": "mpi-shm"}
 OP_ORDER = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
             "alltoall", "gather", "scatter", "barrier"]

@@ -3,7 +3,9 @@
  * Not installed.
  *
  * The model. A world group owns a "net": one listening socket and one TCP
- * connection to every other rank (full mesh). Subgroups share their
+ * connection to every other rank (full mesh); with a rank of the same
+ * host, data frames go through shared-memory rings instead (shm.c) and
+ * the connection carries the rest. Subgroups share their
  * parent's net; every frame names its group, so a subgroup costs no
  * socket. Every collective is compiled into a schedule: a small DAG of
  * sends, receives (plain or reducing) and local steps (copy, reduce,
@@ -21,6 +23,7 @@
 #include "../diag/fingerprint.h"
 #include "../diag/trace_watch.h"
 #include "../tls/tls.h"
+#include "shm_seg.h"
 
 #include <string.h>
 
@@ -40,7 +43,10 @@ enum {
    * after hello_t; the acceptor answers CHALLENGE (its nonce, its MAC),
    * the connector PROOF (its MAC); then HELLO_ACK as without. */
   FRAME_CHALLENGE = 8,
-  FRAME_PROOF = 9
+  FRAME_PROOF = 9,
+  /* Ranks of one host (shm.c): each tells the other where its inbox is
+   * (uvccl__shm_info_t), then whether it attached to the other's. */
+  FRAME_SHM = 10
 };
 
 #define UVCCL__FRAME_HDR 24
@@ -219,6 +225,15 @@ typedef enum {
   PEER_CLOSING
 } peer_state_t;
 
+/* Where a byte stream is in its current frame. */
+typedef struct {
+  rstate_t rstate;
+  frame_hdr_t cur;
+  uint64_t cur_got;
+  sop_t *cur_op;
+  stage_t *cur_stage;
+} rx_t;
+
 struct peer_s {
   net_t *net;
   int rank;              /* world rank; -1 until an incoming hello names it */
@@ -239,14 +254,13 @@ struct peer_s {
   int shut;              /* half-closed our side */
   int eof;               /* peer half-closed */
   int err;
-  /* receive state machine */
+  /* receive state machines: the TCP stream's, and the shared-memory
+   * ring's (shm.c), each mid-frame on its own */
   char *rbuf;
   size_t rcap, rlen;
-  rstate_t rstate;
-  frame_hdr_t cur;
-  uint64_t cur_got;
-  sop_t *cur_op;
-  stage_t *cur_stage;
+  rx_t rx;
+  rx_t srx;
+  uint32_t srx_pad;      /* ring: padding still to skip after a frame */
   int reading;
   int paused;            /* staging over its limit */
   /* collective receives posted for this peer, in posting order */
@@ -274,6 +288,16 @@ struct peer_s {
   uvccl__wreq_t bye_req;
   int draining;          /* half-closed, reading to EOF (counted in the
                             net's nclosing already) */
+  /* Shared memory (shm.c): this rank's slot in the peer's inbox, the
+   * peer's slot in ours, and whether each is in use. */
+  uvccl__shm_out_t *shm_out;
+  uvccl__shm_in_t shm_in;
+  int shm_tx;            /* frames to this peer go through its inbox */
+  int shm_rx;            /* frames from it come through ours */
+  int shm_step;          /* 1: its info arrived; 2: its answer too; 3: both */
+  int shm_attached;      /* we mapped its inbox */
+  int shm_peer_attached; /* it mapped ours */
+  sop_list_t shm_sendq;  /* sends waiting for room in its ring */
   char reject[256];      /* REJECT payload to send, or received */
   unsigned char reject_buf[UVCCL__FRAME_HDR + 256];
 };
@@ -328,6 +352,9 @@ struct net_s {
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed */
   uint64_t inflight;     /* schedules pending on this net */
   struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
+  /* Shared memory with the ranks of this host (shm.c); NULL: off. */
+  struct uvccl__shm_net_s *shm;
+  int shm_done;          /* peers whose shared-memory exchange is over */
   /* Local ops larger than a slice run one slice per loop iteration, so a
    * 256 MiB copy or reduction never blocks the loop for long. */
   uv_idle_t slicer;
@@ -453,6 +480,8 @@ void uvccl__net_slice_add(net_t *net, sop_t *op);
 void uvccl__net_slice_remove(net_t *net, sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);
 const char *uvccl__net_addr(net_t *net, int world_rank);
+/* "shm", "tcp", "self" or "?" (not connected). */
+const char *uvccl__net_transport(net_t *net, int world_rank);
 /* A peer usable for traffic? 0; 1 when its connection broke and the
  * verdict is not in yet (start the work: the verdict fails it); or the
  * error to report, with msg. */
@@ -477,6 +506,41 @@ void uvccl__net_notify(net_t *net, const uvccl__notice_t *n);
 int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
                         uint32_t seq, uint32_t tag, const void *payload,
                         size_t len);
+
+/* The receive state machine's steps (net.c), shared with the ring
+ * reader (shm.c): a header arrived / its frame is complete. 0, or -1 when
+ * the peer went away meanwhile. */
+int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h);
+int uvccl__net_frame_end(peer_t *p, rx_t *rx);
+/* Creation waits for the shared-memory exchange too. */
+void uvccl__net_check_ready(net_t *net);
+void uvccl__net_maybe_closed(net_t *net);
+/* The next loop iteration polls without blocking. */
+void uvccl__net_spin_now(net_t *net);
+
+/* ---- shm.c: same-host peers through shared memory ----------------------------- */
+/* Sets up the inbox (unless $UVCCL_TRANSPORT=tcp or a world of one). */
+int uvccl__shm_net_init(net_t *net, char *err, size_t errlen);
+/* A peer's connection is up: tell it where our inbox is. */
+void uvccl__shm_peer_up(peer_t *p);
+/* A FRAME_SHM arrived (payload complete). */
+void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
+                         const unsigned char *payload);
+/* Sends op's frame through the ring: 1 all in, 0 queued (op_done later),
+ * or an error. */
+int uvccl__shm_send(peer_t *p, sop_t *op, const frame_hdr_t *h);
+/* A queued send goes on from a copy (see uvccl__net_orphan). */
+int uvccl__shm_orphan(peer_t *p, sop_t *op);
+/* Reads what the peer's ring holds (a clean leave, or an EOF first). */
+void uvccl__shm_drain(peer_t *p);
+/* The peer is gone: its ring is no longer read; queued sends are lost. */
+void uvccl__shm_peer_down(peer_t *p);
+/* One look at every ring and blocked send; 1 when something moved. */
+int uvccl__shm_poll(net_t *net);
+/* 1 when shared memory carries traffic of this net. */
+int uvccl__shm_active(net_t *net);
+void uvccl__shm_net_close(net_t *net);
+void uvccl__shm_net_free(net_t *net);
 
 /* ---- shrink.c ---------------------------------------------------------------- */
 /* The net's shrink upcalls (every world net gets them at creation). */

@@ -15,9 +15,15 @@
  * peer dies mid-send).
  *
  * Shutdown never resets: both ends half-close, read until EOF, then
- * close, so no unread data is left in a kernel buffer. */
+ * close, so no unread data is left in a kernel buffer.
+ *
+ * Peers of the same host send their data frames through shared memory
+ * (shm.c), read by the same frame steps (uvccl__net_frame_begin/end) with
+ * a receive state of their own (peer->srx); the socket stays for the
+ * handshake, control frames, the goodbye and noticing a death. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <stdio.h>
@@ -45,7 +51,7 @@ static void peer_wq_open(peer_t *p);
 static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
                           size_t len, void (*cb)(uvccl__wreq_t *, int));
 static void peer_close_tcp(peer_t *p);
-static void net_maybe_closed(net_t *net);
+void uvccl__net_maybe_closed(net_t *net);
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -56,6 +62,15 @@ static void hdr_encode(unsigned char *b, const frame_hdr_t *h) {
 
 static void hdr_decode(frame_hdr_t *h, const unsigned char *b) {
   memcpy(h, b, UVCCL__FRAME_HDR);
+}
+
+const char *uvccl__net_transport(net_t *net, int r) {
+  peer_t *p;
+  if (r < 0 || r >= net->size) return "?";
+  if (r == net->rank) return "self";
+  p = net->peers[r];
+  if (p == NULL || p->state != PEER_UP) return "?";
+  return p->shm_tx ? "shm" : "tcp";
 }
 
 const char *uvccl__net_addr(net_t *net, int r) {
@@ -199,8 +214,19 @@ static uint32_t net_busy_us(net_t *net) {
 
 static void on_spin(uv_idle_t *h) {
   net_t *net = h->data;
+  if (net->shm != NULL) uvccl__shm_poll(net);
   if (net->inflight == 0 || uv_hrtime() > net->spin_until_ns)
     uv_idle_stop(h);
+}
+
+/* The next loop iteration polls without blocking (shm.c: rings still
+ * busy when the loop was about to sleep). */
+void uvccl__net_spin_now(net_t *net) {
+  if (net->closing || !net->spin_open) return;
+  if (!uv_is_active((uv_handle_t *)&net->spin)) {
+    net->spin_until_ns = uv_hrtime();
+    uv_idle_start(&net->spin, on_spin);
+  }
 }
 
 /* Spinning only pays when every spinning rank has a core: with more ranks
@@ -226,10 +252,29 @@ static int spin_oversubscribed(net_t *net) {
   return 1;
 }
 
+/* Without busy polling, a loop whose peers talk through shared memory
+ * still looks at its rings for a short while before it sleeps: an answer
+ * due within microseconds then costs no wake-up (a sleeping loop takes
+ * tens of microseconds to wake on a virtual machine). $UVCCL_SHM_SPIN_US
+ * (default 20; 0: sleep at once). */
+static uint32_t shm_spin_us(void) {
+  static int have;
+  static uint32_t us;
+  if (!have) {
+    const char *v = getenv("UVCCL_SHM_SPIN_US");
+    char *end;
+    unsigned long n = v != NULL ? strtoul(v, &end, 10) : 20;
+    us = v != NULL && (*end != '\0' || n > 1000000) ? 20 : (uint32_t)n;
+    have = 1;
+  }
+  return us;
+}
+
 void uvccl__net_kick_spin(net_t *net) {
   uint32_t us;
   if (net->closing || net->inflight == 0) return;
   us = net_busy_us(net);
+  if (us == 0 && uvccl__shm_active(net)) us = shm_spin_us();
   if (us == 0) return;
   if (net->spin_check == 0)
     net->spin_check = spin_oversubscribed(net) ? 2 : 1;
@@ -421,6 +466,8 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   }
   addr_fmt((struct sockaddr *)&net->self, net->selfstr, sizeof(net->selfstr));
   net->hb_ms = hb_ms;
+  rc = uvccl__shm_net_init(net, err, errlen);
+  if (rc != 0) return rc;
   if (net->size > 1) {
     net->live = uvccl__live_new(net->loop, net->rank, net->size,
                                 (struct sockaddr *)&net->self, net->nonce,
@@ -447,7 +494,7 @@ static void on_retry_closed(uv_handle_t *h) {
   net_t *net = p->net;
   net->nclosing--;
   if (net->closing) {
-    net_maybe_closed(net);
+    uvccl__net_maybe_closed(net);
     return;
   }
   if (p->state == PEER_CONNECTING)
@@ -639,9 +686,10 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
 }
 
 /* Creation is over once every peer is connected and linked. */
-static void net_check_ready(net_t *net) {
+void uvccl__net_check_ready(net_t *net) {
   void (*cb)(net_t *, int, const char *) = net->mesh_cb;
   if (cb == NULL || net->nup != net->size - 1) return;
+  if (net->shm_done != net->size - 1) return;
   if (net->live != NULL && net->links_up != net->size - 1) return;
   net->mesh_cb = NULL;
   cb(net, 0, NULL);
@@ -673,22 +721,26 @@ static void peer_up(peer_t *p) {
     if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
       uvccl__tune_socket(fd, net->hb_ms, 0);
   }
-  net_check_ready(net);
+  /* Same host? Each side offers its inbox (shm.c); creation completes
+   * once every peer answered. */
+  uvccl__shm_peer_up(p);
+  if (p->state != PEER_UP) return;
+  uvccl__net_check_ready(net);
 }
 
 /* ---- receiving ------------------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   peer_t *p = h->data;
-  uint64_t left = p->cur.len - p->cur_got;
+  uint64_t left = p->rx.cur.len - p->rx.cur_got;
   (void)suggested;
-  switch (p->rstate) {
+  switch (p->rx.rstate) {
   case RS_DIRECT:
-    buf->base = p->cur_op->buf + p->cur_got;
+    buf->base = p->rx.cur_op->buf + p->rx.cur_got;
     buf->len = (size_t)left;
     return;
   case RS_STAGE:
-    buf->base = p->cur_stage->data + p->cur_got;
+    buf->base = p->rx.cur_stage->data + p->rx.cur_got;
     buf->len = (size_t)left;
     return;
   case RS_REDUCE:
@@ -799,38 +851,38 @@ static int frame_misfit(peer_t *p, sop_t *op, uint64_t len, uint32_t tag) {
 }
 
 /* Returns 0 to go on with the buffer, or -1 if the peer went away. */
-static int frame_begin(peer_t *p, const frame_hdr_t *h) {
+int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
   net_t *net = p->net;
   group_t *g;
   sop_t *op;
   stage_t *st;
 
-  p->cur = *h;
-  p->cur_got = 0;
-  p->cur_op = NULL;
-  p->cur_stage = NULL;
+  rx->cur = *h;
+  rx->cur_got = 0;
+  rx->cur_op = NULL;
+  rx->cur_stage = NULL;
   op = match_frame(p, h, &g);
   if (op != NULL) {
     sop_list_remove(op->list, op);
     if (frame_misfit(p, op, h->len, h->tag)) {
-      p->rstate = h->len ? RS_DISCARD : RS_HDR;
+      rx->rstate = h->len ? RS_DISCARD : RS_HDR;
       return 0;
     }
     if (op->p2p) op->len = (size_t)h->len;
     op->source = p->rank;
     if (h->len == 0) {
-      p->rstate = RS_HDR;
+      rx->rstate = RS_HDR;
       op_recv_done(p, op);
       return p->state == PEER_UP ? 0 : -1;
     }
-    p->cur_op = op;
-    p->rstate = op->type == SOP_RECV_RED ? RS_REDUCE : RS_DIRECT;
+    rx->cur_op = op;
+    rx->rstate = op->type == SOP_RECV_RED ? RS_REDUCE : RS_DIRECT;
     return 0;
   }
   /* Nobody waits for it yet. Frames of a group that failed are dropped. */
   g = uvccl__net_group(net, h->gid);
   if (g != NULL && g->broken && h->kind == FRAME_COLL) {
-    p->rstate = h->len ? RS_DISCARD : RS_HDR;
+    rx->rstate = h->len ? RS_DISCARD : RS_HDR;
     return 0;
   }
   if (h->len > net->stage_limit) {
@@ -856,21 +908,21 @@ static int frame_begin(peer_t *p, const frame_hdr_t *h) {
   p->staged_tail = st;
   p->staged_bytes += st->len;
   if (h->len == 0) {
-    p->rstate = RS_HDR;
+    rx->rstate = RS_HDR;
     return 0;
   }
-  p->cur_stage = st;
-  p->rstate = RS_STAGE;
+  rx->cur_stage = st;
+  rx->rstate = RS_STAGE;
   return 0;
 }
 
 /* The current frame is complete. */
-static int frame_end(peer_t *p) {
-  sop_t *op = p->cur_op;
-  stage_t *st = p->cur_stage;
-  p->rstate = RS_HDR;
-  p->cur_op = NULL;
-  p->cur_stage = NULL;
+int uvccl__net_frame_end(peer_t *p, rx_t *rx) {
+  sop_t *op = rx->cur_op;
+  stage_t *st = rx->cur_stage;
+  rx->rstate = RS_HDR;
+  rx->cur_op = NULL;
+  rx->cur_stage = NULL;
   if (op != NULL) {
     op_recv_done(p, op);
   } else if (st != NULL) {
@@ -1178,7 +1230,7 @@ static void process_rbuf(peer_t *p) {
 
   while (p->state == PEER_UP || p->state == PEER_CONNECTING) {
     size_t avail = p->rlen - pos;
-    if (p->rstate == RS_HDR) {
+    if (p->rx.rstate == RS_HDR) {
       if (avail < UVCCL__FRAME_HDR) break;
       hdr_decode(&h, (unsigned char *)p->rbuf + pos);
       if (h.kind == FRAME_HELLO || h.kind == FRAME_HELLO_ACK ||
@@ -1228,7 +1280,24 @@ static void process_rbuf(peer_t *p) {
         pos += (size_t)h.len;
         continue;
       }
+      if (h.kind == FRAME_SHM && p->state == PEER_UP) {
+        if (h.len != sizeof(uvccl__shm_info_t)) {
+          uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO,
+                               "bad shared-memory frame");
+          return;
+        }
+        if (avail < UVCCL__FRAME_HDR + h.len) break;
+        pos += UVCCL__FRAME_HDR;
+        uvccl__shm_on_frame(p, &h, (unsigned char *)p->rbuf + pos);
+        if (p->state != PEER_UP) return;
+        pos += (size_t)h.len;
+        continue;
+      }
       if (h.kind == FRAME_BYE && p->state == PEER_UP && h.len == 0) {
+        /* What it sent through shared memory before leaving is read
+         * first (it was in the ring before the goodbye left). */
+        uvccl__shm_drain(p);
+        if (p->state != PEER_UP) return;
         p->left = 1;
         pos += UVCCL__FRAME_HDR;
         continue;
@@ -1240,14 +1309,14 @@ static void process_rbuf(peer_t *p) {
         return;
       }
       pos += UVCCL__FRAME_HDR;
-      if (frame_begin(p, &h) != 0) return;
+      if (uvccl__net_frame_begin(p, &p->rx, &h) != 0) return;
       continue;
     }
     if (avail == 0) break;
-    if (p->rstate == RS_REDUCE) {
-      sop_t *op = p->cur_op;
+    if (p->rx.rstate == RS_REDUCE) {
+      sop_t *op = p->rx.cur_op;
       size_t es = op->s->esize ? op->s->esize : 1;
-      uint64_t left = p->cur.len - p->cur_got;
+      uint64_t left = p->rx.cur.len - p->rx.cur_got;
       size_t take = avail < left ? avail : (size_t)left;
       size_t whole = take - take % es;
       if (whole == 0) break; /* a partial element: wait for the rest */
@@ -1257,25 +1326,25 @@ static void process_rbuf(peer_t *p) {
         p->rlen = avail;
         pos = 0;
       }
-      p->net->up->reduce_in(op, (size_t)p->cur_got, p->rbuf + pos, whole);
+      p->net->up->reduce_in(op, (size_t)p->rx.cur_got, p->rbuf + pos, whole);
       pos += whole;
-      p->cur_got += whole;
-      if (p->cur_got == p->cur.len && frame_end(p) != 0) return;
+      p->rx.cur_got += whole;
+      if (p->rx.cur_got == p->rx.cur.len && uvccl__net_frame_end(p, &p->rx) != 0) return;
       continue;
     }
     {
-      uint64_t left = p->cur.len - p->cur_got;
+      uint64_t left = p->rx.cur.len - p->rx.cur_got;
       size_t take = avail < left ? avail : (size_t)left;
-      if (p->rstate == RS_DIRECT)
-        memcpy(p->cur_op->buf + p->cur_got, p->rbuf + pos, take);
-      else if (p->rstate == RS_STAGE)
-        memcpy(p->cur_stage->data + p->cur_got, p->rbuf + pos, take);
+      if (p->rx.rstate == RS_DIRECT)
+        memcpy(p->rx.cur_op->buf + p->rx.cur_got, p->rbuf + pos, take);
+      else if (p->rx.rstate == RS_STAGE)
+        memcpy(p->rx.cur_stage->data + p->rx.cur_got, p->rbuf + pos, take);
       pos += take;
-      p->cur_got += take;
-      if (p->cur_got == p->cur.len) {
-        if (p->rstate == RS_DISCARD) {
-          p->rstate = RS_HDR;
-        } else if (frame_end(p) != 0) {
+      p->rx.cur_got += take;
+      if (p->rx.cur_got == p->rx.cur.len) {
+        if (p->rx.rstate == RS_DISCARD) {
+          p->rx.rstate = RS_HDR;
+        } else if (uvccl__net_frame_end(p, &p->rx) != 0) {
           return;
         }
       }
@@ -1301,6 +1370,9 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
       return;
     }
     if (p->state == PEER_DEAD) return;
+    /* Frames it put in our inbox before it went are still delivered. */
+    if (n == UV_EOF) uvccl__shm_drain(p);
+    if (p->state == PEER_DEAD) return;
     if (net->tls != NULL) {
       /* The TLS session may say why (a refused certificate arrives as an
        * alert after a TLS 1.3 client's handshake). */
@@ -1325,19 +1397,19 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (net->closing || p->state == PEER_CLOSING || p->state == PEER_DEAD) {
     /* Draining before close: whatever arrives is dropped. */
-    if (p->rstate == RS_HDR || p->rstate == RS_REDUCE) p->rlen = 0;
-    p->rstate = RS_HDR;
+    if (p->rx.rstate == RS_HDR || p->rx.rstate == RS_REDUCE) p->rlen = 0;
+    p->rx.rstate = RS_HDR;
     p->rlen = 0;
-    p->cur_op = NULL;
+    p->rx.cur_op = NULL;
     return;
   }
   uvccl__net_kick_spin(net);
-  switch (p->rstate) {
+  switch (p->rx.rstate) {
   case RS_DIRECT:
   case RS_STAGE:
-    p->cur_got += (uint64_t)n;
-    if (p->cur_got == p->cur.len) {
-      if (frame_end(p) != 0) return;
+    p->rx.cur_got += (uint64_t)n;
+    if (p->rx.cur_got == p->rx.cur.len) {
+      if (uvccl__net_frame_end(p, &p->rx) != 0) return;
     }
     return;
   default:
@@ -1435,8 +1507,11 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
                                                      : NULL;
   int rc;
   if (!op->writing) return 0;
-  rc = p != NULL && p->wq_open ? uvccl__wq_orphan(&p->wq, &op->wreq)
-                               : UV_ENOENT;
+  if (p != NULL && op->list == &p->shm_sendq)
+    rc = uvccl__shm_orphan(p, op);
+  else
+    rc = p != NULL && p->wq_open ? uvccl__wq_orphan(&p->wq, &op->wreq)
+                                 : UV_ENOENT;
   if (rc == 0) {
     op->writing = 0;
     return 0;
@@ -1455,11 +1530,16 @@ int uvccl__net_unpost(net_t *net, sop_t *op) {
     peer_t *p = net->peers[r];
     stage_t *st;
     if (p == NULL) continue;
-    if (p->cur_op == op) {
+    if (p->rx.cur_op == op) {
       /* Mid-transfer: the rest of the frame is read and dropped, so the
        * stream stays in step and the user's buffer is not touched. */
-      p->cur_op = NULL;
-      p->rstate = RS_DISCARD;
+      p->rx.cur_op = NULL;
+      p->rx.rstate = RS_DISCARD;
+      return 1;
+    }
+    if (p->srx.cur_op == op) { /* the same, in the shared-memory ring */
+      p->srx.cur_op = NULL;
+      p->srx.rstate = RS_DISCARD;
       return 1;
     }
     for (st = p->staged_head; st != NULL; st = st->next)
@@ -1504,6 +1584,11 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   h.tag = op->tag;
   h.len = op->len;
   hdr_encode(op->hdr, &h);
+  if (p->shm_tx) {
+    rc = uvccl__shm_send(p, op, &h);
+    if (rc < 0) return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
+    return rc;
+  }
   b[0] = uv_buf_init((char *)op->hdr, UVCCL__FRAME_HDR);
   b[1] = uv_buf_init((char *)op->buf, (unsigned int)0);
   b[1].len = op->len;
@@ -1596,8 +1681,9 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   LOG_DEBUG("coll", "rank %d: rank %d (%s): %s (%s)", net->rank, r,
             p->addrstr, why, uvccl_strerror(err));
   peer_close_tcp(p);
-  p->cur_op = NULL;
-  p->rstate = RS_HDR;
+  uvccl__shm_peer_down(p);
+  p->rx.cur_op = NULL;
+  p->rx.rstate = RS_HDR;
   p->rlen = 0;
   if (!was_up) {
     /* Still connecting: creation fails, nobody else is involved. */
@@ -1722,8 +1808,9 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     p->state = PEER_DEAD;
     p->err = f->err;
     peer_close_tcp(p);
-    p->cur_op = NULL;
-    p->rstate = RS_HDR;
+    uvccl__shm_peer_down(p);
+    p->rx.cur_op = NULL;
+    p->rx.rstate = RS_HDR;
     p->rlen = 0;
   }
   if (net->mesh_cb != NULL) {
@@ -1775,7 +1862,7 @@ static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   switch (ev->kind) {
   case UVCCL__LIVE_LINK_UP:
     net->links_up++;
-    net_check_ready(net);
+    uvccl__net_check_ready(net);
     return;
   case UVCCL__LIVE_LINK_FAILED:
     net_creation_failed(net, ev->fail.err == UVCCL_EAUTH ? UVCCL_EAUTH
@@ -1872,8 +1959,9 @@ void uvccl__net_abort(net_t *net, int err, const char *why) {
     if (p->state == PEER_UP) net->nup--;
     p->state = PEER_DEAD;
     p->err = err;
-    p->cur_op = NULL;
+    p->rx.cur_op = NULL;
     peer_close_tcp(p);
+    uvccl__shm_peer_down(p);
   }
 }
 
@@ -1885,7 +1973,7 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid) {
     if (p == NULL) continue;
     for (st = p->staged_head; st != NULL; st = next) {
       next = st->next;
-      if (st->gid == gid && st != p->cur_stage) {
+      if (st->gid == gid && st != p->rx.cur_stage) {
         stage_unlink(p, st);
         uvccl__free(st);
       }
@@ -1897,6 +1985,7 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid) {
 
 static void net_free(net_t *net) {
   int r;
+  uvccl__shm_net_free(net);
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
     stage_t *st, *next;
@@ -1919,7 +2008,7 @@ static void net_free(net_t *net) {
 
 /* Every handle the net owns is counted in nclosing while it closes; the
  * memory goes only when the net is released and nothing is closing. */
-static void net_maybe_closed(net_t *net) {
+void uvccl__net_maybe_closed(net_t *net) {
   void (*cb)(net_t *);
   if (!net->closing || net->nclosing > 0) return;
   cb = net->closed_cb;
@@ -1930,13 +2019,13 @@ static void net_maybe_closed(net_t *net) {
 static void net_live_closed(net_t *net) {
   net->live = NULL;
   net->nclosing--;
-  net_maybe_closed(net);
+  uvccl__net_maybe_closed(net);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
   net_t *net = h->data;
   net->nclosing--;
-  net_maybe_closed(net);
+  uvccl__net_maybe_closed(net);
 }
 
 static void on_peer_closed(uv_handle_t *h) {
@@ -1948,14 +2037,14 @@ static void on_peer_closed(uv_handle_t *h) {
     net->nclosing++;
     uv_close((uv_handle_t *)&p->retry, on_peer_closed);
   }
-  net_maybe_closed(net);
+  uvccl__net_maybe_closed(net);
 }
 
 static void on_peer_wq_closed(uvccl__wq_t *q) {
   peer_t *p = q->data;
   net_t *net = p->net;
   net->nclosing--;
-  net_maybe_closed(net);
+  uvccl__net_maybe_closed(net);
 }
 
 static void on_pending_wq_closed(uvccl__wq_t *q);
@@ -1994,7 +2083,7 @@ static void pending_part_closed(peer_t *p) {
     uvccl__free(p->rbuf);
     uvccl__free(p);
   }
-  net_maybe_closed(net);
+  uvccl__net_maybe_closed(net);
 }
 
 static void on_pending_closed(uv_handle_t *h) { pending_part_closed(h->data); }
@@ -2044,13 +2133,14 @@ static void on_bye_written(uvccl__wreq_t *req, int status) {
 static void peer_teardown(peer_t *p) {
   net_t *net = p->net;
   uv_timer_stop(&p->retry);
+  uvccl__shm_peer_down(p);
   if (p->tcp_open && p->state == PEER_UP && !p->eof) {
     /* Half-close after our queued writes, then read until the peer's EOF:
      * closing with unread data would send a reset. */
     p->state = PEER_CLOSING;
-    p->rstate = RS_HDR;
+    p->rx.rstate = RS_HDR;
     p->rlen = 0;
-    p->cur_op = NULL;
+    p->rx.cur_op = NULL;
     {
       frame_hdr_t bye;
       memset(&bye, 0, sizeof(bye));
@@ -2126,4 +2216,5 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
       }
       peer_teardown(net->peers[r]);
     }
+  uvccl__shm_net_close(net);
 }

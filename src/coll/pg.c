@@ -819,6 +819,17 @@ const char *uvccl_pg_peer_address(const uvccl_pg_t *pg, int group_rank) {
   return r < 0 ? "?" : uvccl__net_addr(g->net, r);
 }
 
+const char *uvccl_pg_peer_transport(const uvccl_pg_t *pg, int group_rank) {
+  const group_t *g;
+  int r;
+  if (pg == NULL) return "?";
+  if (UVCCL__IS_NCCL(pg)) return "nccl";
+  g = pg->impl_;
+  if (g == NULL) return "?";
+  r = uvccl__pg_world(g, group_rank);
+  return r < 0 ? "?" : uvccl__net_transport(g->net, r);
+}
+
 void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
   if (UVCCL__IS_NCCL(pg)) {
     uvccl__nccl_pg_set_timeout(pg, timeout_ms);

@@ -1,0 +1,631 @@
+/* Same-host peers through shared memory: the transport's frames (the
+ * same 24-byte header and payload as on TCP) go through a ring in the
+ * receiver's inbox (shm_seg.c) instead of a socket, so every collective,
+ * dtype, subgroup and point-to-point operation works unchanged, and the
+ * matching, staging and failure rules are net.c's.
+ *
+ * Setting up. Once a peer's TCP connection is up, each side sends a
+ * FRAME_SHM describing its inbox; the other maps its slot (which works
+ * only on the same host, as the same user) and answers whether it did.
+ * Frames go through the rings only when both mapped the other's inbox
+ * (each needs the other's to wake it); otherwise through TCP, as before.
+ * Creation completes once every peer's exchange is over, so no data frame
+ * can precede the switch. The TCP connection stays: it carries the
+ * goodbye and control frames, and its EOF is how a dead peer is noticed,
+ * as promptly as before (the liveness monitor is unchanged too).
+ *
+ * Receiving. The ring is read by the same steps as a socket: a header is
+ * matched, then the payload is copied straight into the receive's buffer,
+ * reduced straight from the ring (no copy first) or staged. Frames start
+ * 8-byte aligned (each is padded), so reductions read aligned elements.
+ *
+ * Waking. The loop reads the rings before it blocks (a prepare handle):
+ * it flags its inbox asleep, looks again, and only then blocks in epoll
+ * on its doorbell pipe with everything else. A producer rings the bell
+ * only when the flag is set, and clears it, so an awake consumer costs no
+ * system call per message and a sleeping one one per sleep. In busy-poll
+ * mode the spinning loop reads the rings every iteration.
+ *
+ * Flow control. A sender whose frame does not fit copies what fits,
+ * flags the ring, and waits; the consumer wakes it when it frees room. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct uvccl__shm_net_s {
+  uvccl__shm_inbox_t ib;
+  uv_prepare_t prep;
+  uv_check_t check;
+  uv_poll_t bell;
+  uv_timer_t defer;      /* gives lost sends back from the loop */
+  int nopen;             /* handles open */
+  int started;
+  int closed;            /* uvccl__shm_net_close ran */
+  int *rx;               /* world ranks read through shared memory */
+  int nrx;
+  sop_list_t lost;       /* sends a dead peer will never take */
+} shm_net_t;
+
+#define SHM_PUBLISH_EVERY (256u * 1024)
+#define SHM_DEFAULT_RING (1024u * 1024)
+
+static uint64_t pad8(uint64_t len) { return (8 - len % 8) % 8; }
+
+static uint64_t env_kib(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  char *end;
+  unsigned long long n;
+  if (v == NULL || *v == '\0') return dflt;
+  n = strtoull(v, &end, 10);
+  if (*end != '\0' || n == 0) return dflt;
+  return (uint64_t)n * 1024;
+}
+
+/* 1 when $UVCCL_TRANSPORT asks for TCP only. */
+static int transport_tcp_only(void) {
+  const char *v = getenv("UVCCL_TRANSPORT");
+  return v != NULL && strcmp(v, "tcp") == 0;
+}
+
+static void on_prepare(uv_prepare_t *h);
+static void on_check(uv_check_t *h);
+static void on_bell(uv_poll_t *h, int status, int events);
+static void on_defer(uv_timer_t *t);
+
+int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
+  shm_net_t *sn;
+  uint64_t ring;
+  int rc;
+  if (net->size < 2 || transport_tcp_only()) return 0;
+  /* 1 MiB rings; a large world gets smaller ones (its pages are only
+   * touched by the peers that talk to this rank, but they stay). */
+  ring = SHM_DEFAULT_RING;
+  if (net->size > 64) ring = 256u * 1024;
+  ring = env_kib("UVCCL_SHM_RING_KB", ring);
+  ring = (ring + UVCCL__SHM_PAGE - 1) / UVCCL__SHM_PAGE * UVCCL__SHM_PAGE;
+  sn = uvccl__calloc(1, sizeof(*sn));
+  if (sn == NULL) return UV_ENOMEM;
+  sn->rx = uvccl__calloc((size_t)net->size, sizeof(int));
+  if (sn->rx == NULL) {
+    uvccl__free(sn);
+    return UV_ENOMEM;
+  }
+  rc = uvccl__shm_inbox_open(&sn->ib, (uint32_t)net->size, ring, err, errlen);
+  if (rc != 0) {
+    /* Not fatal: this rank offers no shared memory, TCP carries all. */
+    LOG_INFO("coll", "rank %d: %s; using TCP only", net->rank, err);
+    uvccl__free(sn->rx);
+    uvccl__free(sn);
+    return 0;
+  }
+  uv_prepare_init(net->loop, &sn->prep);
+  uv_check_init(net->loop, &sn->check);
+  uv_timer_init(net->loop, &sn->defer);
+  rc = uv_poll_init(net->loop, &sn->bell, sn->ib.bell_r);
+  if (rc != 0) {
+    snprintf(err, errlen, "shared memory: watching the doorbell: %s",
+             uvccl_strerror(rc));
+    /* the three handles above still need closing: keep sn */
+  }
+  sn->prep.data = sn->check.data = sn->defer.data = net;
+  sn->bell.data = net;
+  sn->nopen = rc == 0 ? 4 : 3;
+  /* These never keep a loop alive on their own: the net's sockets do. */
+  uv_unref((uv_handle_t *)&sn->prep);
+  uv_unref((uv_handle_t *)&sn->check);
+  if (rc == 0) uv_unref((uv_handle_t *)&sn->bell);
+  net->shm = sn;
+  if (rc != 0) {
+    /* Shared memory unusable: close it again through the normal path. */
+    uvccl__shm_inbox_close(&sn->ib);
+    LOG_INFO("coll", "rank %d: %s; using TCP only", net->rank, err);
+  }
+  return 0;
+}
+
+static int shm_usable(const net_t *net) {
+  return net->shm != NULL && net->shm->ib.base != NULL && net->shm->nopen == 4;
+}
+
+static void shm_start(net_t *net) {
+  shm_net_t *sn = net->shm;
+  if (sn->started || net->closing) return;
+  sn->started = 1;
+  uv_prepare_start(&sn->prep, on_prepare);
+  uv_check_start(&sn->check, on_check);
+  uv_poll_start(&sn->bell, UV_READABLE, on_bell);
+}
+
+int uvccl__shm_active(net_t *net) { return net->shm != NULL && net->shm->nrx > 0; }
+
+void uvccl__shm_peer_up(peer_t *p) {
+  net_t *net = p->net;
+  uvccl__shm_info_t info;
+  if (shm_usable(net)) uvccl__shm_inbox_info(&net->shm->ib, &info);
+  else uvccl__shm_info_none(&info);
+  if (uvccl__net_send_ctl(net, p->rank, FRAME_SHM, 0, 0, 0, &info,
+                          sizeof(info)) != 0)
+    uvccl__net_peer_fail(net, p, UV_EPIPE, "sending the shared-memory offer "
+                         "failed");
+}
+
+/* Both sides mapped the other's inbox: frames go through the rings. */
+static void shm_link(peer_t *p, int peer_attached) {
+  net_t *net = p->net;
+  shm_net_t *sn = net->shm;
+  if (!peer_attached || !p->shm_attached || sn == NULL) {
+    if (p->shm_out != NULL) {
+      /* One way only is no use (each side wakes the other). */
+      uvccl__shm_detach(p->shm_out);
+      uvccl__free(p->shm_out);
+      p->shm_out = NULL;
+      p->shm_attached = 0;
+    }
+    return;
+  }
+  uvccl__shm_inbox_slot(&sn->ib, (uint32_t)p->rank, &p->shm_in);
+  p->srx.rstate = RS_HDR;
+  p->srx_pad = 0;
+  p->shm_rx = 1;
+  p->shm_tx = 1;
+  sn->rx[sn->nrx++] = p->rank;
+  shm_start(net);
+  LOG_DEBUG("coll", "rank %d: rank %d through shared memory", net->rank,
+            p->rank);
+}
+
+void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
+                         const unsigned char *payload) {
+  net_t *net = p->net;
+  uvccl__shm_info_t info;
+  (void)h;
+  memcpy(&info, payload, sizeof(info));
+  if (info.magic != UVCCL__SHM_MAGIC) {
+    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad shared-memory offer");
+    return;
+  }
+  if (info.kind == UVCCL__SHM_INFO && !(p->shm_step & 1)) {
+    uvccl__shm_info_t answer;
+    char why[160];
+    p->shm_step |= 1;
+    uvccl__shm_info_none(&answer);
+    answer.kind = UVCCL__SHM_REFUSED;
+    if (shm_usable(net) && uvccl__shm_info_local(&info)) {
+      uvccl__shm_out_t *o = uvccl__malloc(sizeof(*o));
+      int rc = o == NULL ? UV_ENOMEM
+                         : uvccl__shm_attach(o, &info, (uint32_t)net->rank,
+                                             why, sizeof(why));
+      if (rc == 0) {
+        p->shm_out = o;
+        p->shm_attached = 1;
+        answer.kind = UVCCL__SHM_ATTACHED;
+      } else {
+        LOG_INFO("coll", "rank %d: rank %d runs on this host but its shared "
+                 "memory cannot be mapped (%s): TCP it is", net->rank,
+                 p->rank, o == NULL ? "out of memory" : why);
+        uvccl__free(o);
+      }
+    }
+    if (uvccl__net_send_ctl(net, p->rank, FRAME_SHM, 0, 0, 0, &answer,
+                            sizeof(answer)) != 0) {
+      uvccl__net_peer_fail(net, p, UV_EPIPE, "answering the shared-memory "
+                           "offer failed");
+      return;
+    }
+  } else if ((info.kind == UVCCL__SHM_ATTACHED ||
+              info.kind == UVCCL__SHM_REFUSED) && !(p->shm_step & 2)) {
+    p->shm_step |= 2;
+    p->shm_peer_attached = info.kind == UVCCL__SHM_ATTACHED;
+  } else {
+    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "unexpected shared-memory "
+                         "frame");
+    return;
+  }
+  if (p->shm_step == 3) {
+    shm_link(p, p->shm_peer_attached);
+    net->shm_done++;
+    uvccl__net_check_ready(net);
+  }
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+static const char zeros[8];
+
+/* Copies more of op's frame into the ring: 1 when all of it is in, 0
+ * when the ring is full, -1 when the ring is corrupted. A sent op
+ * counts its frame's bytes in got; a detached one (s == NULL) holds the
+ * rest of its frame as raw bytes in buf. */
+static int tx_fill(uvccl__shm_out_t *o, sop_t *op) {
+  uint64_t total = op->s == NULL ? op->len
+                                 : UVCCL__FRAME_HDR + op->len + pad8(op->len);
+  uint64_t since = 0;
+  int64_t space = 0;
+  while (op->got < total) {
+    const char *src;
+    uint64_t n;
+    if (space == 0) {
+      space = uvccl__shm_space(o);
+      if (space < 0) return -1;
+      if (space == 0) break;
+    }
+    if (op->s == NULL) {
+      src = op->buf + op->got;
+      n = total - op->got;
+    } else if (op->got < UVCCL__FRAME_HDR) {
+      src = (const char *)op->hdr + op->got;
+      n = UVCCL__FRAME_HDR - op->got;
+    } else if (op->got < UVCCL__FRAME_HDR + op->len) {
+      src = op->buf + (op->got - UVCCL__FRAME_HDR);
+      n = UVCCL__FRAME_HDR + op->len - op->got;
+    } else {
+      src = zeros;
+      n = total - op->got;
+    }
+    if (n > (uint64_t)space) n = (uint64_t)space;
+    if (n > SHM_PUBLISH_EVERY) n = SHM_PUBLISH_EVERY;
+    uvccl__shm_put(o, src, (size_t)n);
+    op->got += n;
+    space -= (int64_t)n;
+    since += n;
+    /* Large frames: the consumer starts on the first part while this
+     * copies the next. */
+    if (since >= SHM_PUBLISH_EVERY) {
+      uvccl__shm_publish(o);
+      since = 0;
+    }
+  }
+  uvccl__shm_publish(o);
+  return op->got == total;
+}
+
+static void ring_corrupt(peer_t *p) {
+  uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "its shared-memory ring "
+                       "holds impossible indices (memory corrupted)");
+}
+
+int uvccl__shm_send(peer_t *p, sop_t *op, const frame_hdr_t *h) {
+  (void)h;
+  op->got = 0;
+  if (p->shm_sendq.head == NULL) {
+    int r = tx_fill(p->shm_out, op);
+    if (r < 0) {
+      ring_corrupt(p);
+      return UVCCL_EPEER;
+    }
+    if (r == 1) return 1;
+  }
+  op->writing = 1;
+  sop_list_push(&p->shm_sendq, op);
+  return 0;
+}
+
+/* Moves what is queued on the rings along; 1 when something moved. */
+static int pump(peer_t *p) {
+  net_t *net = p->net;
+  sop_t *op;
+  int moved = 0;
+  while ((op = p->shm_sendq.head) != NULL && p->shm_tx) {
+    uint64_t before = op->got;
+    int r = tx_fill(p->shm_out, op);
+    if (op->got != before) moved = 1;
+    if (r < 0) {
+      ring_corrupt(p);
+      return 1;
+    }
+    if (r == 0) {
+      if (uvccl__shm_want_space(p->shm_out)) continue;
+      return moved;
+    }
+    sop_list_remove(&p->shm_sendq, op);
+    moved = 1;
+    if (op->s == NULL) {
+      uvccl__free(op);
+      continue;
+    }
+    op->writing = 0;
+    net->up->op_done(op);
+    if (p->state != PEER_UP) return 1;
+  }
+  return moved;
+}
+
+int uvccl__shm_orphan(peer_t *p, sop_t *op) {
+  uint64_t total = UVCCL__FRAME_HDR + op->len + pad8(op->len), left, at;
+  sop_t *ghost;
+  char *d;
+  if (op->list != &p->shm_sendq) return UV_ENOENT;
+  left = total - op->got;
+  ghost = uvccl__malloc(sizeof(*ghost) + (size_t)left);
+  if (ghost == NULL) return UV_ENOMEM;
+  memset(ghost, 0, sizeof(*ghost));
+  d = (char *)(ghost + 1);
+  /* The rest of the frame, byte for byte from where the ring stopped. */
+  for (at = op->got; at < total;) {
+    uint64_t n;
+    if (at < UVCCL__FRAME_HDR) {
+      n = UVCCL__FRAME_HDR - at;
+      memcpy(d, op->hdr + at, (size_t)n);
+    } else if (at < UVCCL__FRAME_HDR + op->len) {
+      n = UVCCL__FRAME_HDR + op->len - at;
+      memcpy(d, op->buf + (at - UVCCL__FRAME_HDR), (size_t)n);
+    } else {
+      n = total - at;
+      memset(d, 0, (size_t)n);
+    }
+    d += n;
+    at += n;
+  }
+  ghost->type = SOP_NOP;
+  ghost->buf = (char *)(ghost + 1);
+  ghost->len = (size_t)left;
+  /* in op's place in the queue */
+  ghost->prev = op->prev;
+  ghost->next = op->next;
+  ghost->list = op->list;
+  if (op->prev) op->prev->next = ghost;
+  else p->shm_sendq.head = ghost;
+  if (op->next) op->next->prev = ghost;
+  else p->shm_sendq.tail = ghost;
+  op->next = op->prev = NULL;
+  op->list = NULL;
+  op->writing = 0;
+  return 0;
+}
+
+/* ---- receiving ---------------------------------------------------------------- */
+
+/* Reads what the peer's ring holds, at most a ring's worth (a producer
+ * as fast as this reader must not keep the loop here); 1 when something
+ * moved. */
+static int consume(peer_t *p) {
+  uvccl__shm_in_t *in = &p->shm_in;
+  uint64_t released = in->head, start = in->head;
+  int moved = 0;
+  while (p->shm_rx && p->state == PEER_UP && in->head - start < in->size) {
+    int64_t avail = uvccl__shm_avail(in);
+    uint64_t left, take;
+    size_t contig;
+    const char *ptr;
+    if (avail < 0) {
+      ring_corrupt(p);
+      return 1;
+    }
+    if (avail == 0) break;
+    if (p->srx_pad > 0) {
+      take = (uint64_t)avail < p->srx_pad ? (uint64_t)avail : p->srx_pad;
+      uvccl__shm_consume(in, (size_t)take);
+      p->srx_pad -= (uint32_t)take;
+      continue;
+    }
+    if (p->srx.rstate == RS_HDR) {
+      unsigned char hb[UVCCL__FRAME_HDR];
+      frame_hdr_t h;
+      if (p->paused || avail < UVCCL__FRAME_HDR) break;
+      uvccl__shm_copy_out(in, hb, sizeof(hb));
+      uvccl__shm_consume(in, sizeof(hb));
+      memcpy(&h, hb, sizeof(h));
+      moved = 1;
+      if (h.kind != FRAME_COLL && h.kind != FRAME_P2P) {
+        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "bad frame in its "
+                             "shared-memory ring");
+        return 1;
+      }
+      if (uvccl__net_frame_begin(p, &p->srx, &h) != 0) return 1;
+      continue;
+    }
+    left = p->srx.cur.len - p->srx.cur_got;
+    ptr = uvccl__shm_peek(in, (uint64_t)avail, &contig);
+    take = contig < left ? contig : left;
+    switch (p->srx.rstate) {
+    case RS_DIRECT:
+      memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr, (size_t)take);
+      break;
+    case RS_STAGE:
+      memcpy(p->srx.cur_stage->data + p->srx.cur_got, ptr, (size_t)take);
+      break;
+    case RS_REDUCE: {
+      sop_t *op = p->srx.cur_op;
+      size_t es = op->s->esize ? op->s->esize : 1;
+      uint64_t whole = take - take % es;
+      if (whole == 0) {
+        /* One element across the ring's end (or not all here yet). */
+        uint64_t tmp[2];
+        if ((uint64_t)avail < es || left < es || es > sizeof(tmp)) break;
+        uvccl__shm_copy_out(in, tmp, es);
+        p->net->up->reduce_in(op, (size_t)p->srx.cur_got, tmp, es);
+        take = es;
+      } else {
+        p->net->up->reduce_in(op, (size_t)p->srx.cur_got, ptr, (size_t)whole);
+        take = whole;
+      }
+      break;
+    }
+    default: /* RS_DISCARD */
+      break;
+    }
+    if (p->srx.rstate == RS_REDUCE && take % (p->srx.cur_op->s->esize
+                                               ? p->srx.cur_op->s->esize
+                                               : 1) != 0)
+      break; /* a partial element: wait for the rest */
+    uvccl__shm_consume(in, (size_t)take);
+    p->srx.cur_got += take;
+    moved = 1;
+    if (in->head - released >= in->size / 4) {
+      uvccl__shm_release(in, p->shm_out);
+      released = in->head;
+    }
+    if (p->srx.cur_got == p->srx.cur.len) {
+      p->srx_pad = (uint32_t)pad8(p->srx.cur.len); /* skipped next */
+      if (p->srx.rstate == RS_DISCARD) {
+        p->srx.rstate = RS_HDR;
+      } else if (uvccl__net_frame_end(p, &p->srx) != 0) {
+        return 1;
+      }
+    }
+  }
+  if (in->head != released && p->shm_rx) uvccl__shm_release(in, p->shm_out);
+  return moved;
+}
+
+void uvccl__shm_drain(peer_t *p) {
+  while (p->shm_rx && p->state == PEER_UP && consume(p)) {
+  }
+}
+
+int uvccl__shm_poll(net_t *net) {
+  shm_net_t *sn = net->shm;
+  int i, moved = 0;
+  if (sn == NULL || net->closing) return 0;
+  for (i = 0; i < sn->nrx; i++) {
+    peer_t *p = net->peers[sn->rx[i]];
+    if (p == NULL || !p->shm_rx) continue;
+    if (p->shm_sendq.head != NULL) moved |= pump(p);
+    if (uvccl__shm_nonempty(&p->shm_in)) moved |= consume(p);
+  }
+  if (moved) uvccl__net_kick_spin(net);
+  return moved;
+}
+
+/* 1 when a ring holds something to read or a blocked send has room. */
+static int shm_ready(net_t *net) {
+  shm_net_t *sn = net->shm;
+  int i;
+  for (i = 0; i < sn->nrx; i++) {
+    peer_t *p = net->peers[sn->rx[i]];
+    if (p == NULL || !p->shm_rx || p->state != PEER_UP) continue;
+    if (uvccl__shm_nonempty(&p->shm_in) && !p->paused) return 1;
+    if (p->shm_sendq.head != NULL && uvccl__shm_space(p->shm_out) != 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static void on_prepare(uv_prepare_t *h) {
+  net_t *net = h->data;
+  shm_net_t *sn = net->shm;
+  int i;
+  for (i = 0; i < 4; i++) {
+    if (net->closing) return;
+    uvccl__shm_poll(net);
+    if (uv_is_active((uv_handle_t *)&net->spin)) {
+      /* The loop spins (zero timeout): it will look again at once. */
+      uvccl__shm_set_sleeping(&sn->ib, 0);
+      return;
+    }
+    uvccl__shm_set_sleeping(&sn->ib, 1);
+    if (!shm_ready(net)) return; /* a producer will ring */
+    uvccl__shm_set_sleeping(&sn->ib, 0);
+  }
+  /* Still busy: this iteration polls without blocking. */
+  uvccl__net_spin_now(net);
+}
+
+static void on_check(uv_check_t *h) {
+  net_t *net = h->data;
+  if (net->shm != NULL && net->shm->ib.hdr != NULL)
+    uvccl__shm_set_sleeping(&net->shm->ib, 0);
+}
+
+static void on_bell(uv_poll_t *h, int status, int events) {
+  net_t *net = h->data;
+  (void)status;
+  (void)events;
+  uvccl__shm_bell_drain(&net->shm->ib);
+  uvccl__shm_poll(net);
+}
+
+/* ---- failure and teardown --------------------------------------------------------- */
+
+static void flush_lost(net_t *net) {
+  shm_net_t *sn = net->shm;
+  sop_t *op;
+  while ((op = sn->lost.head) != NULL) {
+    sop_list_remove(&sn->lost, op);
+    if (op->s == NULL) {
+      uvccl__free(op);
+      continue;
+    }
+    op->writing = 0;
+    net->up->send_lost(op);
+  }
+}
+
+static void on_defer(uv_timer_t *t) {
+  net_t *net = t->data;
+  flush_lost(net);
+}
+
+void uvccl__shm_peer_down(peer_t *p) {
+  net_t *net = p->net;
+  shm_net_t *sn = net->shm;
+  sop_t *op;
+  int i;
+  p->srx.rstate = RS_HDR;
+  p->srx.cur_op = NULL;
+  p->srx.cur_stage = NULL;
+  p->srx_pad = 0;
+  if (sn == NULL) return;
+  if (p->shm_rx) {
+    p->shm_rx = 0;
+    for (i = 0; i < sn->nrx; i++)
+      if (sn->rx[i] == p->rank) {
+        sn->rx[i] = sn->rx[--sn->nrx];
+        break;
+      }
+  }
+  p->shm_tx = 0;
+  if (p->shm_sendq.head == NULL) return;
+  /* Their buffers go back from the loop, as a closed socket's queued
+   * writes do (never inside the call that noticed the failure). */
+  while ((op = p->shm_sendq.head) != NULL) {
+    sop_list_remove(&p->shm_sendq, op);
+    sop_list_push(&sn->lost, op);
+  }
+  if (sn->closed) flush_lost(net);
+  else uv_timer_start(&sn->defer, on_defer, 0, 0);
+}
+
+static void on_shm_closed(uv_handle_t *h) {
+  net_t *net = h->data;
+  net->nclosing--;
+  uvccl__net_maybe_closed(net);
+}
+
+void uvccl__shm_net_close(net_t *net) {
+  shm_net_t *sn = net->shm;
+  int n = 0;
+  if (sn == NULL || sn->closed) return;
+  sn->closed = 1;
+  flush_lost(net);
+  if (sn->ib.hdr != NULL) uvccl__shm_set_sleeping(&sn->ib, 0);
+  uv_close((uv_handle_t *)&sn->prep, on_shm_closed);
+  uv_close((uv_handle_t *)&sn->check, on_shm_closed);
+  uv_close((uv_handle_t *)&sn->defer, on_shm_closed);
+  n = 3;
+  if (sn->nopen == 4) {
+    uv_close((uv_handle_t *)&sn->bell, on_shm_closed);
+    n = 4;
+  }
+  net->nclosing += n;
+}
+
+void uvccl__shm_net_free(net_t *net) {
+  shm_net_t *sn = net->shm;
+  int r;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->shm_out == NULL) continue;
+    uvccl__shm_detach(p->shm_out);
+    uvccl__free(p->shm_out);
+    p->shm_out = NULL;
+  }
+  if (sn == NULL) return;
+  uvccl__shm_inbox_close(&sn->ib);
+  uvccl__free(sn->rx);
+  uvccl__free(sn);
+  net->shm = NULL;
+}

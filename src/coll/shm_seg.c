@@ -1,0 +1,366 @@
+/* Shared-memory inboxes, slots and rings (see shm_seg.h). */
+#define _GNU_SOURCE
+#include "shm_seg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../loop/internal.h"
+
+static uint64_t slot_size(uint64_t ring_size) {
+  return UVCCL__SHM_PAGE + ring_size;
+}
+
+static uint64_t slot_offset(uint64_t ring_size, uint32_t s) {
+  return UVCCL__SHM_PAGE + (uint64_t)s * slot_size(ring_size);
+}
+
+/* The kernel's boot id: two processes that read the same one run on the
+ * same host in the same boot (containers included). */
+static void boot_id(uint8_t out[16]) {
+  static uint8_t cached[16];
+  static int have;
+  char buf[64];
+  int fd, i, n, k = 0;
+  if (have) {
+    memcpy(out, cached, 16);
+    return;
+  }
+  memset(out, 0, 16);
+  fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  n = (int)read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return;
+  for (i = 0; i < n && k < 32; i++) {
+    int c = buf[i], v;
+    if (c >= '0' && c <= '9') v = c - '0';
+    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    else continue;
+    out[k / 2] = (uint8_t)(out[k / 2] | (k % 2 ? v : v << 4));
+    k++;
+  }
+  memcpy(cached, out, 16);
+  have = 1;
+}
+
+int uvccl__shm_inbox_open(uvccl__shm_inbox_t *ib, uint32_t nslots,
+                          uint64_t ring_size, char *err, size_t errlen) {
+  int fds[2];
+  uint64_t size;
+  memset(ib, 0, sizeof(*ib));
+  ib->memfd = ib->bell_r = ib->bell_w = -1;
+  if (ring_size == 0 || ring_size % UVCCL__SHM_PAGE != 0 || nslots == 0) {
+    snprintf(err, errlen, "shared memory: bad ring size %llu",
+             (unsigned long long)ring_size);
+    return UV_EINVAL;
+  }
+  size = slot_offset(ring_size, nslots);
+  ib->memfd = memfd_create("uvccl-inbox", MFD_CLOEXEC);
+  if (ib->memfd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "shared memory: memfd_create: %s", strerror(e));
+    return -e;
+  }
+  /* Sparse: pages exist once a ring is used. */
+  if (ftruncate(ib->memfd, (off_t)size) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "shared memory: ftruncate %llu: %s",
+             (unsigned long long)size, strerror(e));
+    uvccl__shm_inbox_close(ib);
+    return -e;
+  }
+  ib->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                  ib->memfd, 0);
+  if (ib->base == MAP_FAILED) {
+    int e = errno;
+    ib->base = NULL;
+    snprintf(err, errlen, "shared memory: mmap %llu: %s",
+             (unsigned long long)size, strerror(e));
+    uvccl__shm_inbox_close(ib);
+    return -e;
+  }
+  ib->size = (size_t)size;
+  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "shared memory: pipe: %s", strerror(e));
+    uvccl__shm_inbox_close(ib);
+    return -e;
+  }
+  ib->bell_r = fds[0];
+  ib->bell_w = fds[1];
+  if (uv_random(NULL, NULL, &ib->cookie, sizeof(ib->cookie), 0, NULL) != 0)
+    ib->cookie = uv_hrtime() ^ ((uint64_t)getpid() << 40);
+  ib->ring_size = ring_size;
+  ib->nslots = nslots;
+  ib->hdr = (uvccl__shm_inbox_hdr_t *)ib->base;
+  ib->hdr->magic = UVCCL__SHM_MAGIC;
+  ib->hdr->nslots = nslots;
+  ib->hdr->cookie = ib->cookie;
+  ib->hdr->ring_size = ring_size;
+  atomic_store(&ib->hdr->sleeping, 0);
+  return 0;
+}
+
+void uvccl__shm_inbox_close(uvccl__shm_inbox_t *ib) {
+  if (ib->base != NULL) munmap(ib->base, ib->size);
+  if (ib->memfd >= 0) close(ib->memfd);
+  if (ib->bell_r >= 0) close(ib->bell_r);
+  if (ib->bell_w >= 0) close(ib->bell_w);
+  ib->base = NULL;
+  ib->hdr = NULL;
+  ib->memfd = ib->bell_r = ib->bell_w = -1;
+}
+
+void uvccl__shm_info_none(uvccl__shm_info_t *in) {
+  memset(in, 0, sizeof(*in));
+  in->magic = UVCCL__SHM_MAGIC;
+  in->kind = UVCCL__SHM_INFO;
+  in->memfd = in->bellfd = -1;
+}
+
+void uvccl__shm_inbox_info(const uvccl__shm_inbox_t *ib,
+                           uvccl__shm_info_t *in) {
+  uvccl__shm_info_none(in);
+  in->pid = (uint32_t)getpid();
+  in->memfd = ib->memfd;
+  in->bellfd = ib->bell_r;
+  in->nslots = ib->nslots;
+  in->cookie = ib->cookie;
+  in->ring_size = ib->ring_size;
+  boot_id(in->boot_id);
+}
+
+int uvccl__shm_info_local(const uvccl__shm_info_t *in) {
+  uint8_t mine[16], zero[16];
+  if (in->magic != UVCCL__SHM_MAGIC || in->pid == 0 || in->memfd < 0 ||
+      in->bellfd < 0)
+    return 0;
+  boot_id(mine);
+  memset(zero, 0, sizeof(zero));
+  return memcmp(mine, zero, 16) != 0 && memcmp(mine, in->boot_id, 16) == 0;
+}
+
+void uvccl__shm_inbox_slot(uvccl__shm_inbox_t *ib, uint32_t s,
+                           uvccl__shm_in_t *in) {
+  char *slot = ib->base + slot_offset(ib->ring_size, s);
+  in->ring = (uvccl__shm_ring_hdr_t *)slot;
+  in->data = slot + UVCCL__SHM_PAGE;
+  in->size = ib->ring_size;
+  in->head = atomic_load_explicit(&in->ring->head, memory_order_relaxed);
+}
+
+/* Opens another process's descriptor through /proc (same user, same PID
+ * namespace: otherwise it is some other process, or refused). */
+static int open_peer_fd(uint32_t pid, int fd, int flags, char *why,
+                        size_t whylen) {
+  char path[64];
+  int r;
+  snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, fd);
+  r = open(path, flags | O_CLOEXEC);
+  if (r < 0) {
+    int e = errno;
+    snprintf(why, whylen, "open %s: %s", path, strerror(e));
+    return -e;
+  }
+  return r;
+}
+
+int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
+                      uint32_t slot, char *why, size_t whylen) {
+  struct stat st;
+  uint64_t need;
+  int fd, rc;
+  const uvccl__shm_inbox_hdr_t *h;
+
+  memset(o, 0, sizeof(*o));
+  o->bellfd = -1;
+  if (!uvccl__shm_info_local(peer)) {
+    snprintf(why, whylen, "another host");
+    return UV_EHOSTUNREACH;
+  }
+  if (peer->ring_size == 0 || peer->ring_size % UVCCL__SHM_PAGE != 0 ||
+      peer->ring_size > ((uint64_t)1 << 32) || slot >= peer->nslots) {
+    snprintf(why, whylen, "bad inbox description");
+    return UV_EINVAL;
+  }
+  fd = open_peer_fd(peer->pid, peer->memfd, O_RDWR, why, whylen);
+  if (fd < 0) return fd;
+  need = slot_offset(peer->ring_size, peer->nslots);
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != need) {
+    snprintf(why, whylen, "the inbox is not the size it was said to be");
+    close(fd);
+    return UV_EINVAL;
+  }
+  o->hdr_map = mmap(NULL, UVCCL__SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                    fd, 0);
+  if (o->hdr_map == MAP_FAILED) {
+    rc = -errno;
+    o->hdr_map = NULL;
+    snprintf(why, whylen, "mmap: %s", strerror(-rc));
+    close(fd);
+    return rc;
+  }
+  h = (const uvccl__shm_inbox_hdr_t *)o->hdr_map;
+  if (h->magic != UVCCL__SHM_MAGIC || h->cookie != peer->cookie ||
+      h->ring_size != peer->ring_size || h->nslots != peer->nslots) {
+    snprintf(why, whylen, "another process's memory (cookie mismatch)");
+    close(fd);
+    uvccl__shm_detach(o);
+    return UV_EINVAL;
+  }
+  o->slot_size = (size_t)slot_size(peer->ring_size);
+  o->slot_map = mmap(NULL, o->slot_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fd, (off_t)slot_offset(peer->ring_size, slot));
+  close(fd);
+  if (o->slot_map == MAP_FAILED) {
+    rc = -errno;
+    o->slot_map = NULL;
+    snprintf(why, whylen, "mmap: %s", strerror(-rc));
+    uvccl__shm_detach(o);
+    return rc;
+  }
+  /* Read and write: a pipe with a reader never raises SIGPIPE, even once
+   * its owner is gone (the bytes then just stay). */
+  o->bellfd = open_peer_fd(peer->pid, peer->bellfd, O_RDWR | O_NONBLOCK, why,
+                           whylen);
+  if (o->bellfd < 0) {
+    rc = o->bellfd;
+    o->bellfd = -1;
+    uvccl__shm_detach(o);
+    return rc;
+  }
+  {
+    struct stat bs;
+    if (fstat(o->bellfd, &bs) != 0 || !S_ISFIFO(bs.st_mode)) {
+      snprintf(why, whylen, "the doorbell is not a pipe");
+      uvccl__shm_detach(o);
+      return UV_EINVAL;
+    }
+  }
+  o->peer = (uvccl__shm_inbox_hdr_t *)o->hdr_map;
+  o->ring = (uvccl__shm_ring_hdr_t *)o->slot_map;
+  o->data = o->slot_map + UVCCL__SHM_PAGE;
+  o->size = peer->ring_size;
+  o->tail = atomic_load_explicit(&o->ring->tail, memory_order_relaxed);
+  o->published = o->tail;
+  return 0;
+}
+
+void uvccl__shm_detach(uvccl__shm_out_t *o) {
+  if (o->slot_map != NULL) munmap(o->slot_map, o->slot_size);
+  if (o->hdr_map != NULL) munmap(o->hdr_map, UVCCL__SHM_PAGE);
+  if (o->bellfd >= 0) close(o->bellfd);
+  memset(o, 0, sizeof(*o));
+  o->bellfd = -1;
+}
+
+void uvccl__shm_ring_bell(int fd) {
+  char b = 1;
+  ssize_t n;
+  /* A full pipe already holds a wake-up: EAGAIN is fine. */
+  do n = write(fd, &b, 1);
+  while (n < 0 && errno == EINTR);
+}
+
+void uvccl__shm_bell_drain(uvccl__shm_inbox_t *ib) {
+  char buf[256];
+  while (read(ib->bell_r, buf, sizeof(buf)) == (ssize_t)sizeof(buf)) {
+  }
+}
+
+void uvccl__shm_set_sleeping(uvccl__shm_inbox_t *ib, int sleeping) {
+  atomic_store_explicit(&ib->hdr->sleeping, (uint32_t)sleeping,
+                        memory_order_relaxed);
+  /* Going to sleep: the flag must be visible before the rings are looked
+   * at again (a producer publishes, then reads the flag: one of the two
+   * sees the other). */
+  if (sleeping) atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* ---- producer -------------------------------------------------------------- */
+
+int64_t uvccl__shm_space(uvccl__shm_out_t *o) {
+  uint64_t head = atomic_load_explicit(&o->ring->head, memory_order_acquire);
+  uint64_t used = o->tail - head;
+  if (head > o->published || used > o->size) return -1;
+  return (int64_t)(o->size - used);
+}
+
+void uvccl__shm_put(uvccl__shm_out_t *o, const void *src, size_t n) {
+  uint64_t off = o->tail % o->size;
+  size_t first = n < o->size - off ? n : (size_t)(o->size - off);
+  memcpy(o->data + off, src, first);
+  if (n > first) memcpy(o->data, (const char *)src + first, n - first);
+  o->tail += n;
+}
+
+static void wake(uvccl__shm_inbox_hdr_t *h, int bellfd) {
+  /* Whoever clears the flag rings: one wake-up per sleep, not one per
+   * producer or per message. */
+  if (atomic_load_explicit(&h->sleeping, memory_order_relaxed) &&
+      atomic_exchange_explicit(&h->sleeping, 0, memory_order_relaxed))
+    uvccl__shm_ring_bell(bellfd);
+}
+
+void uvccl__shm_publish(uvccl__shm_out_t *o) {
+  if (o->tail == o->published) return;
+  atomic_store_explicit(&o->ring->tail, o->tail, memory_order_release);
+  o->published = o->tail;
+  atomic_thread_fence(memory_order_seq_cst);
+  wake(o->peer, o->bellfd);
+}
+
+int uvccl__shm_want_space(uvccl__shm_out_t *o) {
+  atomic_store_explicit(&o->ring->want_space, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_seq_cst);
+  return uvccl__shm_space(o) > 0;
+}
+
+/* ---- consumer -------------------------------------------------------------- */
+
+int64_t uvccl__shm_avail(uvccl__shm_in_t *in) {
+  uint64_t tail = atomic_load_explicit(&in->ring->tail, memory_order_acquire);
+  uint64_t n = tail - in->head;
+  if (tail < in->head || n > in->size) return -1;
+  return (int64_t)n;
+}
+
+int uvccl__shm_nonempty(const uvccl__shm_in_t *in) {
+  return atomic_load_explicit(&in->ring->tail, memory_order_relaxed) !=
+         in->head;
+}
+
+const char *uvccl__shm_peek(const uvccl__shm_in_t *in, uint64_t avail,
+                            size_t *contig) {
+  uint64_t off = in->head % in->size;
+  uint64_t n = in->size - off;
+  *contig = (size_t)(avail < n ? avail : n);
+  return in->data + off;
+}
+
+void uvccl__shm_copy_out(const uvccl__shm_in_t *in, void *dst, size_t n) {
+  uint64_t off = in->head % in->size;
+  size_t first = n < in->size - off ? n : (size_t)(in->size - off);
+  memcpy(dst, in->data + off, first);
+  if (n > first) memcpy((char *)dst + first, in->data, n - first);
+}
+
+void uvccl__shm_consume(uvccl__shm_in_t *in, size_t n) { in->head += n; }
+
+void uvccl__shm_release(uvccl__shm_in_t *in, uvccl__shm_out_t *back) {
+  atomic_store_explicit(&in->ring->head, in->head, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&in->ring->want_space, memory_order_relaxed) &&
+      atomic_exchange_explicit(&in->ring->want_space, 0,
+                               memory_order_relaxed) &&
+      back != NULL && back->peer != NULL)
+    /* The producer sleeps (or is about to): its inbox's flag says. Its
+     * prepare step looks at its blocked sends after setting the flag. */
+    wake(back->peer, back->bellfd);
+}

@@ -1,0 +1,147 @@
+/* Shared-memory segments and rings for ranks of one host (shm_seg.c).
+ * Knows nothing of frames or groups: shm.c carries the transport's frames
+ * through these rings.
+ *
+ * Every rank owns one inbox: an anonymous memfd (no name, so nothing is
+ * left in /dev/shm whatever kills the process) holding one ring per
+ * sender, and a pipe, its doorbell. A peer maps its own slot of the inbox
+ * and opens the doorbell through /proc/PID/fd/N: that works only for a
+ * process of the same host, PID namespace and user (the access check of
+ * ptrace-read), and the inbox's random cookie proves it reached the right
+ * segment, so "same host" is tested by doing it, not guessed.
+ *
+ * A ring: one producer (the slot's rank), one consumer (the inbox's owner),
+ * free-running 64-bit head and tail. The consumer sleeps in its loop's
+ * epoll; the producer rings the doorbell only when the consumer's inbox
+ * says it is asleep, so a busy consumer costs no system call per message.
+ * Every index read from shared memory is checked before it is used: a
+ * corrupted ring is an error, never a wild copy. */
+#ifndef UVCCL_COLL_SHM_SEG_H
+#define UVCCL_COLL_SHM_SEG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UVCCL__SHM_MAGIC 0x4d485355u /* "USHM" */
+#define UVCCL__SHM_PAGE 4096u
+
+/* The inbox's first page. */
+typedef struct {
+  uint32_t magic;
+  uint32_t nslots;
+  uint64_t cookie;
+  uint64_t ring_size;
+  char pad0[40];
+  _Atomic uint32_t sleeping; /* the owner's loop is about to block */
+  char pad1[60];
+} uvccl__shm_inbox_hdr_t;
+
+/* A slot's first page: the ring's indices, each on its own cache line. */
+typedef struct {
+  _Atomic uint64_t tail;       /* written by the producer */
+  char pad0[56];
+  _Atomic uint64_t head;       /* written by the consumer */
+  char pad1[56];
+  _Atomic uint32_t want_space; /* the producer waits for room */
+  char pad2[60];
+} uvccl__shm_ring_hdr_t;
+
+/* What a rank tells each peer (the FRAME_SHM payload). */
+enum { UVCCL__SHM_INFO = 1, UVCCL__SHM_ATTACHED = 2, UVCCL__SHM_REFUSED = 3 };
+typedef struct {
+  uint32_t magic;
+  uint32_t kind;         /* UVCCL__SHM_* */
+  uint32_t pid;          /* 0: this rank does not offer shared memory */
+  int32_t memfd;
+  int32_t bellfd;
+  uint32_t nslots;
+  uint64_t cookie;
+  uint64_t ring_size;
+  uint8_t boot_id[16];   /* the kernel's boot id: same host, same boot */
+} uvccl__shm_info_t;
+
+typedef struct {
+  int memfd;
+  int bell_r, bell_w;
+  char *base;
+  size_t size;
+  uvccl__shm_inbox_hdr_t *hdr;
+  uint64_t cookie;
+  uint64_t ring_size;
+  uint32_t nslots;
+} uvccl__shm_inbox_t;
+
+/* The producer's side: this rank's slot in a peer's inbox. */
+typedef struct {
+  char *hdr_map;            /* the peer inbox's first page */
+  char *slot_map;
+  size_t slot_size;
+  uvccl__shm_inbox_hdr_t *peer;
+  uvccl__shm_ring_hdr_t *ring;
+  char *data;
+  uint64_t size;
+  uint64_t tail;            /* ours; published with release */
+  uint64_t published;
+  int bellfd;               /* the peer's doorbell */
+} uvccl__shm_out_t;
+
+/* The consumer's side: one slot of this rank's inbox. */
+typedef struct {
+  uvccl__shm_ring_hdr_t *ring;
+  const char *data;
+  uint64_t size;
+  uint64_t head;            /* ours; published with release */
+} uvccl__shm_in_t;
+
+/* Creates the inbox: nslots rings of ring_size bytes (a multiple of the
+ * page size). 0, or an error with err filled. */
+int uvccl__shm_inbox_open(uvccl__shm_inbox_t *ib, uint32_t nslots,
+                          uint64_t ring_size, char *err, size_t errlen);
+void uvccl__shm_inbox_close(uvccl__shm_inbox_t *ib);
+void uvccl__shm_inbox_info(const uvccl__shm_inbox_t *ib, uvccl__shm_info_t *in);
+/* The consumer's view of slot s. */
+void uvccl__shm_inbox_slot(uvccl__shm_inbox_t *ib, uint32_t s,
+                           uvccl__shm_in_t *in);
+/* An info that offers nothing (shared memory off here). */
+void uvccl__shm_info_none(uvccl__shm_info_t *in);
+/* 1 when the info comes from this host (same boot id) and offers an inbox. */
+int uvccl__shm_info_local(const uvccl__shm_info_t *in);
+
+/* Maps slot `slot` of the inbox `peer` describes. 0, or an error with why. */
+int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
+                      uint32_t slot, char *why, size_t whylen);
+void uvccl__shm_detach(uvccl__shm_out_t *o);
+
+/* Producer. Room for how many bytes (-1: the consumer's index is not
+ * possible: a corrupted ring). */
+int64_t uvccl__shm_space(uvccl__shm_out_t *o);
+/* Copies n bytes (n <= space) behind the tail, not yet visible. */
+void uvccl__shm_put(uvccl__shm_out_t *o, const void *src, size_t n);
+/* Makes what was put visible; rings the doorbell if the consumer sleeps. */
+void uvccl__shm_publish(uvccl__shm_out_t *o);
+/* The producer waits for room: flag it, then check again (1: room now). */
+int uvccl__shm_want_space(uvccl__shm_out_t *o);
+
+/* Consumer. Bytes readable (-1: a corrupted ring). */
+int64_t uvccl__shm_avail(uvccl__shm_in_t *in);
+/* The readable bytes at the head up to the end of the ring's memory. */
+const char *uvccl__shm_peek(const uvccl__shm_in_t *in, uint64_t avail,
+                            size_t *contig);
+/* Copies n readable bytes out (across the end of the ring). */
+void uvccl__shm_copy_out(const uvccl__shm_in_t *in, void *dst, size_t n);
+void uvccl__shm_consume(uvccl__shm_in_t *in, size_t n);
+/* Publishes the head; if the producer waits for room and its loop sleeps
+ * (its inbox, mapped through back), rings its doorbell. */
+void uvccl__shm_release(uvccl__shm_in_t *in, uvccl__shm_out_t *back);
+/* 1 when the ring holds unread bytes (a cheap look, no checks). */
+int uvccl__shm_nonempty(const uvccl__shm_in_t *in);
+
+/* The owner's loop: about to block (1) or awake (0). Returns, when going
+ * to sleep, nothing: callers look at their rings again afterwards. */
+void uvccl__shm_set_sleeping(uvccl__shm_inbox_t *ib, int sleeping);
+/* Empties the doorbell pipe. */
+void uvccl__shm_bell_drain(uvccl__shm_inbox_t *ib);
+void uvccl__shm_ring_bell(int fd);
+
+#endif

@@ -1,0 +1,480 @@
+/* Ranks of one host talk through shared memory (src/coll/shm.c):
+ *   a) worlds of 2, 3, 4 and 8 processes: every rank reaches every other
+ *      through "shm" (uvccl_pg_peer_transport), its inbox is an anonymous
+ *      memfd, and allreduce (float32 SUM past the rings' size, int64 MAX,
+ *      float64 AVG), broadcast, reduce, allgather, reduce_scatter, alltoall,
+ *      gather, scatter and a ring of sends and receives larger than a ring
+ *      are exact in every rank;
+ *   b) a mixed world: 4 processes, ranks 2 and 3 with $UVCCL_TRANSPORT=tcp:
+ *      ranks 0-1 use shared memory, every pair with 2 or 3 TCP, same results;
+ *   c) a rank SIGKILLed in the middle of a 16 MiB allreduce over shared
+ *      memory: the survivors' work fails with UVCCL_EPEER naming it within
+ *      3 s (operation timeout 30 s), later collectives fail, destroy completes;
+ *   d) nothing is left in /dev/shm by any of it (kills included).
+ * (Hostile bytes in a ring: t/2061.)
+ * The test binary is also the rank program (UVCCL_T_ROLE), as in t/2020. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+#define MAXP 8
+#include "ranks.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef UVCCL_BUILD_DIR
+#define UVCCL_BUILD_DIR "build"
+#endif
+
+/* ---- rank side ------------------------------------------------------------ */
+
+/* 1 when rank r runs with $UVCCL_TRANSPORT=tcp ($UVCCL_T_TCP_RANKS="2,3"). */
+static int tcp_rank(int r) {
+  const char *l = getenv("UVCCL_T_TCP_RANKS");
+  char tok[16];
+  snprintf(tok, sizeof(tok), "%d", r);
+  if (l == NULL) return 0;
+  for (;;) {
+    size_t n = strcspn(l, ",");
+    if (n == strlen(tok) && strncmp(l, tok, n) == 0) return 1;
+    if (l[n] == '\0') return 0;
+    l += n + 1;
+  }
+}
+
+/* How many of this process's mappings are named `what` in /proc/self/maps. */
+static int maps_count(const char *what) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int n = 0;
+  if (f == NULL) return -1;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (strstr(line, what) != NULL) n++;
+  fclose(f);
+  return n;
+}
+
+static int wait_ok(uvccl_work_t *w, cbres_t *c, int rc) {
+  return finish_work(c, rc, 30000);
+}
+
+static int role_sweep(void) {
+  int q, bad = 0, rc;
+  char first[160] = "";
+  if (tcp_rank(R)) setenv("UVCCL_TRANSPORT", "tcp", 1);
+  rank_init(30000);
+
+  for (q = 0; q < P; q++) {
+    const char *t = uvccl_pg_peer_transport(&pg, q);
+    const char *want = q == R ? "self"
+                       : tcp_rank(R) || tcp_rank(q) ? "tcp" : "shm";
+    if (strcmp(t, want) != 0) {
+      if (bad++ == 0)
+        snprintf(first, sizeof(first), "rank %d: %s, expected %s", q, t, want);
+    }
+  }
+  rep(bad == 0, "transport", "%d peers as expected%s%s", P - 1 - bad,
+      bad ? "; " : "", first);
+  {
+    int inbox = maps_count("memfd:uvccl-inbox"), devshm = maps_count("/dev/shm");
+    rep(tcp_rank(R) ? inbox == 0 : inbox > 0, "memfd",
+        "%d mappings of memfd:uvccl-inbox, %d of /dev/shm files", inbox, devshm);
+  }
+
+  /* allreduce float32 SUM, 2^20 elements (4 MiB: more than a ring) */
+  {
+    size_t n = 1u << 20, i, nb = 0;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    for (i = 0; i < n; i++) a[i] = (float)((R + 1) * (int)(i % 7));
+    w.data = &c;
+    rc = uvccl_allreduce(&pg, &w, a, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    rc = wait_ok(&w, &c, rc);
+    for (i = 0; i < n && rc == 0; i++)
+      if (b[i] != (float)(P * (P + 1) / 2 * (int)(i % 7))) nb++;
+    rep(rc == 0 && nb == 0, "allreduce_4m", "%s %s, %zu wrong", ename(rc),
+        w.msg, nb);
+    free(a);
+    free(b);
+  }
+  /* allreduce int64 MAX (33) and float64 AVG (70001, past small_max) */
+  {
+    int64_t m[33];
+    double *d = malloc(70001 * sizeof(double));
+    size_t i, nb = 0;
+    uvccl_work_t w1 = {0}, w2 = {0};
+    cbres_t c1 = {0}, c2 = {0};
+    int rc1, rc2;
+    for (i = 0; i < 33; i++) m[i] = (int64_t)((R * 13 + (int)i) % P) << 33;
+    for (i = 0; i < 70001; i++) d[i] = (double)(R * 2 + (int)(i % 5));
+    w1.data = &c1;
+    w2.data = &c2;
+    rc1 = uvccl_allreduce(&pg, &w1, m, m, 33, UVCCL_INT64, UVCCL_MAX, on_work);
+    rc2 = uvccl_allreduce(&pg, &w2, d, d, 70001, UVCCL_FLOAT64, UVCCL_AVG,
+                          on_work);
+    rc1 = wait_ok(&w1, &c1, rc1);
+    rc2 = wait_ok(&w2, &c2, rc2);
+    for (i = 0; i < 33 && rc1 == 0; i++)
+      if (m[i] != (int64_t)(P - 1) << 33) nb++;
+    for (i = 0; i < 70001 && rc2 == 0; i++)
+      if (d[i] != (double)(P - 1) + (double)(i % 5)) nb++;
+    rep(rc1 == 0 && rc2 == 0 && nb == 0, "allreduce_ops",
+        "MAX: %s %s; AVG: %s %s; %zu wrong", ename(rc1), w1.msg, ename(rc2),
+        w2.msg, nb);
+    free(d);
+  }
+  /* broadcast 3 MiB from the last rank; reduce SUM to rank 0 */
+  {
+    size_t n = 3u << 20, i, nb = 0;
+    unsigned char *b = malloc(n);
+    int32_t v[1000], got[1000];
+    uvccl_work_t w1 = {0}, w2 = {0};
+    cbres_t c1 = {0}, c2 = {0};
+    int rc1, rc2;
+    for (i = 0; i < n; i++) b[i] = R == P - 1 ? (unsigned char)(i * 7 + 3) : 0;
+    for (i = 0; i < 1000; i++) v[i] = R + (int)i;
+    w1.data = &c1;
+    w2.data = &c2;
+    rc1 = uvccl_broadcast(&pg, &w1, b, n, UVCCL_UINT8, P - 1, on_work);
+    rc2 = uvccl_reduce(&pg, &w2, v, got, 1000, UVCCL_INT32, UVCCL_SUM, 0,
+                       on_work);
+    rc1 = wait_ok(&w1, &c1, rc1);
+    rc2 = wait_ok(&w2, &c2, rc2);
+    for (i = 0; i < n && rc1 == 0; i++)
+      if (b[i] != (unsigned char)(i * 7 + 3)) nb++;
+    for (i = 0; i < 1000 && rc2 == 0 && R == 0; i++)
+      if (got[i] != P * (P - 1) / 2 + P * (int)i) nb++;
+    rep(rc1 == 0 && rc2 == 0 && nb == 0, "bcast_reduce",
+        "broadcast: %s %s; reduce: %s %s; %zu wrong", ename(rc1), w1.msg,
+        ename(rc2), w2.msg, nb);
+    free(b);
+  }
+  /* allgather int64 (100k per rank) */
+  rep(rank_allgather_check(100000) == 0, "allgather",
+      "allgather of 100000 int64 per rank");
+  /* reduce_scatter float64 SUM, alltoall int32 */
+  {
+    size_t per = 150000, i, nb = 0;
+    double *in = malloc(per * (size_t)P * sizeof(double)),
+           *out = malloc(per * sizeof(double));
+    int32_t *ta = malloc(4000 * (size_t)P * sizeof(int32_t)),
+            *tb = malloc(4000 * (size_t)P * sizeof(int32_t));
+    uvccl_work_t w1 = {0}, w2 = {0};
+    cbres_t c1 = {0}, c2 = {0};
+    int rc1, rc2;
+    for (i = 0; i < per * (size_t)P; i++) in[i] = (double)(R + (int)(i % 11));
+    for (i = 0; i < 4000 * (size_t)P; i++)
+      ta[i] = R * 1000000 + (int)i;
+    w1.data = &c1;
+    w2.data = &c2;
+    rc1 = uvccl_reduce_scatter(&pg, &w1, in, out, per, UVCCL_FLOAT64,
+                               UVCCL_SUM, on_work);
+    rc2 = uvccl_alltoall(&pg, &w2, ta, tb, 4000, UVCCL_INT32, on_work);
+    rc1 = wait_ok(&w1, &c1, rc1);
+    rc2 = wait_ok(&w2, &c2, rc2);
+    for (i = 0; i < per && rc1 == 0; i++)
+      if (out[i] != (double)(P * (P - 1) / 2 +
+                             P * (int)((per * (size_t)R + i) % 11)))
+        nb++;
+    for (q = 0; q < P && rc2 == 0; q++)
+      for (i = 0; i < 4000; i++)
+        if (tb[(size_t)q * 4000 + i] != q * 1000000 + R * 4000 + (int)i) nb++;
+    rep(rc1 == 0 && rc2 == 0 && nb == 0, "rs_alltoall",
+        "reduce_scatter: %s %s; alltoall: %s %s; %zu wrong", ename(rc1),
+        w1.msg, ename(rc2), w2.msg, nb);
+    free(in);
+    free(out);
+    free(ta);
+    free(tb);
+  }
+  /* gather to rank 1 and scatter from rank 0 (int32, 5000 per rank) */
+  {
+    size_t n = 5000, i, nb = 0;
+    int root = P > 1 ? 1 : 0;
+    int32_t *s = malloc(n * sizeof(int32_t)),
+            *all = malloc(n * (size_t)P * sizeof(int32_t)),
+            *mine = malloc(n * sizeof(int32_t));
+    uvccl_work_t w1 = {0}, w2 = {0};
+    cbres_t c1 = {0}, c2 = {0};
+    int rc1, rc2;
+    for (i = 0; i < n; i++) s[i] = R * 100000 + (int)i;
+    w1.data = &c1;
+    w2.data = &c2;
+    rc1 = uvccl_gather(&pg, &w1, s, all, n, UVCCL_INT32, root, on_work);
+    rc1 = wait_ok(&w1, &c1, rc1);
+    for (q = 0; q < P && rc1 == 0 && R == root; q++)
+      for (i = 0; i < n; i++)
+        if (all[(size_t)q * n + i] != q * 100000 + (int)i) nb++;
+    if (R == 0)
+      for (i = 0; i < n * (size_t)P; i++) all[i] = (int)i * 3;
+    rc2 = uvccl_scatter(&pg, &w2, all, mine, n, UVCCL_INT32, 0, on_work);
+    rc2 = wait_ok(&w2, &c2, rc2);
+    for (i = 0; i < n && rc2 == 0; i++)
+      if (mine[i] != (int)(((size_t)R * n + i) * 3)) nb++;
+    rep(rc1 == 0 && rc2 == 0 && nb == 0, "gather_scatter",
+        "gather: %s %s; scatter: %s %s; %zu wrong", ename(rc1), w1.msg,
+        ename(rc2), w2.msg, nb);
+    free(s);
+    free(all);
+    free(mine);
+  }
+  /* point to point: a ring of 2.5 MiB sends (bigger than a ring), tag 7,
+   * and a small one with tag 8 behind it */
+  if (P > 1) {
+    size_t n = (5u << 20) / 2, i, nb = 0;
+    unsigned char *sb = malloc(n), *rb = malloc(n);
+    int32_t small_s = R * 11, small_r = -1;
+    uvccl_work_t ws = {0}, wr = {0}, ws2 = {0}, wr2 = {0};
+    cbres_t cs = {0}, cr = {0}, cs2 = {0}, cr2 = {0};
+    int rs, rr, rs2, rr2, next = (R + 1) % P, prev = (R + P - 1) % P;
+    for (i = 0; i < n; i++) sb[i] = (unsigned char)(R * 31 + i);
+    memset(rb, 0, n);
+    ws.data = &cs;
+    wr.data = &cr;
+    ws2.data = &cs2;
+    wr2.data = &cr2;
+    rr2 = uvccl_recv(&pg, &wr2, &small_r, 4, prev, 8, on_work);
+    rr = uvccl_recv(&pg, &wr, rb, n, prev, 7, on_work);
+    rs = uvccl_send(&pg, &ws, sb, n, next, 7, on_work);
+    rs2 = uvccl_send(&pg, &ws2, &small_s, 4, next, 8, on_work);
+    rs = wait_ok(&ws, &cs, rs);
+    rr = wait_ok(&wr, &cr, rr);
+    rs2 = wait_ok(&ws2, &cs2, rs2);
+    rr2 = wait_ok(&wr2, &cr2, rr2);
+    for (i = 0; i < n && rr == 0; i++)
+      if (rb[i] != (unsigned char)(prev * 31 + i)) nb++;
+    rep(rs == 0 && rr == 0 && rs2 == 0 && rr2 == 0 && nb == 0 &&
+            small_r == prev * 11,
+        "p2p", "send %s, recv %s %s, small %s/%s = %d; %zu wrong", ename(rs),
+        ename(rr), wr.msg, ename(rs2), ename(rr2), small_r, nb);
+    free(sb);
+    free(rb);
+  }
+  {
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    w.data = &c;
+    rc = uvccl_barrier(&pg, &w, on_work);
+    rc = wait_ok(&w, &c, rc);
+    rep(rc == 0, "barrier", "%s %s", ename(rc), w.msg);
+  }
+  return rank_destroy();
+}
+
+/* c) rank 2 dies in the middle of a 16 MiB allreduce */
+static uv_timer_t kill_timer;
+static void on_kill_timer(uv_timer_t *t) {
+  (void)t;
+  val("kill_t", now_s());
+  kill(getpid(), SIGKILL);
+}
+
+static int role_kill(void) {
+  size_t n = (16u << 20) / sizeof(float), i;
+  float *b = malloc(n * sizeof(float));
+  uvccl_work_t w = {0};
+  cbres_t c;
+  int it, rc = 0, fail_it = -1, q, nshm = 0;
+  double t_start = 0, t_fail = 0;
+  rank_init(30000);
+  for (q = 0; q < P; q++)
+    nshm += strcmp(uvccl_pg_peer_transport(&pg, q), "shm") == 0;
+  rep(nshm == P - 1, "transport", "%d of %d peers through shared memory",
+      nshm, P - 1);
+  for (i = 0; i < n; i++) b[i] = 1.0f;
+  for (it = 0; it < 200; it++) {
+    memset(&c, 0, sizeof(c));
+    w.data = &c;
+    t_start = now_s();
+    rc = uvccl_allreduce(&pg, &w, b, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    if (rc == 0 && R == 2 && it == 1) {
+      uv_timer_init(&loop, &kill_timer);
+      uv_timer_start(&kill_timer, on_kill_timer, 2, 0);
+    }
+    rc = finish_work(&c, rc, 40000);
+    if (rc != 0) {
+      t_fail = c.done ? c.t : now_s();
+      fail_it = it;
+      break;
+    }
+    for (i = 0; i < n; i++) b[i] = 1.0f;
+  }
+  if (R == 2) {
+    rep(0, "killed", "rank 2 is still alive after %d iterations", it);
+    return 1;
+  }
+  val("fail_t", t_fail);
+  rep(fail_it >= 0 && rc == UVCCL_EPEER, "epeer",
+      "iteration %d failed with %s after %.3f s: %s", fail_it, ename(rc),
+      t_fail - t_start, w.msg);
+  rep(strstr(w.msg, "rank 2") != NULL, "names2", "message: %s", w.msg);
+  {
+    float small[16] = {0};
+    uvccl_work_t w2 = {0};
+    cbres_t c2 = {0};
+    int rc2;
+    double t0 = now_s();
+    w2.data = &c2;
+    rc2 = uvccl_allreduce(&pg, &w2, small, small, 16, UVCCL_FLOAT32,
+                          UVCCL_SUM, on_work);
+    rc2 = finish_work(&c2, rc2, 5000);
+    rep(rc2 < 0 && now_s() - t0 < 3.0, "later", "allreduce: %s %s; %.3f s",
+        ename(rc2), w2.msg, now_s() - t0);
+  }
+  free(b);
+  {
+    int got = wait_stdin_eof(20000);
+    rep(got, "waited", "waited for the parent: %s", got ? "ok" : "timed out");
+  }
+  return rank_destroy();
+}
+
+static int rank_main(const char *role) {
+  const char *r = getenv("RANK"), *s = getenv("WORLD_SIZE");
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, SIG_DFL);
+  alarm(60);
+  unsetenv("UVCCL_SOCKET_IFNAME");
+  R = r ? atoi(r) : -1;
+  P = s ? atoi(s) : 0;
+  if (strcmp(role, "sweep") == 0) return role_sweep();
+  if (strcmp(role, "kill") == 0) return role_kill();
+  fprintf(stderr, "unknown role %s\n", role);
+  return 2;
+}
+
+/* ---- parent side -------------------------------------------------------------- */
+
+static int devshm_entries(void) {
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  int n = 0;
+  if (d == NULL) return 0;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+static void scenario_sweep(int n, const char *tcp_ranks) {
+  proc_t p;
+  char tool[4096], nstr[8], tag[64];
+  char *argv[] = {tool, "-n", nstr, "--", self, NULL};
+  static char e_tcp[64];
+  const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp, NULL};
+  unsigned all = (1u << n) - 1;
+  double t0 = now_s();
+  snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
+  snprintf(nstr, sizeof(nstr), "%d", n);
+  snprintf(e_tcp, sizeof(e_tcp), "UVCCL_T_TCP_RANKS=%s",
+           tcp_ranks ? tcp_ranks : "");
+  snprintf(tag, sizeof(tag), "%s W=%d", tcp_ranks ? "b: mixed" : "a:", n);
+  scenario_failed = 0;
+  if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
+    ok(0, "%s uvccl-run starts", tag);
+    return;
+  }
+  finish_all(&p, 1, 90);
+  note("%s in %.2f s", tag, now_s() - t0);
+  agg(&p, 1, "transport", all,
+      tcp_ranks ? "%s: ranks 0-1 through shm, every pair with rank %s through "
+                  "tcp"
+                : "%s: every pair of ranks through shm",
+      tag, tcp_ranks ? tcp_ranks : "");
+  agg(&p, 1, "memfd", all, "%s: inboxes are anonymous memfds", tag);
+  agg(&p, 1, "allreduce_4m", all, "%s: allreduce float32 SUM, 4 MiB, exact",
+      tag);
+  agg(&p, 1, "allreduce_ops", all,
+      "%s: allreduce int64 MAX and float64 AVG (70001), exact", tag);
+  agg(&p, 1, "bcast_reduce", all,
+      "%s: broadcast 3 MiB from the last rank, reduce to rank 0, exact", tag);
+  agg(&p, 1, "allgather", all, "%s: allgather int64, exact", tag);
+  agg(&p, 1, "rs_alltoall", all, "%s: reduce_scatter float64, alltoall int32",
+      tag);
+  agg(&p, 1, "gather_scatter", all, "%s: gather and scatter int32, exact", tag);
+  agg(&p, 1, "p2p", all,
+      "%s: a ring of 2.5 MiB sends and small ones behind them", tag);
+  agg(&p, 1, "barrier", all, "%s: barrier", tag);
+  agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);
+  if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
+  if (!ok(strcasestr(p.ebuf, "warn") == NULL &&
+              strcasestr(p.ebuf, "error") == NULL,
+          "%s: no warning or error on any rank's stderr", tag))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(&p, 1);
+  procs_free(&p, 1);
+}
+
+static void scenario_kill(void) {
+  proc_t ps[3];
+  double kt = 0, ft[2] = {0, 0};
+  int r, have_k, have_f[2];
+  double t0 = now_s();
+  scenario_failed = 0;
+  spawn_world(ps, 3, "kill", 0x3);
+  while (now_s() - t0 < 40) {
+    int k = 0;
+    pump(ps, 3, 50);
+    for (r = 0; r < 2; r++)
+      if (strstr(ps[r].obuf, " later |") != NULL || ps[r].exited) k++;
+    if (k == 2) break;
+  }
+  for (r = 0; r < 2; r++) {
+    close(ps[r].in);
+    ps[r].in = -1;
+  }
+  finish_all(ps, 3, 30);
+  note("c: killed-peer world in %.2f s", now_s() - t0);
+  agg(ps, 3, "transport", 0x7, "c: every pair through shm");
+  if (!is_int(ps[2].status, 128 + SIGKILL,
+              "c: rank 2 SIGKILLed itself in the middle of a 16 MiB allreduce"))
+    scenario_failed = 1;
+  agg(ps, 3, "epeer", 0x3, "c: ranks 0 and 1: the allreduce fails with "
+                           "UVCCL_EPEER");
+  agg(ps, 3, "names2", 0x3, "c: ranks 0 and 1: the message names \"rank 2\"");
+  have_k = find_val(ps, 3, 2, "kill_t", &kt);
+  for (r = 0; r < 2; r++) have_f[r] = find_val(ps, 3, r, "fail_t", &ft[r]);
+  if (!ok(have_k && have_f[0] && have_f[1] && ft[0] - kt < 3.0 &&
+              ft[1] - kt < 3.0,
+          "c: both fail promptly: %.3f s and %.3f s after the kill",
+          have_k && have_f[0] ? ft[0] - kt : -1.0,
+          have_k && have_f[1] ? ft[1] - kt : -1.0))
+    scenario_failed = 1;
+  agg(ps, 3, "later", 0x3, "c: a later allreduce fails, no hang");
+  agg(ps, 3, "destroy", 0x3, "c: ranks 0 and 1: destroy completes");
+  if (!ok(ps[0].status == 0 && ps[1].status == 0,
+          "c: ranks 0 and 1 exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+    scenario_failed = 1;
+  if (scenario_failed) dump_procs(ps, 3);
+  procs_free(ps, 3);
+}
+
+int main(int argc, char **argv) {
+  const char *role = getenv("UVCCL_T_ROLE");
+  const char *only = getenv("UVCCL_T_ONLY");
+  int shm0;
+  double t0 = now_s();
+  (void)argc;
+  (void)argv;
+  if (role != NULL && *role) return rank_main(role);
+  parent_init(400);
+  signal(SIGPIPE, SIG_IGN);
+  if (only != NULL && *only == '\0') only = NULL;
+  unsetenv("UVCCL_TRANSPORT");
+  shm0 = devshm_entries();
+  if (!only || strchr(only, 'a')) {
+    scenario_sweep(2, NULL);
+    scenario_sweep(3, NULL);
+    scenario_sweep(4, NULL);
+    scenario_sweep(8, NULL);
+  }
+  if (!only || strchr(only, 'b')) scenario_sweep(4, "2,3");
+  if (!only || strchr(only, 'c')) scenario_kill();
+  if (!only || strchr(only, 'd'))
+    is_int(devshm_entries(), shm0, "d: /dev/shm holds as many entries as "
+                                   "before (no segment left behind)");
+  note("total %.2f s", now_s() - t0);
+  return done_testing();
+}
