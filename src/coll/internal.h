@@ -349,6 +349,8 @@ struct net_s {
   uv_idle_t spin;
   int spin_open;
   uint64_t spin_until_ns;
+  uint32_t spin_us;      /* the window kick_spin asked for */
+  int spin_kicked;       /* activity since on_spin last looked */
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed */
   uint64_t inflight;     /* schedules pending on this net */
   struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
