@@ -41,6 +41,7 @@ static int spoiled_allreduce(world_t *W, void (*spoil)(peer_t *p),
     return 1;
   }
   spoil(p);
+  uvccl__shm_kick(p); /* its dirty bit, as a producer sets it */
   uv_timer_init(&L, &guard_t);
   uv_timer_start(&guard_t, on_noop, 10000, 0);
   while (!uvccl_work_done(&W->w[0]) && uv_run(&L, UV_RUN_ONCE) >= 0 &&

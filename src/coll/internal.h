@@ -351,7 +351,8 @@ struct net_s {
   uint64_t spin_until_ns;
   uint32_t spin_us;      /* the window kick_spin asked for */
   int spin_kicked;       /* activity since on_spin last looked */
-  int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed */
+  int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed
+                            (shared memory spins yielding), 3 more so */
   uint64_t inflight;     /* schedules pending on this net */
   struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
   /* Shared memory with the ranks of this host (shm.c); NULL: off. */
@@ -537,7 +538,10 @@ int uvccl__shm_orphan(peer_t *p, sop_t *op);
 void uvccl__shm_drain(peer_t *p);
 /* The peer is gone: its ring is no longer read; queued sends are lost. */
 void uvccl__shm_peer_down(peer_t *p);
-/* One look at every ring and blocked send; 1 when something moved. */
+/* Its ring is read again (it was paused: staging over its limit). */
+void uvccl__shm_kick(peer_t *p);
+/* One look at the rings that moved and the blocked sends; 1 when
+ * something moved. */
 int uvccl__shm_poll(net_t *net);
 /* 1 when shared memory carries traffic of this net. */
 int uvccl__shm_active(net_t *net);

@@ -258,22 +258,24 @@ static int spin_oversubscribed(net_t *net) {
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling off: %d ranks on this host, %ld CPUs "
            "(UVCCL_BUSY_POLL_FORCE=1 keeps it)", local, ncpu);
-  return 1;
+  /* up to 2 ranks a CPU, shared memory still spins, yielding (below) */
+  return local <= 2 * ncpu ? 1 : 2;
 }
 
 /* Without busy polling, a loop whose peers talk through shared memory
  * still looks at its rings for a short while before it sleeps: an answer
  * due within microseconds then costs no wake-up (a sleeping loop takes
  * tens of microseconds to wake on a virtual machine). $UVCCL_SHM_SPIN_US
- * (default 20; 0: sleep at once). */
+ * (default 100: longer than a wake-up takes here, so two ranks never
+ * settle into waking each other turn by turn; 0: sleep at once). */
 static uint32_t shm_spin_us(void) {
   static int have;
   static uint32_t us;
   if (!have) {
     const char *v = getenv("UVCCL_SHM_SPIN_US");
     char *end;
-    unsigned long n = v != NULL ? strtoul(v, &end, 10) : 20;
-    us = v != NULL && (*end != '\0' || n > 1000000) ? 20 : (uint32_t)n;
+    unsigned long n = v != NULL ? strtoul(v, &end, 10) : 100;
+    us = v != NULL && (*end != '\0' || n > 1000000) ? 100 : (uint32_t)n;
     have = 1;
   }
   return us;
@@ -285,13 +287,15 @@ void uvccl__net_kick_spin(net_t *net) {
   us = net_busy_us(net);
   if (us == 0 && uvccl__shm_active(net)) us = shm_spin_us();
   if (us == 0) return;
-  if (net->spin_check == 0)
-    net->spin_check = spin_oversubscribed(net) ? 2 : 1;
+  if (net->spin_check == 0) net->spin_check = 1 + spin_oversubscribed(net);
   /* Oversubscribed: TCP does not spin (see above); shared memory spins
    * yielding the CPU each turn (on_spin), so the rank whose answer is
    * awaited runs at once: 4 ranks on 2 cores wait 14 us for a 4 B
-   * allreduce that way, 55 us sleeping in epoll. */
-  if (net->spin_check == 2 && !uvccl__shm_active(net)) return;
+   * allreduce that way, 55 us sleeping in epoll. Past 2 ranks a CPU
+   * nobody spins (the spinners' turns then delay the ranks awaited). */
+  if (net->spin_check == 3 ||
+      (net->spin_check == 2 && !uvccl__shm_active(net)))
+    return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
   net->spin_us = us;
@@ -824,6 +828,7 @@ static void stage_unlink(peer_t *p, stage_t *st) {
   if (p->paused && p->staged_bytes <= p->net->stage_limit / 2) {
     p->paused = 0;
     peer_start_read(p);
+    uvccl__shm_kick(p); /* its ring too */
   }
 }
 

@@ -44,6 +44,7 @@ typedef struct uvccl__shm_net_s {
   int closed;            /* uvccl__shm_net_close ran */
   int *rx;               /* world ranks read through shared memory */
   int nrx;
+  uint64_t nqueued;      /* sends waiting for room, all peers */
   sop_list_t lost;       /* sends a dead peer will never take */
 } shm_net_t;
 
@@ -170,6 +171,9 @@ static void shm_link(peer_t *p, int peer_attached) {
   p->shm_rx = 1;
   p->shm_tx = 1;
   sn->rx[sn->nrx++] = p->rank;
+  /* It may have written before this side linked (its bit was taken and
+   * dropped then): look at its ring once. */
+  uvccl__shm_mark_dirty(&sn->ib, (uint32_t)p->rank);
   shm_start(net);
   LOG_DEBUG("coll", "rank %d: rank %d through shared memory", net->rank,
             p->rank);
@@ -298,6 +302,7 @@ int uvccl__shm_send(peer_t *p, sop_t *op, const frame_hdr_t *h) {
   }
   op->writing = 1;
   sop_list_push(&p->shm_sendq, op);
+  p->net->shm->nqueued++;
   return 0;
 }
 
@@ -319,6 +324,7 @@ static int pump(peer_t *p) {
       return moved;
     }
     sop_list_remove(&p->shm_sendq, op);
+    net->shm->nqueued--;
     moved = 1;
     if (op->s == NULL) {
       uvccl__free(op);
@@ -474,31 +480,57 @@ void uvccl__shm_drain(peer_t *p) {
   }
 }
 
+/* Reads the rings whose producers said they moved (their dirty bits),
+ * and moves blocked sends along. */
 int uvccl__shm_poll(net_t *net) {
   shm_net_t *sn = net->shm;
+  uint32_t w, nw;
   int i, moved = 0;
-  if (sn == NULL || net->closing) return 0;
-  for (i = 0; i < sn->nrx; i++) {
-    peer_t *p = net->peers[sn->rx[i]];
-    if (p == NULL || !p->shm_rx) continue;
-    if (p->shm_sendq.head != NULL) moved |= pump(p);
-    if (uvccl__shm_nonempty(&p->shm_in)) moved |= consume(p);
+  if (sn == NULL || net->closing || sn->nrx == 0) return 0;
+  if (sn->nqueued > 0)
+    for (i = 0; i < sn->nrx; i++) {
+      peer_t *p = net->peers[sn->rx[i]];
+      if (p != NULL && p->shm_tx && p->shm_sendq.head != NULL)
+        moved |= pump(p);
+    }
+  nw = (sn->ib.nslots + 63) / 64;
+  for (w = 0; w < nw; w++) {
+    uint64_t bits = uvccl__shm_take_dirty(&sn->ib, w);
+    while (bits != 0) {
+      int s = (int)(w * 64) + __builtin_ctzll(bits);
+      peer_t *p = s < net->size ? net->peers[s] : NULL;
+      bits &= bits - 1;
+      if (p == NULL || !p->shm_rx) continue; /* not linked: shm_link looks */
+      moved |= consume(p);
+      /* Stopped with bytes left (its share of this turn was used up):
+       * again next turn. Paused: uvccl__shm_kick when it resumes. */
+      if (p->shm_rx && p->state == PEER_UP && !p->paused &&
+          uvccl__shm_nonempty(&p->shm_in))
+        uvccl__shm_mark_dirty(&sn->ib, (uint32_t)s);
+      if (net->closing) return 1;
+    }
   }
   if (moved) uvccl__net_kick_spin(net);
   return moved;
 }
 
-/* 1 when a ring holds something to read or a blocked send has room. */
+void uvccl__shm_kick(peer_t *p) {
+  if (p->shm_rx && p->net->shm != NULL)
+    uvccl__shm_mark_dirty(&p->net->shm->ib, (uint32_t)p->rank);
+}
+
+/* 1 when a ring has news or a blocked send has room. */
 static int shm_ready(net_t *net) {
   shm_net_t *sn = net->shm;
   int i;
-  for (i = 0; i < sn->nrx; i++) {
-    peer_t *p = net->peers[sn->rx[i]];
-    if (p == NULL || !p->shm_rx || p->state != PEER_UP) continue;
-    if (uvccl__shm_nonempty(&p->shm_in) && !p->paused) return 1;
-    if (p->shm_sendq.head != NULL && uvccl__shm_space(p->shm_out) != 0)
-      return 1;
-  }
+  if (uvccl__shm_any_dirty(&sn->ib)) return 1;
+  if (sn->nqueued > 0)
+    for (i = 0; i < sn->nrx; i++) {
+      peer_t *p = net->peers[sn->rx[i]];
+      if (p == NULL || !p->shm_tx || p->state != PEER_UP) continue;
+      if (p->shm_sendq.head != NULL && uvccl__shm_space(p->shm_out) != 0)
+        return 1;
+    }
   return 0;
 }
 
@@ -583,6 +615,7 @@ void uvccl__shm_peer_down(peer_t *p) {
    * writes do (never inside the call that noticed the failure). */
   while ((op = p->shm_sendq.head) != NULL) {
     sop_list_remove(&p->shm_sendq, op);
+    sn->nqueued--;
     sop_list_push(&sn->lost, op);
   }
   if (sn->closed) flush_lost(net);

@@ -55,6 +55,11 @@ int uvccl__shm_inbox_open(uvccl__shm_inbox_t *ib, uint32_t nslots,
   uint64_t size;
   memset(ib, 0, sizeof(*ib));
   ib->memfd = ib->bell_r = ib->bell_w = -1;
+  if (nslots > UVCCL__SHM_MAX_SLOTS) {
+    snprintf(err, errlen, "shared memory: a world of %u is more than an "
+             "inbox serves (%u)", nslots, (unsigned)UVCCL__SHM_MAX_SLOTS);
+    return UV_E2BIG;
+  }
   if (ring_size == 0 || ring_size % UVCCL__SHM_PAGE != 0 || nslots == 0) {
     snprintf(err, errlen, "shared memory: bad ring size %llu",
              (unsigned long long)ring_size);
@@ -185,7 +190,8 @@ int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
     return UV_EHOSTUNREACH;
   }
   if (peer->ring_size == 0 || peer->ring_size % UVCCL__SHM_PAGE != 0 ||
-      peer->ring_size > ((uint64_t)1 << 32) || slot >= peer->nslots) {
+      peer->ring_size > ((uint64_t)1 << 32) || slot >= peer->nslots ||
+      peer->nslots > UVCCL__SHM_MAX_SLOTS) {
     snprintf(why, whylen, "bad inbox description");
     return UV_EINVAL;
   }
@@ -249,6 +255,7 @@ int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
   o->size = peer->ring_size;
   o->tail = atomic_load_explicit(&o->ring->tail, memory_order_relaxed);
   o->published = o->tail;
+  o->slot = slot;
   return 0;
 }
 
@@ -308,12 +315,45 @@ static void wake(uvccl__shm_inbox_hdr_t *h, int bellfd) {
     uvccl__shm_ring_bell(bellfd);
 }
 
+static void set_dirty(uvccl__shm_inbox_hdr_t *h, uint32_t s) {
+  _Atomic uint64_t *w = &h->dirty[s / 64];
+  uint64_t bit = (uint64_t)1 << (s % 64);
+  /* Look first: the line is shared by 64 producers, a plain read keeps it
+   * from bouncing while the bit is already set. */
+  if (!(atomic_load_explicit(w, memory_order_relaxed) & bit))
+    atomic_fetch_or_explicit(w, bit, memory_order_release);
+}
+
 void uvccl__shm_publish(uvccl__shm_out_t *o) {
   if (o->tail == o->published) return;
   atomic_store_explicit(&o->ring->tail, o->tail, memory_order_release);
   o->published = o->tail;
+  /* The tail must be visible before the bit is looked at: a bit seen set
+   * may be taken by the consumer the next instant, and it must then find
+   * this tail (else the bit is gone and the bytes unread). */
+  atomic_thread_fence(memory_order_seq_cst);
+  set_dirty(o->peer, o->slot);
   atomic_thread_fence(memory_order_seq_cst);
   wake(o->peer, o->bellfd);
+}
+
+uint64_t uvccl__shm_take_dirty(uvccl__shm_inbox_t *ib, uint32_t w) {
+  if (atomic_load_explicit(&ib->hdr->dirty[w], memory_order_relaxed) == 0)
+    return 0;
+  return atomic_exchange_explicit(&ib->hdr->dirty[w], 0,
+                                  memory_order_seq_cst);
+}
+
+void uvccl__shm_mark_dirty(uvccl__shm_inbox_t *ib, uint32_t s) {
+  set_dirty(ib->hdr, s);
+}
+
+int uvccl__shm_any_dirty(uvccl__shm_inbox_t *ib) {
+  uint32_t w, n = (ib->nslots + 63) / 64;
+  for (w = 0; w < n; w++)
+    if (atomic_load_explicit(&ib->hdr->dirty[w], memory_order_relaxed))
+      return 1;
+  return 0;
 }
 
 int uvccl__shm_want_space(uvccl__shm_out_t *o) {

@@ -35,7 +35,14 @@ typedef struct {
   char pad0[40];
   _Atomic uint32_t sleeping; /* the owner's loop is about to block */
   char pad1[60];
+  /* Which rings have news: producer s sets bit s after it publishes, the
+   * owner takes the words (so a loop turn looks at the rings that moved,
+   * not at every ring of a large world). Fills the rest of the page. */
+  _Atomic uint64_t dirty[(UVCCL__SHM_PAGE - 128) / 8];
 } uvccl__shm_inbox_hdr_t;
+
+/* The most ranks an inbox can serve (one dirty bit each). */
+#define UVCCL__SHM_MAX_SLOTS ((UVCCL__SHM_PAGE - 128) / 8 * 64)
 
 /* A slot's first page: the ring's indices, each on its own cache line. */
 typedef struct {
@@ -84,6 +91,7 @@ typedef struct {
   uint64_t tail;            /* ours; published with release */
   uint64_t published;
   int bellfd;               /* the peer's doorbell */
+  uint32_t slot;            /* ours (our bit in its dirty words) */
 } uvccl__shm_out_t;
 
 /* The consumer's side: one slot of this rank's inbox. */
@@ -136,6 +144,12 @@ void uvccl__shm_consume(uvccl__shm_in_t *in, size_t n);
 void uvccl__shm_release(uvccl__shm_in_t *in, uvccl__shm_out_t *back);
 /* 1 when the ring holds unread bytes (a cheap look, no checks). */
 int uvccl__shm_nonempty(const uvccl__shm_in_t *in);
+
+/* Takes dirty word w (0 when nothing moved); marks slot s dirty again. */
+uint64_t uvccl__shm_take_dirty(uvccl__shm_inbox_t *ib, uint32_t w);
+void uvccl__shm_mark_dirty(uvccl__shm_inbox_t *ib, uint32_t s);
+/* 1 when any ring has news (a cheap look). */
+int uvccl__shm_any_dirty(uvccl__shm_inbox_t *ib);
 
 /* The owner's loop: about to block (1) or awake (0). Returns, when going
  * to sleep, nothing: callers look at their rings again afterwards. */
