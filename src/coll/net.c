@@ -215,16 +215,28 @@ static uint32_t net_busy_us(net_t *net) {
 
 static void on_spin(uv_idle_t *h) {
   net_t *net = h->data;
-  if (net->spin_check == 2) sched_yield(); /* oversubscribed: let others run */
+  uint64_t now, window;
   if (net->shm != NULL) uvccl__shm_poll(net);
   if (net->inflight == 0) {
     uv_idle_stop(h);
-  } else if (net->spin_kicked) {
-    net->spin_kicked = 0;
-    net->spin_until_ns = uv_hrtime() + (uint64_t)net->spin_us * 1000;
-  } else if (uv_hrtime() > net->spin_until_ns) {
-    uv_idle_stop(h);
+    return;
   }
+  now = uv_hrtime();
+  window = (uint64_t)net->spin_us * 1000;
+  if (net->spin_kicked) {
+    net->spin_kicked = 0;
+    net->spin_until_ns = now + window;
+  } else if (now > net->spin_until_ns) {
+    uv_idle_stop(h);
+    return;
+  }
+  /* Oversubscribed, or 20 us without news: give the CPU away each turn,
+   * in case the rank awaited waits for it (the scheduler may put two
+   * spinning ranks on one CPU for a while; a plain spin then holds the
+   * CPU the other needs for a whole time slice). */
+  if (net->spin_check == 2 ||
+      (window > 20000 && net->spin_until_ns - now < window - 20000))
+    sched_yield();
 }
 
 /* The next loop iteration polls without blocking (shm.c: rings still
