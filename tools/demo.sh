@@ -26,9 +26,13 @@ echo "== uvccl-run -n 4 uvccl-bench: every collective, 4 ranks, 4 B .. 4 MiB"
 "$BUILD/bin/uvccl-run" -n 4 "$BUILD/bin/uvccl-bench" --op all -b 4 -e 4M -f 16 \
   --budget 0.2
 echo
-echo "== uvccl-run -n 2 uvccl-bench: allreduce, 2 ranks, 4 B .. 64 MiB"
+echo "== uvccl-run -n 2 uvccl-bench: allreduce, 2 ranks, 4 B .. 64 MiB (shared memory)"
 "$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --op allreduce -b 4 -e 64M -f 16 \
   --budget 0.2
+echo
+echo "== the same through loopback TCP only, as between hosts (UVCCL_TRANSPORT=tcp)"
+UVCCL_TRANSPORT=tcp "$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --op allreduce \
+  -b 4 -e 64M -f 16 --budget 0.2
 echo
 echo "== a rank dies: uvccl-run -n 4 --kill 2@0.3 uvccl-bench --shrink-on-failure"
 "$BUILD/bin/uvccl-run" -n 4 --kill 2@0.3 "$BUILD/bin/uvccl-bench" \
