@@ -3,7 +3,8 @@
  * uvccl-run starts them:
  *   a) 4 ranks under uvccl-run: allreduce (float32 SUM, small and 8 MiB),
  *      broadcast, allgather, alltoall, exact values checked in every rank;
- *   b) a peer SIGKILLed in the middle of a large allreduce: the others'
+ *   b) a peer SIGKILLed in the middle of a large allreduce (over shared
+ *      memory: the ranks share this host; t/2060 is the rest of that): the others'
  *      pending work fails with UVCCL_EPEER naming it, within a few seconds
  *      (the operation timeout is 30 s), later collectives fail without
  *      hanging, and destroy still completes;
@@ -194,6 +195,13 @@ static int role_kill(void) {
   double t_start = 0, t_fail = 0;
 
   rank_init(30000);
+  {
+    int q, nshm = 0;
+    for (q = 0; q < P; q++)
+      nshm += strcmp(uvccl_pg_peer_transport(&pg, q), "shm") == 0;
+    rep(nshm == P - 1, "transport", "%d of %d peers through shared memory",
+        nshm, P - 1);
+  }
   for (i = 0; i < n; i++) b[i] = 1.0f;
   for (it = 0; it < 200; it++) {
     memset(&c, 0, sizeof(c));
@@ -538,6 +546,8 @@ static void scenario_kill(void) {
   if (!is_int(ps[2].status, 128 + SIGKILL,
               "b: rank 2 SIGKILLed itself in the middle of a 16 MiB allreduce"))
     scenario_failed = 1;
+  agg(ps, 3, "transport", 0x7,
+      "b: the ranks (of one host) talk through shared memory");
   agg(ps, 3, "epeer", 0x3,
       "b: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER");
   agg(ps, 3, "names2", 0x3, "b: ranks 0 and 1: the message names \"rank 2\"");
@@ -654,7 +664,7 @@ int main(int argc, char **argv) {
   only = getenv("UVCCL_T_ONLY");
   if (only == NULL || *only == '\0') {
     only = NULL;
-    plan(37);
+    plan(38);
   }
   if (isolated) note("running in a private network namespace");
   else note("no private network namespace (%s): using the host's loopback", why);
