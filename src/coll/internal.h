@@ -531,7 +531,7 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
                          const unsigned char *payload);
 /* Sends op's frame through the ring: 1 all in, 0 queued (op_done later),
  * or an error. */
-int uvccl__shm_send(peer_t *p, sop_t *op, const frame_hdr_t *h);
+int uvccl__shm_send(peer_t *p, sop_t *op);
 /* A queued send goes on from a copy (see uvccl__net_orphan). */
 int uvccl__shm_orphan(peer_t *p, sop_t *op);
 /* Reads what the peer's ring holds (a clean leave, or an EOF first). */

@@ -268,8 +268,11 @@ static int spin_oversubscribed(net_t *net) {
         net->addrs[r][hl] == ':')
       local++;
   if (ncpu <= 0 || local <= ncpu) return 0;
-  LOG_INFO("coll", "busy polling off: %d ranks on this host, %ld CPUs "
-           "(UVCCL_BUSY_POLL_FORCE=1 keeps it)", local, ncpu);
+  LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
+           "CPUs (%s; UVCCL_BUSY_POLL_FORCE=1 spins anyway)", local, ncpu,
+           local <= 2 * ncpu ? "shared memory spins yielding the CPU, TCP "
+                               "does not spin"
+                             : "nobody spins");
   /* up to 2 ranks a CPU, shared memory still spins, yielding (below) */
   return local <= 2 * ncpu ? 1 : 2;
 }
@@ -1620,7 +1623,7 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   h.len = op->len;
   hdr_encode(op->hdr, &h);
   if (p->shm_tx) {
-    rc = uvccl__shm_send(p, op, &h);
+    rc = uvccl__shm_send(p, op);
     if (rc < 0) return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
     return rc;
   }

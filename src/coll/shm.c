@@ -63,10 +63,17 @@ static uint64_t env_kib(const char *name, uint64_t dflt) {
   return (uint64_t)n * 1024;
 }
 
-/* 1 when $UVCCL_TRANSPORT asks for TCP only. */
+/* 1 when $UVCCL_TRANSPORT asks for TCP only ("tcp"; "shm", "auto" or
+ * unset: shared memory with the ranks of this host). */
 static int transport_tcp_only(void) {
   const char *v = getenv("UVCCL_TRANSPORT");
-  return v != NULL && strcmp(v, "tcp") == 0;
+  if (v == NULL || *v == '\0' || strcmp(v, "shm") == 0 ||
+      strcmp(v, "auto") == 0)
+    return 0;
+  if (strcmp(v, "tcp") == 0) return 1;
+  LOG_WARN("coll", "UVCCL_TRANSPORT=%s: not tcp, shm or auto; using both",
+           v);
+  return 0;
 }
 
 static void on_prepare(uv_prepare_t *h);
@@ -289,8 +296,7 @@ static void ring_corrupt(peer_t *p) {
                        "holds impossible indices (memory corrupted)");
 }
 
-int uvccl__shm_send(peer_t *p, sop_t *op, const frame_hdr_t *h) {
-  (void)h;
+int uvccl__shm_send(peer_t *p, sop_t *op) {
   op->got = 0;
   if (p->shm_sendq.head == NULL) {
     int r = tx_fill(p->shm_out, op);
@@ -435,26 +441,26 @@ static int consume(peer_t *p) {
       sop_t *op = p->srx.cur_op;
       size_t es = op->s->esize ? op->s->esize : 1;
       uint64_t whole = take - take % es;
-      if (whole == 0) {
-        /* One element across the ring's end (or not all here yet). */
-        uint64_t tmp[2];
-        if ((uint64_t)avail < es || left < es || es > sizeof(tmp)) break;
-        uvccl__shm_copy_out(in, tmp, es);
-        p->net->up->reduce_in(op, (size_t)p->srx.cur_got, tmp, es);
-        take = es;
-      } else {
+      if (whole > 0) {
         p->net->up->reduce_in(op, (size_t)p->srx.cur_got, ptr, (size_t)whole);
         take = whole;
+      } else {
+        /* One element across the ring's end, or not all of it here yet
+         * (then wait for the rest). */
+        uint64_t tmp[2];
+        if ((uint64_t)avail < es || es > sizeof(tmp)) take = 0;
+        else {
+          uvccl__shm_copy_out(in, tmp, es);
+          p->net->up->reduce_in(op, (size_t)p->srx.cur_got, tmp, es);
+          take = es;
+        }
       }
       break;
     }
     default: /* RS_DISCARD */
       break;
     }
-    if (p->srx.rstate == RS_REDUCE && take % (p->srx.cur_op->s->esize
-                                               ? p->srx.cur_op->s->esize
-                                               : 1) != 0)
-      break; /* a partial element: wait for the rest */
+    if (take == 0) break;
     uvccl__shm_consume(in, (size_t)take);
     p->srx.cur_got += take;
     moved = 1;
