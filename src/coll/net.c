@@ -80,24 +80,6 @@ const char *uvccl__net_addr(net_t *net, int r) {
   return net->addrs[r][0] ? net->addrs[r] : "?";
 }
 
-static void addr_fmt(const struct sockaddr *sa, char *buf, size_t len) {
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
-    uv_ip4_name(a, ip, sizeof(ip));
-    port = ntohs(a->sin_port);
-    snprintf(buf, len, "%s:%d", ip, port);
-  } else if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
-    uv_ip6_name(a, ip, sizeof(ip));
-    port = ntohs(a->sin6_port);
-    snprintf(buf, len, "[%s]:%d", ip, port);
-  } else {
-    snprintf(buf, len, "?");
-  }
-}
-
 group_t *uvccl__net_group(net_t *net, uint32_t gid) {
   group_t *g;
   for (g = net->groups; g != NULL; g = g->next)
@@ -468,10 +450,7 @@ static void peer_adopt(net_t *net, int fd, const char *from) {
   if (from != NULL) {
     snprintf(p->addrstr, sizeof(p->addrstr), "%s", from);
   } else {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&p->tcp, (struct sockaddr *)&ss, &len) == 0)
-      addr_fmt((struct sockaddr *)&ss, p->addrstr, sizeof(p->addrstr));
+    uvccl__peer_addr(&p->tcp, p->addrstr, sizeof(p->addrstr));
   }
   p->state = PEER_CONNECTING;
   p->next_pending = net->pending;
@@ -501,7 +480,7 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
              uvccl_strerror(rc));
     return rc;
   }
-  addr_fmt((struct sockaddr *)&net->self, net->selfstr, sizeof(net->selfstr));
+  uvccl__addr_fmt((struct sockaddr *)&net->self, net->selfstr, sizeof(net->selfstr));
   net->hb_ms = hb_ms;
   rc = uvccl__shm_net_init(net, err, errlen);
   if (rc != 0) return rc;
@@ -683,7 +662,7 @@ int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
   memcpy(&p->addr, addr,
          addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                      : sizeof(struct sockaddr_in));
-  addr_fmt(addr, p->addrstr, sizeof(p->addrstr));
+  uvccl__addr_fmt(addr, p->addrstr, sizeof(p->addrstr));
   /* The retry timer's due time doubles as the connect deadline. */
   p->retry.timeout = deadline_ms;
   net->peers[rank] = p;

@@ -176,11 +176,21 @@ static int open_peer_fd(uint32_t pid, int fd, int flags, char *why,
   return r;
 }
 
+/* Maps len bytes of fd at off, read and write; NULL with why filled. */
+static char *map_shared(int fd, size_t len, uint64_t off, char *why,
+                        size_t whylen, int *rc) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                 (off_t)off);
+  if (p != MAP_FAILED) return p;
+  *rc = -errno;
+  snprintf(why, whylen, "mmap: %s", strerror(errno));
+  return NULL;
+}
+
 int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
                       uint32_t slot, char *why, size_t whylen) {
   struct stat st;
-  uint64_t need;
-  int fd, rc;
+  int fd, rc = UV_EINVAL;
   const uvccl__shm_inbox_hdr_t *h;
 
   memset(o, 0, sizeof(*o));
@@ -197,40 +207,26 @@ int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
   }
   fd = open_peer_fd(peer->pid, peer->memfd, O_RDWR, why, whylen);
   if (fd < 0) return fd;
-  need = slot_offset(peer->ring_size, peer->nslots);
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != need) {
+  if (fstat(fd, &st) != 0 ||
+      (uint64_t)st.st_size != slot_offset(peer->ring_size, peer->nslots)) {
     snprintf(why, whylen, "the inbox is not the size it was said to be");
-    close(fd);
-    return UV_EINVAL;
+    goto fail;
   }
-  o->hdr_map = mmap(NULL, UVCCL__SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                    fd, 0);
-  if (o->hdr_map == MAP_FAILED) {
-    rc = -errno;
-    o->hdr_map = NULL;
-    snprintf(why, whylen, "mmap: %s", strerror(-rc));
-    close(fd);
-    return rc;
-  }
+  o->hdr_map = map_shared(fd, UVCCL__SHM_PAGE, 0, why, whylen, &rc);
+  if (o->hdr_map == NULL) goto fail;
   h = (const uvccl__shm_inbox_hdr_t *)o->hdr_map;
   if (h->magic != UVCCL__SHM_MAGIC || h->cookie != peer->cookie ||
       h->ring_size != peer->ring_size || h->nslots != peer->nslots) {
     snprintf(why, whylen, "another process's memory (cookie mismatch)");
-    close(fd);
-    uvccl__shm_detach(o);
-    return UV_EINVAL;
+    goto fail;
   }
   o->slot_size = (size_t)slot_size(peer->ring_size);
-  o->slot_map = mmap(NULL, o->slot_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fd, (off_t)slot_offset(peer->ring_size, slot));
+  o->slot_map = map_shared(fd, o->slot_size,
+                           slot_offset(peer->ring_size, slot), why, whylen,
+                           &rc);
+  if (o->slot_map == NULL) goto fail;
   close(fd);
-  if (o->slot_map == MAP_FAILED) {
-    rc = -errno;
-    o->slot_map = NULL;
-    snprintf(why, whylen, "mmap: %s", strerror(-rc));
-    uvccl__shm_detach(o);
-    return rc;
-  }
+  fd = -1;
   /* Read and write: a pipe with a reader never raises SIGPIPE, even once
    * its owner is gone (the bytes then just stay). */
   o->bellfd = open_peer_fd(peer->pid, peer->bellfd, O_RDWR | O_NONBLOCK, why,
@@ -238,16 +234,12 @@ int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
   if (o->bellfd < 0) {
     rc = o->bellfd;
     o->bellfd = -1;
-    uvccl__shm_detach(o);
-    return rc;
+    goto fail;
   }
-  {
-    struct stat bs;
-    if (fstat(o->bellfd, &bs) != 0 || !S_ISFIFO(bs.st_mode)) {
-      snprintf(why, whylen, "the doorbell is not a pipe");
-      uvccl__shm_detach(o);
-      return UV_EINVAL;
-    }
+  if (fstat(o->bellfd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+    snprintf(why, whylen, "the doorbell is not a pipe");
+    rc = UV_EINVAL;
+    goto fail;
   }
   o->peer = (uvccl__shm_inbox_hdr_t *)o->hdr_map;
   o->ring = (uvccl__shm_ring_hdr_t *)o->slot_map;
@@ -257,6 +249,11 @@ int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
   o->published = o->tail;
   o->slot = slot;
   return 0;
+
+fail:
+  if (fd >= 0) close(fd);
+  uvccl__shm_detach(o);
+  return rc;
 }
 
 void uvccl__shm_detach(uvccl__shm_out_t *o) {

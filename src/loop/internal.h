@@ -171,6 +171,10 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt);
  * whose peer must be found gone within about timeout_ms (0: leave the
  * socket alone). */
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
+/* "ip:port" or "[ip6]:port" for messages ("?" for another family). */
+void uvccl__addr_fmt(const struct sockaddr *sa, char *buf, size_t len);
+/* The connection's peer the same way; "?:0" when it is already gone. */
+void uvccl__peer_addr(const uv_tcp_t *tcp, char *buf, size_t len);
 /* Nonzero when a connection to a local port nobody listens on met itself
  * (TCP simultaneous open: the kernel picked the destination port as the
  * source port). It is then no peer at all: callers treat it as refused,

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +20,30 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt) {
     if (*end == '\0') return (uint64_t)x; /* 0 = off */
   }
   return UVCCL__HEARTBEAT_DEFAULT_MS;
+}
+
+void uvccl__addr_fmt(const struct sockaddr *sa, char *buf, size_t len) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+    uv_ip4_name(a, ip, sizeof(ip));
+    snprintf(buf, len, "%s:%d", ip, ntohs(a->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+    uv_ip6_name(a, ip, sizeof(ip));
+    snprintf(buf, len, "[%s]:%d", ip, ntohs(a->sin6_port));
+  } else {
+    snprintf(buf, len, "?");
+  }
+}
+
+void uvccl__peer_addr(const uv_tcp_t *tcp, char *buf, size_t len) {
+  struct sockaddr_storage ss;
+  int l = sizeof(ss);
+  if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &l) == 0)
+    uvccl__addr_fmt((struct sockaddr *)&ss, buf, len);
+  else
+    snprintf(buf, len, "?:0");
 }
 
 int uvccl__tcp_is_self(const uv_tcp_t *tcp) {

@@ -799,20 +799,10 @@ static void conn_linger(conn_t *c) {
 }
 
 static void peer_name(uv_tcp_t *t, char *buf, size_t cap) {
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) == 0) {
-    if (ss.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    } else {
-      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    }
-  }
-  snprintf(buf, cap, "client %s:%d", ip, port);
+  static const char prefix[] = "client ";
+  if (cap < sizeof(prefix)) return;
+  memcpy(buf, prefix, sizeof(prefix) - 1);
+  uvccl__peer_addr(t, buf + sizeof(prefix) - 1, cap - (sizeof(prefix) - 1));
 }
 
 /* TLS (tls.h): the handshake runs before the client is a connection. */

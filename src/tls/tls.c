@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -764,24 +763,7 @@ int uvccl__tls_accept_from(uvccl__tls_ctx_t *ctx, uv_stream_t *server,
   rc = uv_accept(server, (uv_stream_t *)tmp);
   if (rc == 0) rc = uv_fileno((uv_handle_t *)tmp, &sfd);
   if (rc == 0 && (fd = fcntl(sfd, F_DUPFD_CLOEXEC, 0)) < 0) rc = -errno;
-  if (rc == 0 && peer != NULL) {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    ss.ss_family = AF_INET; /* "?:0" when the peer is already gone */
-    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0) {
-      if (ss.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-      } else {
-        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-      }
-    }
-    snprintf(peer, peerlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
-             ip, port);
-  }
+  if (rc == 0 && peer != NULL) uvccl__peer_addr(tmp, peer, peerlen);
   uv_close((uv_handle_t *)tmp, on_tmp_closed);
   if (rc != 0) return rc;
   return uvccl__tls_accept(ctx, server->loop, fd, hb_ms, user_timeout, cb,
