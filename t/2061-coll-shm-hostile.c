@@ -5,12 +5,15 @@
  *   b) 24 bytes that are no frame, published as one,
  * each fail rank 0's pending allreduce with a clear error naming rank 1 and
  * the ring, never a crash, a hang or a copy out of bounds; the world is
- * destroyed cleanly afterwards and the loop closes with nothing left. */
+ * destroyed cleanly afterwards and the loop closes with nothing left;
+ *   c) a group forgotten while one of its frames is half staged from a
+ *      ring: the frame's memory stays for the reader, the data arrives. */
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
 #include "coll/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static uv_loop_t L;
@@ -89,9 +92,52 @@ static void scenario_hostile(void) {
   is_int(uv_loop_close(&L), 0, "the loop closes cleanly (nothing leaked)");
 }
 
+/* c) A group forgotten (broken, shrunk, destroyed) while a frame of it is
+ * half read from a ring into the staging area: that frame's memory must
+ * stay until the ring's reader is done with it (it was freed under the
+ * reader once: a crash in a shrink after a kill). */
+static void scenario_forget_mid_frame(void) {
+  world_t W;
+  enum { N = 3 << 20 };
+  unsigned char *sb = malloc(N), *rb = malloc(N);
+  uvccl_work_t ws, wr;
+  group_t *g0;
+  peer_t *p;
+  size_t i, bad = 0;
+  int spins = 0, rc;
+  uv_loop_init(&L);
+  if (!is_int(world_init(&W, &L, 2, NULL), 0, "c: a world of 2")) return;
+  g0 = W.pg[0].impl_;
+  p = g0->net->peers[1];
+  for (i = 0; i < N; i++) sb[i] = (unsigned char)(i * 13 + 1);
+  memset(rb, 0, N);
+  memset(&ws, 0, sizeof(ws));
+  memset(&wr, 0, sizeof(wr));
+  /* 3 MiB, nobody receiving yet: rank 0 stages it, a ring (1 MiB) at a
+   * time */
+  rc = uvccl_send(&W.pg[1], &ws, sb, N, 0, 5, NULL);
+  while (rc == 0 && p->srx.rstate != RS_STAGE && spins++ < 100000)
+    uv_run(&L, UV_RUN_NOWAIT);
+  ok(rc == 0 && p->srx.rstate == RS_STAGE,
+     "c: rank 0 is in the middle of staging the frame from its ring");
+  uvccl__net_forget_group(g0->net, g0->gid);
+  rc = uvccl_recv(&W.pg[0], &wr, rb, N, 1, 5, NULL);
+  if (rc == 0) rc = uvccl_work_wait(&wr);
+  if (uvccl_work_wait(&ws) != 0 && rc == 0) rc = ws.status;
+  for (i = 0; i < N && rc == 0; i++)
+    if (rb[i] != sb[i]) bad++;
+  ok(rc == 0 && bad == 0, "c: the frame arrives whole afterwards (%s %s, %zu "
+     "wrong)", rc ? uvccl_strerror(rc) : "ok", wr.msg, bad);
+  world_destroy(&W);
+  is_int(uv_loop_close(&L), 0, "c: the loop closes cleanly");
+  free(sb);
+  free(rb);
+}
+
 int main(void) {
   tap_alarm(120);
   unsetenv("UVCCL_TRANSPORT");
   scenario_hostile();
+  scenario_forget_mid_frame();
   return done_testing();
 }

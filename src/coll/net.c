@@ -1990,7 +1990,10 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid) {
     if (p == NULL) continue;
     for (st = p->staged_head; st != NULL; st = next) {
       next = st->next;
-      if (st->gid == gid && st != p->rx.cur_stage) {
+      /* (a frame mid-transfer, from the socket or the ring, stays until
+       * it is complete: its reader still writes into it) */
+      if (st->gid == gid && st != p->rx.cur_stage &&
+          st != p->srx.cur_stage) {
         stage_unlink(p, st);
         uvccl__free(st);
       }
