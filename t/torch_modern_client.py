@@ -463,7 +463,8 @@ def test_process_group(c):
         good = T.ok(rc == 0 and f.get("done") == "1",
                     "rank %d: init_process_group(gloo) through this server, "
                     "exit 0" % r,
-                    text[-3000:])
+                    "exit status %s (negative: the signal)\n%s"
+                    % (rc, text[-3000:]))
         if good:
             T.eq(f.get("rank"), str(r), "rank %d: its rank" % r)
             T.eq(f.get("all_reduce"), "3,30,2", "rank %d: all_reduce sums" % r)

@@ -56,51 +56,78 @@ def rank_allreduce(rounds):
     sys.path.insert(0, os.path.join(root, "python"))
     import uvccl_torch  # noqa: F401
     torch.set_num_threads(1)
+    # BENCH_DEVICE=cuda: CUDA tensors (uvccl through NCCL where each rank
+    # has its own GPU, else staged; PyTorch's own NCCL beside, where it can
+    # run: a GPU per rank)
+    dev = os.environ.get("BENCH_DEVICE", "cpu")
+    rank = int(os.environ["RANK"])
+    if dev == "cuda":
+        dev = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(dev)
     dist.init_process_group("uvccl")
     n = dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
+    backends = [("gloo", gloo), ("uvccl", None)]
+    if dev != "cpu" and torch.cuda.device_count() >= n:
+        backends.append(("nccl", dist.new_group(backend="nccl")))
+    mode = ""
+    if dev != "cpu":
+        pg = dist.distributed_c10d._get_default_group()
+        mode = pg._get_backend(torch.device("cuda")).cuda_mode()
     sizes = [4, 4096, 1 << 20, 16 << 20, 64 << 20]
-    res = {(b, s): [] for b in ("gloo", "uvccl") for s in sizes}
+    res = {(b, s): [] for b, _ in backends for s in sizes}
+    sync = torch.cuda.synchronize if dev != "cpu" else (lambda: None)
 
     def iters(size):
         return {4: 2000, 4096: 1000, 1 << 20: 60, 16 << 20: 8}.get(size, 3)
 
     for _ in range(rounds):
         for size in sizes:
-            t = torch.ones(size // 4)
-            for b, g in (("gloo", gloo), ("uvccl", None)):
+            t = torch.ones(size // 4, device=dev)
+            for b, g in backends:
                 k = iters(size)
                 for _ in range(max(2, k // 20)):  # warm
                     dist.all_reduce(t, group=g)
+                sync()
                 dist.barrier(group=g)
                 t0 = time.perf_counter()
                 for _ in range(k):
                     dist.all_reduce(t, group=g)
+                sync()
                 res[(b, size)].append((time.perf_counter() - t0) / k)
     if dist.get_rank() == 0:
-        print(f"allreduce float32 through PyTorch 1.13, {n} ranks on one "
-              f"host, {rounds} rounds (median of the rounds' means)\n")
-        print("| size | Gloo | uvccl | uvccl vs Gloo |")
-        print("|---:|---:|---:|---:|")
+        where = "CPU tensors" if dev == "cpu" else \
+            f"CUDA tensors ({torch.cuda.get_device_name()}, uvccl {mode})"
+        print(f"allreduce float32 through PyTorch {torch.__version__}, {where}, "
+              f"{n} ranks on one host, {rounds} rounds (median of the rounds' "
+              f"means)\n")
+        nccl = any(b == "nccl" for b, _ in backends)
+        print("| size | Gloo | uvccl | uvccl vs Gloo |" +
+              (" PyTorch NCCL |" if nccl else ""))
+        print("|---:|---:|---:|---:|" + ("---:|" if nccl else ""))
         for size in sizes:
             g = statistics.median(res[("gloo", size)])
             u = statistics.median(res[("uvccl", size)])
+            c = statistics.median(res[("nccl", size)]) if nccl else None
             if size <= 4096:
                 cell = lambda x: f"{x * 1e6:.1f} us"  # noqa: E731
                 ratio = f"{g / u:.2f}x faster"
             else:
-                bw = lambda x: 2 * (n - 1) / n * size / x / 1e9  # noqa: E731
+                f = 2 * (n - 1) / n if n > 1 else 1  # one rank: algbw
+                bw = lambda x: f * size / x / 1e9  # noqa: E731
                 cell = lambda x: f"{bw(x):.2f} GB/s busbw"  # noqa: E731
                 ratio = f"{bw(u) / bw(g):.2f}x the bandwidth"
             label = f"{size} B" if size < 1024 else (
                 f"{size >> 10} KiB" if size < (1 << 20) else f"{size >> 20} MiB")
-            print(f"| {label} | {cell(g)} | {cell(u)} | {ratio} |")
+            print(f"| {label} | {cell(g)} | {cell(u)} | {ratio} |" +
+                  (f" {cell(c)} |" if nccl else ""))
     dist.destroy_process_group()
 
 
 def rank_ddp(model, steps):
     env = dict(os.environ, DDP_MODELS=model, DDP_STEPS=str(steps),
-               DDP_BACKENDS="gloo,uvccl")
+               DDP_BACKENDS="gloo,uvccl",
+               DDP_DEVICE=os.environ.get("BENCH_DEVICE", "cpu"))
     os.environ.update(env)
     sys.argv = [os.path.join(root, "t", "py", "torch_ddp.py")]
     import runpy

@@ -10,7 +10,8 @@ once with DDP over Gloo. Each rank prints
     @time RANK BACKEND MODEL STEP_MS  (mean step time, after warm-up)
 
 Options (environment): DDP_STEPS (100), DDP_MODELS ("mlp,cnn"; also
-"big", about 25 M parameters, allreduce-bound), DDP_BACKENDS ("uvccl,gloo").
+"big", about 25 M parameters, allreduce-bound), DDP_BACKENDS ("uvccl,gloo"),
+DDP_DEVICE ("cpu"; "cuda": each rank trains on GPU RANK modulo the GPUs).
 """
 import os
 import sys
@@ -30,6 +31,10 @@ world = int(os.environ["WORLD_SIZE"])
 steps = int(os.environ.get("DDP_STEPS", "100"))
 models = os.environ.get("DDP_MODELS", "mlp,cnn").split(",")
 backends = os.environ.get("DDP_BACKENDS", "uvccl,gloo").split(",")
+device = os.environ.get("DDP_DEVICE", "cpu")
+if device == "cuda":
+    device = f"cuda:{rank % torch.cuda.device_count()}"
+    torch.cuda.set_device(device)
 torch.set_num_threads(1)
 
 
@@ -85,7 +90,7 @@ def batch(kind, step):
 
 
 def train(kind, group):
-    model = nn.parallel.DistributedDataParallel(make_model(kind),
+    model = nn.parallel.DistributedDataParallel(make_model(kind).to(device),
                                                 process_group=group)
     lr = 0.01 if kind == "big" else 0.05
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -93,11 +98,16 @@ def train(kind, group):
     losses, times = [], []
     for step in range(steps):
         x, y = batch(kind, step)
+        x, y = x.to(device), y.to(device)
+        if device != "cpu":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     warm = times[min(5, len(times) - 1):]

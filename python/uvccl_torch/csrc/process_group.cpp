@@ -12,11 +12,16 @@
 // then makes the uvccl group through that server. The c10d store is only
 // used for that one key: its kind does not matter, and the group's own
 // rendezvous runs on the loop, never blocking on a c10d store.
+//
+// CUDA tensors (built against a PyTorch with CUDA: UVCCL_TORCH_CUDA):
+// through a uvccl NCCL group beside the TCP one where every rank has a GPU
+// of its own, else staged over the TCP group (see "CUDA tensors" in the
+// process group).
 #include <torch/python.h>
 #include <torch/version.h>
 #if TORCH_VERSION_MAJOR >= 2
-// PyTorch 2: a process group holds one Backend per device type; this is
-// the CPU one.
+// PyTorch 2: a process group holds one Backend per device type; this one
+// serves CPU tensors, and CUDA tensors where built for them.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #define UVCCL_TORCH2 1
 #else
@@ -26,6 +31,12 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <pybind11/chrono.h>
+#ifdef UVCCL_TORCH_CUDA
+// CUDA tensors: the caller's current stream orders the operations (see
+// ProcessGroupUVCCL::target)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <uvccl.h>
 
@@ -33,6 +44,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -194,24 +207,45 @@ static Redop redop_of(const c10d::ReduceOp& rop) {
   TORCH_CHECK(false, "uvccl: ReduceOp ", (int)rop.op_, " is not supported");
 }
 
-static void check_cpu(const at::Tensor& t, const char* op) {
+// CPU tensors, and CUDA tensors where the extension was built against a
+// PyTorch with CUDA; dense only (sparse tensors: allreduce SUM alone).
+static void check_tensor(const at::Tensor& t, const char* op) {
+#ifdef UVCCL_TORCH_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "uvccl: ", op,
+              ": CPU or CUDA tensors only (got ", t.device(), ")");
+#else
   TORCH_CHECK(t.device().is_cpu(), "uvccl: ", op,
-              ": only CPU tensors so far (got ", t.device(), ")");
-  TORCH_CHECK(!t.is_sparse(), "uvccl: ", op, ": sparse tensors not yet");
+              ": CPU tensors only in this build (got ", t.device(),
+              "; CUDA tensors need the extension built against a PyTorch "
+              "with CUDA)");
+#endif
+  TORCH_CHECK(!t.is_sparse(), "uvccl: ", op, ": sparse tensors are only "
+              "supported by allreduce (SUM)");
 }
 
 static at::Tensor& single(std::vector<at::Tensor>& ts, const char* op) {
   TORCH_CHECK(ts.size() == 1, "uvccl: ", op, " takes one tensor per call, ",
               "got ", ts.size());
-  check_cpu(ts[0], op);
+  check_tensor(ts[0], op);
   return ts[0];
 }
 
-// A tensor's bytes, as a flat uint8 tensor (a copy where not contiguous).
+// A tensor's bytes, as a flat uint8 tensor on its device (a copy where not
+// contiguous).
 static at::Tensor bytes_of(const at::Tensor& t) {
   auto c = t.contiguous();
   return at::from_blob(c.data_ptr(), {(int64_t)c.nbytes()},
-                       [c](void*) {}, at::kByte);
+                       [c](void*) {}, c.options().dtype(at::kByte));
+}
+
+// 64-bit FNV-1a: the same on every process (std::hash need not be).
+static uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
 }
 
 // flat (one dtype) back into the tensors it was made of, in order.
@@ -242,6 +276,10 @@ static constexpr int kSparseMeta = 4 + kSparseMaxDims;
 
 class WorkUVCCL;
 static void on_done(uvccl_work_t* w, int status);
+#ifdef UVCCL_TORCH_CUDA
+static void on_dep(uvccl_work_t* w, int status);
+static void on_ordered(uvccl_work_t* w, int status);
+#endif
 
 // A step of an operation: starts one uvccl call on w (returns its code).
 using Step = std::function<int(uvccl_work_t* w)>;
@@ -261,6 +299,59 @@ class WorkUVCCL : public c10d::Work {
   std::deque<Step> steps;            // run one after another, on the loop
   uint64_t timeout_ms = 0;           // per-operation; 0: the group's
   int source_ = -1;   // recv from any source: the sender, once done
+  // CUDA tensors: their device (-1: host tensors); nccl: the operation
+  // runs on the group's NCCL group, after the work queued on stream (the
+  // caller's current stream when it was called)
+  int cuda_dev = -1;
+  bool nccl = false;
+  void* stream = nullptr;
+  // NCCL, nothing to copy back: the caller's stream is made to wait for
+  // the operation, and wait() returns once that is in place, as NCCL's
+  // own backend does (the host does not wait for the GPU)
+  bool stream_wait = false;
+
+#ifdef UVCCL_TORCH_CUDA
+  bool wait(std::chrono::milliseconds timeout =
+                std::chrono::milliseconds(0)) override {  // 0: no limit
+    if (!stream_wait) return c10d::Work::wait(timeout);
+    {
+      std::unique_lock<std::mutex> g(omu_);
+      auto pred = [this] { return ordered_ != 0 || isCompleted(); };
+      if (timeout.count() == 0)
+        ocv_.wait(g, pred);
+      else
+        TORCH_CHECK(ocv_.wait_for(g, timeout, pred),
+                    "uvccl: wait() timed out after ", timeout.count(), " ms");
+    }
+    // failed, done, or ordered on a stream other than the current one:
+    // as for host tensors
+    if (ordered_ != 1 || isCompleted() ||
+        (void*)c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)cuda_dev)
+                .stream() != stream)
+      return c10d::Work::wait(timeout);
+    return true;
+  }
+
+  // On the loop: the caller's stream waits for the operation (1), or
+  // could not be made to (-1: wait() waits for the work instead).
+  void set_ordered(int how) {
+    {
+      std::lock_guard<std::mutex> g(omu_);
+      ordered_ = how;
+    }
+    ocv_.notify_all();
+  }
+#endif
+
+  // A uvccl work of this operation's that is not a step (it completes on
+  // its own): lives as long as this object.
+  uvccl_work_t* side_work() {
+    ws_.emplace_back(new uvccl_work_t);
+    uvccl_work_t* w = ws_.back().get();
+    std::memset(w, 0, sizeof(*w));
+    w->data = this;
+    return w;
+  }
 
   // On the loop thread: starts the next step; false when there is none.
   // An error at the call completes the work.
@@ -284,17 +375,20 @@ class WorkUVCCL : public c10d::Work {
     return true;
   }
 
-  // On the loop thread: the operation ended.
+  // On the loop thread: the operation ended. Once: a later account (the
+  // stream dependency failing after the operation did) is dropped.
   void complete(int status, const char* msg) {
+    if (isCompleted()) return;
     if (status == 0) {
       try {
-        if (after) after();
+        if (after) run_after();
       } catch (...) {
         complete_exc(std::current_exception());
         return;
       }
       finish();
       future_->markCompleted(c10::IValue(outputs_));
+      wake();
     } else {
       // c10d's own wording for a timeout follows uvccl's account (scripts
       // and PyTorch's tests look for it)
@@ -308,11 +402,28 @@ class WorkUVCCL : public c10d::Work {
   }
 
   void complete_exc(std::exception_ptr e) {
+    if (isCompleted()) return;
     finish(e);
     future_->setError(e);
+    wake();
     keep.clear();
     steps.clear();
     after = nullptr;
+  }
+
+  // The copies back into the caller's tensors. CUDA tensors: on the
+  // device's current stream of this (the loop's) thread, waited for, so
+  // the results are in place when wait() returns.
+  void run_after() {
+#ifdef UVCCL_TORCH_CUDA
+    if (cuda_dev >= 0) {
+      c10::cuda::CUDAGuard guard((c10::DeviceIndex)cuda_dev);
+      after();
+      c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)cuda_dev).synchronize();
+      return;
+    }
+#endif
+    after();
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -325,9 +436,17 @@ class WorkUVCCL : public c10d::Work {
   }
 
  private:
+  void wake() {
+    { std::lock_guard<std::mutex> g(omu_); }
+    ocv_.notify_all();
+  }
+
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
   std::vector<std::unique_ptr<uvccl_work_t>> ws_;
+  std::mutex omu_;
+  std::condition_variable ocv_;
+  int ordered_ = 0;
 };
 
 static void on_done(uvccl_work_t* w, int status) {
@@ -344,18 +463,106 @@ static void on_done(uvccl_work_t* w, int status) {
   c10::raw::intrusive_ptr::decref(work);  // the loop's reference
 }
 
+#ifdef UVCCL_TORCH_CUDA
+// The NCCL stream's dependency on the caller's stream is in place (or
+// failed: then the operation fails, unless it already ended).
+static void on_dep(uvccl_work_t* w, int status) {
+  auto* work = static_cast<WorkUVCCL*>(w->data);
+  if (status != 0) work->complete(status, w->msg);
+  c10::raw::intrusive_ptr::decref(work);  // on_dep's reference
+}
+
+// The caller's stream now waits for the operation (wait() may return).
+static void on_ordered(uvccl_work_t* w, int status) {
+  auto* work = static_cast<WorkUVCCL*>(w->data);
+  work->set_ordered(status == 0 ? 1 : -1);
+  c10::raw::intrusive_ptr::decref(work);  // on_ordered's reference
+}
+#endif
+
+// The operations of a coalescing block (c10d's _coalescing_manager, which
+// batch_isend_irecv uses on CUDA tensors) as one Work: done when all are.
+#ifdef UVCCL_TORCH2
+class MultiWork : public c10d::Work {
+ public:
+  explicit MultiWork(std::vector<c10::intrusive_ptr<WorkUVCCL>> works)
+      : c10d::Work(-1, c10d::OpType::COALESCED),
+        works_(std::move(works)),
+        future_(c10::make_intrusive<at::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  // After construction (the callbacks hold a reference, dropped once the
+  // operations' futures have run them: every operation ends, at the
+  // latest at its timeout).
+  static c10::intrusive_ptr<MultiWork> make(
+      std::vector<c10::intrusive_ptr<WorkUVCCL>> works) {
+    auto mw = c10::make_intrusive<MultiWork>(std::move(works));
+    if (mw->works_.empty()) {
+      mw->done(nullptr);
+      return mw;
+    }
+    auto left = std::make_shared<std::atomic<size_t>>(mw->works_.size());
+    auto err = std::make_shared<std::exception_ptr>();
+    auto mu = std::make_shared<std::mutex>();
+    for (auto& w : mw->works_) {
+      w->getFuture()->addCallback(
+          [mw, left, err, mu](at::ivalue::Future& f) {
+            if (f.hasError()) {
+              std::lock_guard<std::mutex> g(*mu);
+              if (!*err) *err = f.exception_ptr();
+            }
+            if (--*left == 0) mw->done(*err);
+          });
+    }
+    return mw;
+  }
+
+  void done(std::exception_ptr e) {
+    finish(e);
+    if (e)
+      future_->setError(e);
+    else
+      future_->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return future_;
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<WorkUVCCL>> works_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+#endif
+
 // ---- the process group -------------------------------------------------------
 
 class ProcessGroupUVCCL : public PGBase {
+  // how CUDA tensors travel (see "CUDA tensors" below)
+  enum CudaMode { kCudaNone, kCudaStaged, kCudaNccl };
+
+  // where an operation runs
+  struct Target {
+    uvccl_pg_t* pg;
+    int dev = -1;        // CUDA tensors' device
+    bool nccl = false;   // through npg_
+  };
+
  public:
+  // cuda_device: this rank's CUDA device (PyTorch's current one), -1
+  // without CUDA; cuda_id: which GPU that is, the same string on two ranks
+  // only where they share it (host, boot and device UUID); nccl_ok: NCCL
+  // is there (see "CUDA tensors" below).
   ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     int size, std::chrono::milliseconds timeout,
-                    std::string name = "uvccl")
+                    std::string name = "uvccl", int cuda_device = -1,
+                    std::string cuda_id = "", bool nccl_ok = false)
       : PGBase(rank, size),
         loop_(Loop::get()),
         name_(std::move(name)) {
     std::memset(&pg_, 0, sizeof(pg_));
     std::memset(&mb_pg_, 0, sizeof(mb_pg_));
+    std::memset(&npg_, 0, sizeof(npg_));
     std::memset(&store_, 0, sizeof(store_));
     std::memset(&server_, 0, sizeof(server_));
     timeout_ms_ = (uint64_t)timeout.count();
@@ -443,6 +650,18 @@ class ProcessGroupUVCCL : public PGBase {
       TORCH_CHECK(false, "uvccl: creating the group: ", uvccl_strerror(rc));
     }
     pg_up_ = true;
+    try {
+      setup_cuda(cuda_device, cuda_id, nccl_ok);
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
+
+  // "nccl", "staged" or "none": how CUDA tensors travel in this group.
+  std::string cuda_mode() const {
+    return cuda_mode_ == kCudaNccl ? "nccl"
+           : cuda_mode_ == kCudaStaged ? "staged" : "none";
   }
 
   ~ProcessGroupUVCCL() override { shutdown(); }
@@ -456,6 +675,8 @@ class ProcessGroupUVCCL : public PGBase {
   void abort(const std::string& reason) {
     loop_->call<int>([this, reason]() {
       if (pg_up_) uvccl_pg_abort(&pg_, reason.c_str());
+      if (pg_up_ && npg_.impl_ != nullptr)
+        uvccl_pg_abort(&npg_, reason.c_str());
       return 0;
     });
   }
@@ -466,18 +687,114 @@ class ProcessGroupUVCCL : public PGBase {
   void setSequenceNumberForGroup() override { seq_ = 0; }
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
+  // Runs one uvccl operation started by start (on the loop) and waits for
+  // it; 0 or the code, with its message in *msg.
+  int blocking(std::function<int(uvccl_work_t*, uvccl_work_cb)> start,
+               std::string* msg) {
+    struct Wait {
+      uvccl_work_t w;
+      std::promise<int> done;
+      std::string msg;
+    };
+    auto wt = std::make_shared<Wait>();
+    std::memset(&wt->w, 0, sizeof(wt->w));
+    auto f = wt->done.get_future();
+    loop_->post([wt, start]() {
+      wt->w.data = new std::shared_ptr<Wait>(wt);
+      int rc = start(&wt->w, [](uvccl_work_t* w, int status) {
+        auto* ref = static_cast<std::shared_ptr<Wait>*>(w->data);
+        (*ref)->msg = w->msg;
+        (*ref)->done.set_value(status);
+        delete ref;
+      });
+      if (rc != 0) {
+        delete static_cast<std::shared_ptr<Wait>*>(wt->w.data);
+        wt->msg = wt->w.msg[0] ? wt->w.msg : uvccl_strerror(rc);
+        wt->done.set_value(rc);
+      }
+    });
+    int rc = f.get();
+    if (msg) *msg = wt->msg;
+    return rc;
+  }
+
+  // At creation, on every rank alike: how CUDA tensors will travel. The
+  // ranks exchange (GPU identity, device, NCCL there) over the TCP group
+  // and all reach the same answer from the same facts; where it is NCCL,
+  // the NCCL group is made now, by every rank at once (made at a first
+  // CUDA operation instead, a point-to-point one would wait for ranks
+  // that never join). $UVCCL_TORCH_CUDA: auto (default), nccl (fail
+  // where it cannot be), staged.
+  void setup_cuda(int dev, const std::string& id, bool nccl_ok) {
+    const char* env = getenv("UVCCL_TORCH_CUDA");
+    std::string want = env && *env ? env : "auto";
+    TORCH_CHECK(want == "auto" || want == "nccl" || want == "staged",
+                "uvccl: UVCCL_TORCH_CUDA must be auto, nccl or staged (got '",
+                want, "')");
+#ifndef UVCCL_TORCH_CUDA
+    dev = -1;
+#endif
+    struct Rec {
+      uint64_t id;
+      int64_t dev;
+      int64_t nccl;
+    };
+    int n = getSize();
+    std::vector<Rec> recs((size_t)n);
+    Rec mine{dev >= 0 ? fnv1a(id) : 0, dev, nccl_ok ? 1 : 0};
+    std::string msg;
+    int rc = blocking([this, &mine, &recs](uvccl_work_t* w, uvccl_work_cb cb) {
+      return uvccl_allgather(&pg_, w, &mine, recs.data(), 3, UVCCL_INT64, cb);
+    }, &msg);
+    TORCH_CHECK(rc == 0, "uvccl: creating the group (GPU exchange): ", msg);
+    cuda_dev_ = dev;
+    if (dev < 0) return;  // no CUDA tensors here
+    std::string why;      // why not NCCL
+    for (int r = 0; r < n && why.empty(); r++) {
+      if (recs[r].dev < 0)
+        why = "rank " + std::to_string(r) + " has no CUDA device";
+      else if (!recs[r].nccl)
+        why = "rank " + std::to_string(r) + " has no NCCL";
+      for (int q = 0; q < r && why.empty(); q++)
+        if (recs[q].id == recs[r].id)
+          why = "ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                " share a GPU";
+    }
+    if (want == "staged" || (want == "auto" && !why.empty())) {
+      cuda_mode_ = kCudaStaged;
+      return;
+    }
+    TORCH_CHECK(why.empty(), "uvccl: UVCCL_TORCH_CUDA=nccl, but ", why);
+    int r = getRank(), sz = n;
+    rc = blocking([this, r, sz, dev](uvccl_work_t* w, uvccl_work_cb cb) {
+      uvccl_pg_options_t o;
+      std::memset(&o, 0, sizeof(o));
+      o.rank = r;
+      o.size = sz;
+      o.timeout_ms = timeout_ms_;
+      o.prefix = "uvccl/cuda";
+      o.backend = UVCCL_BACKEND_NCCL;
+      o.device = dev;
+      return uvccl_pg_init(loop_->loop(), &npg_, &store_, &o, w, cb);
+    }, &msg);
+    TORCH_CHECK(rc == 0, "uvccl: creating the NCCL group for CUDA tensors: ",
+                msg);
+    cuda_mode_ = kCudaNccl;
+  }
+
   // ---- collectives ----
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const c10d::BroadcastOptions& opts) override {
     auto& t = single(tensors, "broadcast");
+    Target tg = target({t}, "broadcast");
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::BROADCAST, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
     int root = (int)opts.rootRank;
-    return submit(work, [this, buf, dt, root](uvccl_work_t* w) {
-      return uvccl_broadcast(&pg_, w, buf.data_ptr(), (size_t)buf.numel(), dt,
+    return submit(work, tg, [g = tg.pg, buf, dt, root](uvccl_work_t* w) {
+      return uvccl_broadcast(g, w, buf.data_ptr(), (size_t)buf.numel(), dt,
                              root, on_done);
     }, opts.timeout);
   }
@@ -488,13 +805,14 @@ class ProcessGroupUVCCL : public PGBase {
     if (tensors.size() == 1 && tensors[0].is_sparse())
       return sparse_sum(tensors[0], opts);
     auto& t = single(tensors, "allreduce");
+    Redop op = redop_of(opts.reduceOp);
+    Target tg = target({t}, "allreduce", nccl_can(op));
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::ALLREDUCE, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
-    Redop op = redop_of(opts.reduceOp);
-    return submit(work, [this, buf, dt, op](uvccl_work_t* w) {
-      return uvccl_allreduce(&pg_, w, buf.data_ptr(), buf.data_ptr(),
-                             (size_t)buf.numel(), dt, redop(op), on_done);
+    return submit(work, tg, [this, g = tg.pg, buf, dt, op](uvccl_work_t* w) {
+      return uvccl_allreduce(g, w, buf.data_ptr(), buf.data_ptr(),
+                             (size_t)buf.numel(), dt, redop(g, op), on_done);
     }, opts.timeout);
   }
 
@@ -502,14 +820,15 @@ class ProcessGroupUVCCL : public PGBase {
       std::vector<at::Tensor>& tensors,
       const c10d::ReduceOptions& opts) override {
     auto& t = single(tensors, "reduce");
+    Redop op = redop_of(opts.reduceOp);
+    Target tg = target({t}, "reduce", nccl_can(op));
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::REDUCE, {t}, {t}, {buf}, t, buf);
     uvccl_dtype_t dt = dtype_of(t);
-    Redop op = redop_of(opts.reduceOp);
     int root = (int)opts.rootRank;
-    return submit(work, [this, buf, dt, op, root](uvccl_work_t* w) {
-      return uvccl_reduce(&pg_, w, buf.data_ptr(), buf.data_ptr(),
-                          (size_t)buf.numel(), dt, redop(op), root, on_done);
+    return submit(work, tg, [this, g = tg.pg, buf, dt, op, root](uvccl_work_t* w) {
+      return uvccl_reduce(g, w, buf.data_ptr(), buf.data_ptr(),
+                          (size_t)buf.numel(), dt, redop(g, op), root, on_done);
     }, opts.timeout);
   }
 
@@ -524,6 +843,9 @@ class ProcessGroupUVCCL : public PGBase {
     for (auto& o : outputs[0])
       TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
                   "uvccl: allgather: every output must match the input");
+    std::vector<at::Tensor> all = outputs[0];
+    all.push_back(in);
+    Target tg = target(all, "allgather");
     auto src = in.contiguous();
     // one flat buffer, then the blocks go to the caller's tensors
     auto flat = at::empty({(int64_t)getSize() * in.numel()}, in.options());
@@ -534,8 +856,8 @@ class ProcessGroupUVCCL : public PGBase {
         outs[i].copy_(flat.narrow(0, (int64_t)i * n, n).view(outs[i].sizes()));
     };
     uvccl_dtype_t dt = dtype_of(in);
-    return submit(work, [this, src, flat, dt](uvccl_work_t* w) {
-      return uvccl_allgather(&pg_, w, src.data_ptr(), flat.data_ptr(),
+    return submit(work, tg, [g = tg.pg, src, flat, dt](uvccl_work_t* w) {
+      return uvccl_allgather(g, w, src.data_ptr(), flat.data_ptr(),
                              (size_t)src.numel(), dt, on_done);
     }, opts.timeout);
   }
@@ -543,17 +865,18 @@ class ProcessGroupUVCCL : public PGBase {
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts) override {
-    check_cpu(input, "_allgather_base");
-    check_cpu(output, "_allgather_base");
+    check_tensor(input, "_allgather_base");
+    check_tensor(output, "_allgather_base");
     TORCH_CHECK(output.numel() == input.numel() * getSize(),
                 "uvccl: _allgather_base: the output must hold size x input");
+    Target tg = target({input, output}, "_allgather_base");
     auto src = input.contiguous();
     auto dst = output.contiguous();
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, {input}, {output}, {src, dst},
                           output, dst);
     uvccl_dtype_t dt = dtype_of(input);
-    return submit(work, [this, src, dst, dt](uvccl_work_t* w) {
-      return uvccl_allgather(&pg_, w, src.data_ptr(), dst.data_ptr(),
+    return submit(work, tg, [g = tg.pg, src, dst, dt](uvccl_work_t* w) {
+      return uvccl_allgather(g, w, src.data_ptr(), dst.data_ptr(),
                              (size_t)src.numel(), dt, on_done);
     }, opts.timeout);
   }
@@ -561,7 +884,7 @@ class ProcessGroupUVCCL : public PGBase {
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override {
     auto work = make_work(c10d::OpType::BARRIER, {}, {}, {});
-    return submit(work, [this](uvccl_work_t* w) {
+    return submit(work, Target{&pg_}, [this](uvccl_work_t* w) {
       return uvccl_barrier(&pg_, w, on_done);
     }, opts.timeout);
   }
@@ -569,34 +892,45 @@ class ProcessGroupUVCCL : public PGBase {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst, int tag) override {
     auto& t = single(tensors, "send");
+    Target tg = target({t}, "send");
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::SEND, {t}, {t}, {buf});
     size_t n = (size_t)buf.nbytes();
-    return submit(work, [this, buf, n, dst, tag](uvccl_work_t* w) {
-      return uvccl_send(&pg_, w, buf.data_ptr(), n, dst, tag, on_done);
+    if (coalescing_) return defer_p2p(work, tg, true, buf, dst, tag);
+    return submit(work, tg, [g = tg.pg, buf, n, dst, tag](uvccl_work_t* w) {
+      return uvccl_send(g, w, buf.data_ptr(), n, dst, tag, on_done);
     });
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int src, int tag) override {
     auto& t = single(tensors, "recv");
+    Target tg = target({t}, "recv");
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::RECV, {t}, {t}, {buf}, t, buf);
     size_t n = (size_t)buf.nbytes();
-    return submit(work, [this, buf, n, src, tag](uvccl_work_t* w) {
-      return uvccl_recv(&pg_, w, buf.data_ptr(), n, src, tag, on_done);
+    if (coalescing_) return defer_p2p(work, tg, false, buf, src, tag);
+    return submit(work, tg, [g = tg.pg, buf, n, src, tag](uvccl_work_t* w) {
+      return uvccl_recv(g, w, buf.data_ptr(), n, src, tag, on_done);
     });
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(
       std::vector<at::Tensor>& tensors, int tag) override {
     auto& t = single(tensors, "recv");
+    // from any source: the sender must use the same transport, so
+    // CUDA tensors are staged through the TCP group on both sides (a
+    // send matching it must be staged too: NCCL groups refuse this)
+    TORCH_CHECK(!t.is_cuda() || cuda_mode_ != kCudaNccl,
+                "uvccl: recv from any source is not supported for CUDA "
+                "tensors on NCCL (name the source rank)");
+    Target tg = target({t}, "recv");
     auto buf = t.contiguous();
     auto work = make_work(c10d::OpType::RECVANYSOURCE, {t}, {t}, {buf}, t, buf);
     work->source_ = -2;  // filled in by on_done
     size_t n = (size_t)buf.nbytes();
-    return submit(work, [this, buf, n, tag](uvccl_work_t* w) {
-      return uvccl_recv(&pg_, w, buf.data_ptr(), n, UVCCL_ANY_SOURCE, tag,
+    return submit(work, tg, [g = tg.pg, buf, n, tag](uvccl_work_t* w) {
+      return uvccl_recv(g, w, buf.data_ptr(), n, UVCCL_ANY_SOURCE, tag,
                         on_done);
     });
   }
@@ -606,8 +940,9 @@ class ProcessGroupUVCCL : public PGBase {
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts) override {
     TORCH_CHECK(!tensors.empty(), "uvccl: allreduce_coalesced: no tensors");
-    for (auto& t : tensors) check_cpu(t, "allreduce_coalesced");
+    for (auto& t : tensors) check_tensor(t, "allreduce_coalesced");
     Redop op = redop_of(opts.reduceOp);
+    Target tg = target(tensors, "allreduce_coalesced", nccl_can(op));
     auto outs = tensors;
     auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, outs, {});
     std::vector<std::function<void()>> backs;
@@ -624,16 +959,16 @@ class ProcessGroupUVCCL : public PGBase {
       auto flat = at::cat(flats);
       work->keep.push_back(flat);
       uvccl_dtype_t dt = dtype_of(flat);
-      work->steps.push_back([this, flat, dt, op](uvccl_work_t* w) {
-        return uvccl_allreduce(&pg_, w, flat.data_ptr(), flat.data_ptr(),
-                               (size_t)flat.numel(), dt, redop(op), on_done);
+      work->steps.push_back([this, g = tg.pg, flat, dt, op](uvccl_work_t* w) {
+        return uvccl_allreduce(g, w, flat.data_ptr(), flat.data_ptr(),
+                               (size_t)flat.numel(), dt, redop(g, op), on_done);
       });
       backs.push_back([same, flat]() mutable { unflatten(flat, same); });
     }
     work->after = [backs]() {
       for (auto& b : backs) b();
     };
-    return submit(work, nullptr, opts.timeout);
+    return submit(work, tg, nullptr, opts.timeout);
   }
 
   // Each rank's inputs as bytes, one allgather, then every rank's pieces
@@ -649,7 +984,7 @@ class ProcessGroupUVCCL : public PGBase {
     std::vector<at::Tensor> bytes;
     int64_t total = 0;
     for (auto& t : inputs) {
-      check_cpu(t, "allgather_coalesced");
+      check_tensor(t, "allgather_coalesced");
       bytes.push_back(bytes_of(t));
       total += (int64_t)t.nbytes();
     }
@@ -663,18 +998,23 @@ class ProcessGroupUVCCL : public PGBase {
                     "uvccl: allgather_coalesced: output ", i,
                     " must match input ", i);
     }
-    auto src = bytes.empty() ? at::empty({0}, at::kByte) : at::cat(bytes);
-    auto flat = at::empty({total * getSize()}, at::kByte);
     std::vector<at::Tensor> outs;
     for (auto& l : output_lists) outs.insert(outs.end(), l.begin(), l.end());
+    std::vector<at::Tensor> all = outs;
+    all.insert(all.end(), inputs.begin(), inputs.end());
+    Target tg = target(all, "allgather_coalesced");
+    auto bopts = at::TensorOptions().dtype(at::kByte).device(
+        inputs.empty() ? at::Device(at::kCPU) : inputs[0].device());
+    auto src = bytes.empty() ? at::empty({0}, bopts) : at::cat(bytes);
+    auto flat = at::empty({total * getSize()}, bopts);
     auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, inputs, outs, {src, flat});
     auto lists = output_lists;
     work->after = [lists, flat, total]() mutable {
       for (size_t r = 0; r < lists.size(); r++)
         unflatten_bytes(flat.narrow(0, (int64_t)r * total, total), lists[r]);
     };
-    return submit(work, [this, src, flat](uvccl_work_t* w) {
-      return uvccl_allgather(&pg_, w, src.data_ptr(), flat.data_ptr(),
+    return submit(work, tg, [g = tg.pg, src, flat](uvccl_work_t* w) {
+      return uvccl_allgather(g, w, src.data_ptr(), flat.data_ptr(),
                              (size_t)src.numel(), UVCCL_UINT8, on_done);
     }, opts.timeout);
   }
@@ -695,7 +1035,8 @@ class ProcessGroupUVCCL : public PGBase {
 
   c10::intrusive_ptr<c10d::Work> sparse_sum(
       at::Tensor& t, const c10d::AllreduceOptions& opts) {
-    TORCH_CHECK(t.device().is_cpu(), "uvccl: sparse allreduce: CPU tensors");
+    TORCH_CHECK(t.device().is_cpu(), "uvccl: sparse allreduce: CPU tensors "
+                "only (got ", t.device(), ")");
     TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM,
                 "uvccl: sparse allreduce supports SUM only");
     TORCH_CHECK(t.dim() <= kSparseMaxDims, "uvccl: sparse allreduce: at most ",
@@ -786,7 +1127,7 @@ class ProcessGroupUVCCL : public PGBase {
                      .coalesce();
       out.copy_(sum);
     };
-    return submit(work, nullptr, opts.timeout);
+    return submit(work, Target{&pg_}, nullptr, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(
@@ -800,6 +1141,9 @@ class ProcessGroupUVCCL : public PGBase {
                    : outputs.empty() || outputs[0].empty(),
                 "uvccl: gather: the root gives one list of ", getSize(),
                 " outputs, the others none");
+    std::vector<at::Tensor> all = me ? outputs[0] : std::vector<at::Tensor>();
+    all.push_back(in);
+    Target tg = target(all, "gather");
     auto src = in.contiguous();
     at::Tensor flat = me ? at::empty({(int64_t)getSize() * in.numel()},
                                      in.options())
@@ -814,8 +1158,8 @@ class ProcessGroupUVCCL : public PGBase {
       };
     }
     uvccl_dtype_t dt = dtype_of(in);
-    return submit(work, [this, src, flat, dt, root](uvccl_work_t* w) {
-      return uvccl_gather(&pg_, w, src.data_ptr(),
+    return submit(work, tg, [g = tg.pg, src, flat, dt, root](uvccl_work_t* w) {
+      return uvccl_gather(g, w, src.data_ptr(),
                           flat.defined() ? flat.data_ptr() : nullptr,
                           (size_t)src.numel(), dt, root, on_done);
     }, opts.timeout);
@@ -832,6 +1176,9 @@ class ProcessGroupUVCCL : public PGBase {
                    : inputs.empty() || inputs[0].empty(),
                 "uvccl: scatter: the root gives one list of ", getSize(),
                 " inputs, the others none");
+    std::vector<at::Tensor> all = me ? inputs[0] : std::vector<at::Tensor>();
+    all.push_back(out);
+    Target tg = target(all, "scatter");
     at::Tensor flat;
     if (me) {
       std::vector<at::Tensor> parts;
@@ -842,8 +1189,8 @@ class ProcessGroupUVCCL : public PGBase {
     auto work = make_work(c10d::OpType::SCATTER, inputs.empty() ? std::vector<at::Tensor>() : inputs[0], {out}, {dst}, out, dst);
     if (me) work->keep.push_back(flat);
     uvccl_dtype_t dt = dtype_of(out);
-    return submit(work, [this, flat, dst, dt, root](uvccl_work_t* w) {
-      return uvccl_scatter(&pg_, w, flat.defined() ? flat.data_ptr() : nullptr,
+    return submit(work, tg, [g = tg.pg, flat, dst, dt, root](uvccl_work_t* w) {
+      return uvccl_scatter(g, w, flat.defined() ? flat.data_ptr() : nullptr,
                            dst.data_ptr(), (size_t)dst.numel(), dt, root,
                            on_done);
     }, opts.timeout);
@@ -857,6 +1204,10 @@ class ProcessGroupUVCCL : public PGBase {
     TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
                 "uvccl: reduce_scatter wants one list of ", getSize(),
                 " inputs");
+    Redop op = redop_of(opts.reduceOp);
+    std::vector<at::Tensor> all = inputs[0];
+    all.push_back(out);
+    Target tg = target(all, "reduce_scatter", nccl_can(op));
     std::vector<at::Tensor> parts;
     for (auto& t : inputs[0]) {
       TORCH_CHECK(t.numel() == out.numel(),
@@ -868,30 +1219,30 @@ class ProcessGroupUVCCL : public PGBase {
     auto work = make_work(c10d::OpType::REDUCE_SCATTER, inputs[0], {out}, {flat, dst}, out,
                           dst);
     uvccl_dtype_t dt = dtype_of(out);
-    Redop op = redop_of(opts.reduceOp);
-    return submit(work, [this, flat, dst, dt, op](uvccl_work_t* w) {
-      return uvccl_reduce_scatter(&pg_, w, flat.data_ptr(), dst.data_ptr(),
-                                  (size_t)dst.numel(), dt, redop(op), on_done);
+    return submit(work, tg, [this, g = tg.pg, flat, dst, dt, op](uvccl_work_t* w) {
+      return uvccl_reduce_scatter(g, w, flat.data_ptr(), dst.data_ptr(),
+                                  (size_t)dst.numel(), dt, redop(g, op), on_done);
     }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts) override {
-    check_cpu(input, "_reduce_scatter_base");
-    check_cpu(output, "_reduce_scatter_base");
+    check_tensor(input, "_reduce_scatter_base");
+    check_tensor(output, "_reduce_scatter_base");
     TORCH_CHECK(input.numel() == output.numel() * getSize(),
                 "uvccl: _reduce_scatter_base: the input must hold size x "
                 "output");
+    Redop op = redop_of(opts.reduceOp);
+    Target tg = target({input, output}, "_reduce_scatter_base", nccl_can(op));
     auto src = input.contiguous();
     auto dst = output.contiguous();
     auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, {input}, {output},
                           {src, dst}, output, dst);
     uvccl_dtype_t dt = dtype_of(output);
-    Redop op = redop_of(opts.reduceOp);
-    return submit(work, [this, src, dst, dt, op](uvccl_work_t* w) {
-      return uvccl_reduce_scatter(&pg_, w, src.data_ptr(), dst.data_ptr(),
-                                  (size_t)dst.numel(), dt, redop(op), on_done);
+    return submit(work, tg, [this, g = tg.pg, src, dst, dt, op](uvccl_work_t* w) {
+      return uvccl_reduce_scatter(g, w, src.data_ptr(), dst.data_ptr(),
+                                  (size_t)dst.numel(), dt, redop(g, op), on_done);
     }, opts.timeout);
   }
 
@@ -899,8 +1250,9 @@ class ProcessGroupUVCCL : public PGBase {
       at::Tensor& output, at::Tensor& input,
       std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,
       const c10d::AllToAllOptions& opts) override {
-    check_cpu(input, "alltoall_base");
-    check_cpu(output, "alltoall_base");
+    check_tensor(input, "alltoall_base");
+    check_tensor(output, "alltoall_base");
+    Target tg = target({input, output}, "alltoall_base");
     auto src = input.contiguous();
     auto dst = output.contiguous();
     // split sizes are along dim 0: elements per row times rows
@@ -923,8 +1275,8 @@ class ProcessGroupUVCCL : public PGBase {
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, {input}, {output}, {src, dst},
                           output, dst);
     uvccl_dtype_t dt = dtype_of(input);
-    return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
-      return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
+    return submit(work, tg, [g = tg.pg, src, dst, sc, rc, dt](uvccl_work_t* w) {
+      return uvccl_alltoallv(g, w, src.data_ptr(), sc->data(),
                              dst.data_ptr(), rc->data(), dt, on_done);
     }, opts.timeout);
   }
@@ -940,12 +1292,15 @@ class ProcessGroupUVCCL : public PGBase {
     auto rc = std::make_shared<std::vector<size_t>>();
     int64_t rtot = 0;
     for (int i = 0; i < getSize(); i++) {
-      check_cpu(inputs[i], "alltoall");
+      check_tensor(inputs[i], "alltoall");
       ins.push_back(inputs[i].reshape(-1));
       sc->push_back((size_t)inputs[i].numel());
       rc->push_back((size_t)outputs[i].numel());
       rtot += outputs[i].numel();
     }
+    std::vector<at::Tensor> all = outputs;
+    all.insert(all.end(), inputs.begin(), inputs.end());
+    Target tg = target(all, "alltoall");
     auto src = at::cat(ins);
     auto dst = at::empty({rtot}, outputs[0].options());
     auto outs = outputs;
@@ -958,11 +1313,34 @@ class ProcessGroupUVCCL : public PGBase {
       }
     };
     uvccl_dtype_t dt = dtype_of(inputs[0]);
-    return submit(work, [this, src, dst, sc, rc, dt](uvccl_work_t* w) {
-      return uvccl_alltoallv(&pg_, w, src.data_ptr(), sc->data(),
+    return submit(work, tg, [g = tg.pg, src, dst, sc, rc, dt](uvccl_work_t* w) {
+      return uvccl_alltoallv(g, w, src.data_ptr(), sc->data(),
                              dst.data_ptr(), rc->data(), dt, on_done);
     }, opts.timeout);
   }
+
+#ifdef UVCCL_TORCH2
+  // c10d's coalescing blocks (batch_isend_irecv on CUDA tensors, the
+  // _coalescing_manager): the sends and receives called inside start
+  // together as one uvccl_p2p_batch at the end (on NCCL a send and a
+  // receive started one after the other could wait for each other); the
+  // collectives run as called. endCoalescing's Work covers them all.
+  void startCoalescing() override {
+    TORCH_CHECK(!coalescing_, "uvccl: a coalescing block is already open");
+    coalescing_ = true;
+    coalesced_.clear();
+    batch_.clear();
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    TORCH_CHECK(coalescing_, "uvccl: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    auto works = std::move(coalesced_);
+    coalesced_.clear();
+    if (!batch_.empty()) works.push_back(submit_batch());
+    return MultiWork::make(std::move(works));
+  }
+#endif
 
   // c10d's monitored_barrier, with c10d's messages (scripts and PyTorch's
   // tests match them): every rank tells rank 0 it arrived and waits for
@@ -983,7 +1361,7 @@ class ProcessGroupUVCCL : public PGBase {
       auto work = make_work(is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
                             {}, {}, {});
       uint64_t ms = (uint64_t)std::max<int64_t>(t.count(), 1);
-      submit(work, [this, is_send, peer, tag](uvccl_work_t* w) {
+      submit(work, Target{&mb_pg_}, [this, is_send, peer, tag](uvccl_work_t* w) {
         return is_send ? uvccl_send(&mb_pg_, w, nullptr, 0, peer, tag, on_done)
                        : uvccl_recv(&mb_pg_, w, nullptr, 0, peer, tag, on_done);
       }, std::chrono::milliseconds(ms));
@@ -1037,17 +1415,148 @@ class ProcessGroupUVCCL : public PGBase {
   }
 
  private:
-  // On the loop: uvccl's op id; a PREMUL_SUM factor becomes an id of this
-  // group once, then is found again (DDP's 1/world_size on every bucket).
-  uvccl_redop_t redop(const Redop& r) {
+  // On the loop: uvccl's op id; a PREMUL_SUM factor becomes an id of the
+  // group g once, then is found again (DDP's 1/world_size on every bucket).
+  uvccl_redop_t redop(uvccl_pg_t* g, const Redop& r) {
     if (!r.premul) return r.op;
-    auto it = premul_.find(r.factor);
+    auto key = std::make_pair(g, r.factor);
+    auto it = premul_.find(key);
     if (it != premul_.end()) return it->second;
     uvccl_redop_t id;
-    int rc = uvccl_pg_premul_sum(&pg_, r.factor, &id);
+    int rc = uvccl_pg_premul_sum(g, r.factor, &id);
     TORCH_CHECK(rc == 0, "uvccl: PREMUL_SUM: ", uvccl_strerror(rc));
-    premul_.emplace(r.factor, id);
+    premul_.emplace(key, id);
     return id;
+  }
+
+  // A send or receive inside a coalescing block: started with the others
+  // at endCoalescing (its own Work completes with the batch).
+  struct Deferred {
+    c10::intrusive_ptr<WorkUVCCL> work;
+    Target tg;
+    bool is_send;
+    at::Tensor buf;
+    int peer, tag;
+  };
+
+  c10::intrusive_ptr<c10d::Work> defer_p2p(
+      const c10::intrusive_ptr<WorkUVCCL>& work, const Target& tg,
+      bool is_send, const at::Tensor& buf, int peer, int tag) {
+    if (!batch_.empty())
+      TORCH_CHECK(batch_[0].tg.pg == tg.pg && batch_[0].tg.dev == tg.dev,
+                  "uvccl: a batch of sends and receives on tensors of two "
+                  "devices");
+    batch_.push_back(Deferred{work, tg, is_send, buf, peer, tag});
+    return work;
+  }
+
+  c10::intrusive_ptr<WorkUVCCL> submit_batch() {
+    auto items = std::make_shared<std::vector<Deferred>>(std::move(batch_));
+    batch_.clear();
+    auto ops = std::make_shared<std::vector<uvccl_p2p_op_t>>(items->size());
+    std::vector<at::Tensor> ins, keep;
+    for (size_t i = 0; i < items->size(); i++) {
+      auto& d = (*items)[i];
+      auto& o = (*ops)[i];
+      std::memset(&o, 0, sizeof(o));
+      o.is_send = d.is_send;
+      o.buf = d.buf.data_ptr();
+      o.len = (size_t)d.buf.nbytes();
+      o.peer = d.peer;
+      o.tag = d.tag;
+      ins.push_back(d.buf);
+      keep.push_back(d.buf);
+    }
+    Target tg = (*items)[0].tg;
+#ifdef UVCCL_TORCH2
+    auto work = make_work(c10d::OpType::COALESCED, ins, {}, keep);
+#else
+    auto work = make_work(c10d::OpType::UNKNOWN, ins, {}, keep);
+#endif
+    // each operation's own Work ends with the batch (a receive's copy back
+    // into a non-contiguous tensor runs then)
+    auto end_each = [items](bool ok, const std::string& why) {
+      for (auto& d : *items) {
+        if (ok)
+          d.work->complete(0, nullptr);
+        else
+          d.work->complete_exc(std::make_exception_ptr(std::runtime_error(why)));
+      }
+    };
+    work->after = [end_each]() { end_each(true, ""); };
+    work->getFuture()->addCallback([end_each](at::ivalue::Future& f) {
+      if (f.hasError()) end_each(false, f.tryRetrieveErrorMessage());
+    });
+    for (auto& d : *items) d.work->cuda_dev = tg.dev;
+    submit(work, tg, [g = tg.pg, ops](uvccl_work_t* w) {
+      return uvccl_p2p_batch(g, w, ops->data(), ops->size(), on_done);
+    });
+    return work;
+  }
+
+  // ---- CUDA tensors ----
+  //
+  // Where every rank has its own GPU (no two share one) and NCCL loads,
+  // CUDA tensors go through a uvccl NCCL group made beside the TCP group
+  // at creation (mode "nccl"): each operation first makes the NCCL group's
+  // stream wait for the caller's current stream (the kernels that wrote
+  // the inputs), and completes once the GPU finished it. Elsewhere (ranks
+  // sharing a GPU, no NCCL, UVCCL_TORCH_CUDA=staged) they go through the
+  // TCP group, which stages device memory through pinned host memory
+  // (mode "staged"): the caller's current stream is waited for first.
+  // Either way wait() returns with the results in place (the host waits,
+  // as Gloo's CUDA work does; NCCL's own backend waits on the stream
+  // only), and the tensors stay referenced until the GPU is done with
+  // them. What NCCL cannot do (BAND/BOR/BXOR) is staged on every rank
+  // alike, so the ranks always agree on the transport.
+
+  static bool nccl_can(const Redop& r) {
+    return r.op != UVCCL_BAND && r.op != UVCCL_BOR && r.op != UVCCL_BXOR;
+  }
+
+  // Which group runs an operation on these tensors.
+  Target target(const std::vector<at::Tensor>& ts, const char* op,
+                bool nccl_ok = true) {
+    Target tg{&pg_};
+    bool any_cpu = false;
+    for (auto& t : ts) {
+      if (!t.defined()) continue;
+      check_tensor(t, op);
+      if (!t.is_cuda()) {
+        any_cpu = true;
+        continue;
+      }
+      int d = (int)t.device().index();
+      TORCH_CHECK(tg.dev < 0 || tg.dev == d, "uvccl: ", op,
+                  ": tensors on two devices (cuda:", tg.dev, ", cuda:", d, ")");
+      tg.dev = d;
+    }
+    if (tg.dev < 0) return tg;
+    TORCH_CHECK(!any_cpu, "uvccl: ", op, ": CPU and CUDA tensors mixed in one "
+                "operation");
+#ifdef UVCCL_TORCH_CUDA
+    if (cuda_mode_ == kCudaNccl && nccl_ok) {
+      TORCH_CHECK(tg.dev == cuda_dev_, "uvccl: ", op, ": tensors on cuda:",
+                  tg.dev, ", but this rank's NCCL group is on cuda:", cuda_dev_,
+                  " (the current device when the group was made: call "
+                  "torch.cuda.set_device first)");
+      tg.pg = &npg_;
+      tg.nccl = true;
+      return tg;
+    }
+    if (!gpu_loaded_) {  // the TCP group stages device memory once loaded
+      int n = 0;
+      int rc = uvccl_gpu_device_count(&n);
+      const char* why = uvccl_gpu_unavailable_reason();
+      TORCH_CHECK(rc == 0, "uvccl: ", op, ": CUDA tensors: ",
+                  why ? why : uvccl_strerror(rc));
+      gpu_loaded_ = true;
+    }
+    return tg;
+#else
+    TORCH_CHECK(false, "uvccl: ", op, ": CUDA tensors need the extension "
+                "built against a PyTorch with CUDA");
+#endif
   }
 
   static std::string publish_host() {
@@ -1106,9 +1615,10 @@ class ProcessGroupUVCCL : public PGBase {
   }
 
   // Queues the operation's steps (first, then any already on the work)
-  // for the loop. timeout: the options' (unset: the group's).
+  // for the loop, on tg's group. timeout: the options' (unset: the
+  // group's).
   c10::intrusive_ptr<c10d::Work> submit(
-      const c10::intrusive_ptr<WorkUVCCL>& work, Step first,
+      const c10::intrusive_ptr<WorkUVCCL>& work, const Target& tg, Step first,
       std::chrono::milliseconds timeout = c10d::kUnsetTimeout) {
     WorkUVCCL* raw = work.get();
     auto type = raw->retrieveOpType();
@@ -1117,6 +1627,51 @@ class ProcessGroupUVCCL : public PGBase {
       seq_++;
     if (first) raw->steps.push_front(std::move(first));
     if (timeout.count() > 0) raw->timeout_ms = (uint64_t)timeout.count();
+    if (coalescing_) coalesced_.push_back(work);
+#ifdef UVCCL_TORCH_CUDA
+    if (tg.dev >= 0) {
+      raw->cuda_dev = tg.dev;
+      auto cur = c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)tg.dev);
+      if (tg.nccl) {
+        // the first step waits for the caller's stream (the steps after
+        // it run on the same NCCL stream, so after it)
+        raw->nccl = true;
+        raw->stream = (void*)cur.stream();
+        // one step and nothing to copy back: the caller's stream waits
+        // for the operation rather than the host (see WorkUVCCL::wait)
+        raw->stream_wait = raw->steps.size() == 1 && !raw->after;
+        if (!raw->steps.empty()) {
+          Step op = std::move(raw->steps.front());
+          raw->steps.pop_front();
+          uvccl_pg_t* g = tg.pg;
+          raw->steps.push_front([raw, g, op](uvccl_work_t* w) {
+            uvccl_work_t* dep = raw->side_work();
+            c10::raw::intrusive_ptr::incref(raw);  // dep's, until on_dep
+            int rc = uvccl_nccl_wait_stream(g, dep, raw->stream, on_dep);
+            if (rc != 0) {
+              c10::raw::intrusive_ptr::decref(raw);
+              std::snprintf(w->msg, sizeof(w->msg), "%s",
+                            dep->msg[0] ? dep->msg : uvccl_strerror(rc));
+              return rc;
+            }
+            rc = op(w);
+            if (rc != 0 || !raw->stream_wait) return rc;
+            uvccl_work_t* ord = raw->side_work();
+            c10::raw::intrusive_ptr::incref(raw);  // ord's, until on_ordered
+            if (uvccl_nccl_stream_wait(g, ord, raw->stream, on_ordered) != 0) {
+              c10::raw::intrusive_ptr::decref(raw);
+              raw->set_ordered(-1);
+            }
+            return 0;
+          });
+        }
+      } else {
+        // staged: uvccl's device thread copies the inputs out, so the
+        // kernels that wrote them must be done
+        cur.synchronize();
+      }
+    }
+#endif
     c10::raw::intrusive_ptr::incref(raw);  // the loop's, until on_done
     loop_->post([this, raw]() {
       if (!pg_up_) {
@@ -1140,6 +1695,13 @@ class ProcessGroupUVCCL : public PGBase {
     loop_->post([this, &done]() {
       pg_up_ = false;
       parts_ = 1;  // this task's own
+      if (npg_.impl_ != nullptr) {
+        parts_++;
+        npg_.data = this;
+        uvccl_pg_destroy(&npg_, [](uvccl_pg_t* p) {
+          static_cast<ProcessGroupUVCCL*>(p->data)->part_done();
+        });
+      }
       if (mb_pg_.impl_ != nullptr) {  // a handle on pg_'s connections
         parts_++;
         mb_pg_.data = this;
@@ -1194,10 +1756,19 @@ class ProcessGroupUVCCL : public PGBase {
 
   std::shared_ptr<Loop> loop_;
   std::string name_;
-  std::map<double, uvccl_redop_t> premul_;
+  std::map<std::pair<uvccl_pg_t*, double>, uvccl_redop_t> premul_;
   std::atomic<uint64_t> seq_{0};
   uvccl_pg_t pg_;
   uvccl_pg_t mb_pg_;                 // monitoredBarrier's messages
+  uvccl_pg_t npg_;                   // CUDA tensors' NCCL group (mode nccl)
+  CudaMode cuda_mode_ = kCudaNone;
+  int cuda_dev_ = -1;                // this rank's device, -1: none
+  bool gpu_loaded_ = false;          // staging loaded (mode staged)
+  // a coalescing block is open: its collectives, its deferred sends and
+  // receives
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<WorkUVCCL>> coalesced_;
+  std::vector<Deferred> batch_;
   uint32_t mb_count_ = 0;
   uvccl_store_t store_;
   uvccl_store_server_t server_;
@@ -1218,14 +1789,25 @@ class ProcessGroupUVCCL : public PGBase {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "uvccl's c10d backend (see python/uvccl_torch/__init__.py)";
+#ifdef UVCCL_TORCH_CUDA
+  m.attr("cuda") = true;   // built against a PyTorch with CUDA
+#else
+  m.attr("cuda") = false;
+#endif
   py::class_<uvccl_torch::ProcessGroupUVCCL, uvccl_torch::PGBase,
              c10::intrusive_ptr<uvccl_torch::ProcessGroupUVCCL>>(
       m, "ProcessGroupUVCCL")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int,
-                    std::chrono::milliseconds, std::string>(),
+                    std::chrono::milliseconds, std::string, int, std::string,
+                    bool>(),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("name") = "uvccl",
+           py::arg("cuda_device") = -1, py::arg("cuda_id") = "",
+           py::arg("nccl") = false,
            py::call_guard<py::gil_scoped_release>())
+      .def("cuda_mode", &uvccl_torch::ProcessGroupUVCCL::cuda_mode,
+           "How CUDA tensors travel: 'nccl' (a uvccl NCCL group), 'staged' "
+           "(through pinned host memory over the TCP group) or 'none'.")
       .def("abort", &uvccl_torch::ProcessGroupUVCCL::abort,
            py::arg("reason") = "aborted by its application",
            py::call_guard<py::gil_scoped_release>(),
