@@ -1,7 +1,7 @@
 """uvccl vs Gloo through PyTorch, side by side in one job.
 
     bench/torch/bench.py allreduce WORLD [ROUNDS]
-    bench/torch/bench.py ddp WORLD MODEL STEPS
+    bench/torch/bench.py ddp WORLD MODEL STEPS [BATCH]
 
 Starts WORLD ranks of itself on this host (env://). Every rank has both
 backends: the default group is uvccl's, and a Gloo group of the same ranks
@@ -13,8 +13,10 @@ Each of ROUNDS rounds times every size on Gloo, then on uvccl; a cell is
 the median over the rounds of each round's mean. Prints a markdown table.
 
 ddp: DistributedDataParallel training of MODEL (t/py/torch_ddp.py's "mlp",
-"cnn" or "big", about 25 M parameters) for STEPS steps on each backend;
-prints the mean step time (after 5 warm-up steps) and samples/s.
+"cnn" or "big", about 25 M parameters) for STEPS steps on each backend,
+BATCH samples per rank and step (default: the model's, see torch_ddp.py;
+"big" with 1 is allreduce-bound); prints the mean step time (after 5
+warm-up steps) and samples/s.
 """
 import os
 import statistics
@@ -124,8 +126,9 @@ def rank_allreduce(rounds):
     dist.destroy_process_group()
 
 
-def rank_ddp(model, steps):
+def rank_ddp(model, steps, batch):
     env = dict(os.environ, DDP_MODELS=model, DDP_STEPS=str(steps),
+               DDP_BATCH=str(batch or ""),
                DDP_BACKENDS="gloo,uvccl",
                DDP_DEVICE=os.environ.get("BENCH_DEVICE", "cpu"))
     os.environ.update(env)
@@ -143,7 +146,8 @@ def main():
         if mode == "allreduce":
             rank_allreduce(int(sys.argv[3]) if len(sys.argv) > 3 else 5)
         else:
-            rank_ddp(sys.argv[3], int(sys.argv[4]))
+            rank_ddp(sys.argv[3], int(sys.argv[4]),
+                     int(sys.argv[5]) if len(sys.argv) > 5 else 0)
         return
     out = launch(sys.argv[1:], world)
     if mode == "allreduce":
@@ -157,9 +161,10 @@ def main():
             times[b] = float(ms)
         elif line.startswith("@check ") and line.split()[2] == "0":
             sys.exit("check failed: " + line)
-    batch = {"mlp": 32, "cnn": 16, "big": 8}[model]
+    batch = int(sys.argv[5]) if len(sys.argv) > 5 else \
+        {"mlp": 32, "cnn": 16, "big": 8, "emb": 32}[model]
     g, u = times["gloo"], times["uvccl"]
-    print(f"| {model} | {world} | {steps} | {g:.2f} ms | {u:.2f} ms | "
+    print(f"| {model}, batch {batch} | {world} | {steps} | {g:.2f} ms | {u:.2f} ms | "
           f"{(u / g - 1) * 100:+.0f}% | {batch * world / g * 1000:.0f} | "
           f"{batch * world / u * 1000:.0f} |")
 

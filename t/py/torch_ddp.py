@@ -11,7 +11,11 @@ once with DDP over Gloo. Each rank prints
 
 Options (environment): DDP_STEPS (100), DDP_MODELS ("mlp,cnn"; also
 "big", about 25 M parameters, allreduce-bound), DDP_BACKENDS ("uvccl,gloo"),
-DDP_DEVICE ("cpu"; "cuda": each rank trains on GPU RANK modulo the GPUs).
+DDP_DEVICE ("cpu"; "cuda": each rank trains on GPU RANK modulo the GPUs),
+DDP_BATCH (samples per rank and step; default 32 for mlp, 16 cnn, 8 big:
+"big" with 1 is closer to allreduce-bound, its 105 MB of gradients
+outweighing the compute); "emb" (25.6 M parameters, a dense-gradient
+embedding table and a small head) is allreduce-bound.
 """
 import os
 import sys
@@ -69,6 +73,12 @@ def make_model(kind):
                              nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
                              nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                              nn.Linear(16 * 4 * 4, 10))
+    if kind == "emb":  # 25.6 M parameters, almost all in a table whose
+        # gradient is dense (a recommender's embedding without sparse
+        # gradients): little compute, 103 MB to allreduce every step
+        return nn.Sequential(nn.Embedding(100_000, 256), nn.Flatten(),
+                             nn.Linear(4 * 256, 64), nn.ReLU(),
+                             nn.Linear(64, 10))
     if kind == "big":  # 26.3 M parameters (105 MB of float32 gradients)
         return nn.Sequential(nn.Linear(256, 4096), nn.ReLU(),
                              nn.Linear(4096, 4096), nn.ReLU(),
@@ -77,14 +87,20 @@ def make_model(kind):
     raise ValueError(kind)
 
 
+BATCH = {"mlp": 32, "cnn": 16, "big": 8, "emb": 32}
+
+
 def batch(kind, step):
     g = torch.Generator().manual_seed(step * 100 + rank)
-    if kind == "cnn":
-        x = torch.randn(16, 1, 16, 16, generator=g)
+    n = int(os.environ.get("DDP_BATCH") or BATCH[kind])
+    if kind == "emb":  # 4 ids per sample
+        x = torch.randint(0, 100_000, (n, 4), generator=g)
+    elif kind == "cnn":
+        x = torch.randn(n, 1, 16, 16, generator=g)
     elif kind == "big":
-        x = torch.randn(8, 256, generator=g)
+        x = torch.randn(n, 256, generator=g)
     else:
-        x = torch.randn(32, 32, generator=g)
+        x = torch.randn(n, 32, generator=g)
     y = torch.randint(0, 10, (x.shape[0],), generator=g)
     return x, y
 
