@@ -51,27 +51,32 @@ world() { # n scenario
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   out=$(mktemp -d)
   for r in $(seq 0 $((n - 1))); do
-    chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
+    ( chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONWARNINGS=ignore \
       T_SCENARIO=$scen timeout 180 python3 /uvccl-src/t/py/torch_backend.py \
-      >"$out/$r" 2>&1 &
+      >"$out/$r" 2>&1; echo "$?" >"$out/rc.$r" ) &
   done
   wait 2>/dev/null
   n_test=$((n_test + 1))
-  fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
-  got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
+  fails=$(cat "$out"/[0-9]* | grep -c '^@check [0-9]* 0 ')
+  got=$(cat "$out"/[0-9]* | grep -c '^@check [0-9]* 1 ')
   want=$3
   if [ "$fails" = 0 ] && [ "$got" -ge "$want" ]; then
     echo "ok $n_test - PyTorch $version, $n ranks${scen:+ ($scen)}: $got checks passed"
   else
     echo "not ok $n_test - PyTorch $version, $n ranks${scen:+ ($scen)}: $got passed, $fails failed (of $want)"
-    grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
+    grep -h '^@check [0-9]* 0 \|Error' "$out"/[0-9]* | head -20 | sed 's/^/#   /'
+    # each rank's exit status (139: a segmentation fault, which prints
+    # nothing of its own)
+    for r in $(seq 0 $((n - 1))); do
+      echo "#   rank $r exited with status $(cat "$out/rc.$r" 2>/dev/null)"
+    done
   fi
   rm -rf "$out"
 }
-# checks per rank: 15 (t/5001's list); the kill scenario: 2 per survivor
-world 2 "" 30
-world 4 "" 60
+# checks per rank: 16 (t/5001's list); the kill scenario: 2 per survivor
+world 2 "" 32
+world 4 "" 64
 world 3 kill 4
 world 3 abort 6
 # DDP, 2 ranks: parameters equal, losses as Gloo's

@@ -220,6 +220,36 @@ def more_ops(gloo):
           torch.equal(b, torch.full((3,), 100.0 + right)), "batch_p2p",
           f"batch_isend_irecv: from the left {a[0].item()}, from the right "
           f"{b[0].item()}")
+    # PyTorch 2's coalescing blocks (what batch_isend_irecv uses on CUDA
+    # tensors): sends and receives inside start together at the end, and
+    # one work covers the block; all_reduce's fast path becomes one
+    # allreduce_coalesced
+    if hasattr(dist, "_coalescing_manager") and \
+            int(torch.__version__.split(".")[0]) >= 2:
+        c, d = torch.zeros(4), torch.zeros(4)
+        x, y = torch.full((5,), 1.0 + rank), torch.full((7,), 2.0 * rank)
+        cpu = torch.device("cpu")
+        with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+            dist.isend(torch.full((4,), 10.0 + rank), right)
+            dist.irecv(c, left)
+            dist.isend(torch.full((4,), 20.0 + rank), left)
+            dist.irecv(d, right)
+        cm.wait()
+        with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+            dist.all_reduce(x)
+            dist.all_reduce(y)
+        cm.wait()
+        sx = sum(1.0 + r for r in range(world))
+        sy = sum(2.0 * r for r in range(world))
+        check(torch.equal(c, torch.full((4,), 10.0 + left)) and
+              torch.equal(d, torch.full((4,), 20.0 + right)) and
+              torch.equal(x, torch.full((5,), sx)) and
+              torch.equal(y, torch.full((7,), sy)), "coalescing",
+              f"coalescing blocks: isend/irecv both ways ({c[0].item()}, "
+              f"{d[0].item()}), two all_reduces ({x[0].item()}, "
+              f"{y[0].item()})")
+    else:
+        check(True, "coalescing", "(PyTorch 1.13: no coalescing blocks)")
     # the object collectives (PyTorch's Python layer over our ops)
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})

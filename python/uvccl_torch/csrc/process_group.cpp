@@ -295,6 +295,10 @@ class WorkUVCCL : public c10d::Work {
             c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> keep;      // buffers alive until completion
+  // host arrays a uvccl call was handed (counts, p2p ops) that it reads
+  // or fills until it completes: the steps that made the call do not
+  // outlive their start
+  std::vector<std::shared_ptr<void>> hold;
   std::function<void()> after;       // copies back (non-contiguous outputs)
   std::deque<Step> steps;            // run one after another, on the loop
   uint64_t timeout_ms = 0;           // per-operation; 0: the group's
@@ -401,14 +405,21 @@ class WorkUVCCL : public c10d::Work {
     }
   }
 
+  // (the buffers stay: a failure can be told before uvccl is done with
+  // them, as when the stream dependency fails; release() lets them go)
   void complete_exc(std::exception_ptr e) {
     if (isCompleted()) return;
     finish(e);
     future_->setError(e);
     wake();
-    keep.clear();
     steps.clear();
     after = nullptr;
+  }
+
+  // uvccl is done with this operation's memory.
+  void release() {
+    keep.clear();
+    hold.clear();
   }
 
   // The copies back into the caller's tensors. CUDA tensors: on the
@@ -459,7 +470,7 @@ static void on_done(uvccl_work_t* w, int status) {
   } else if (!work->isCompleted()) {
     return;  // the next step is under way: the loop keeps its reference
   }
-  work->keep.clear();
+  work->release();
   c10::raw::intrusive_ptr::decref(work);  // the loop's reference
 }
 
@@ -672,6 +683,11 @@ class ProcessGroupUVCCL : public PGBase {
   // the reason) on every other rank; the group is unusable after (destroy
   // it). For an application that must stop a stuck job without waiting
   // for its timeouts.
+  // c10d's own abort (a virtual of Backend in newer PyTorch, which
+  // _abort_process_group calls; declared without `override` so that it
+  // overrides where the base has it and is a plain method where not).
+  void abort() { abort("aborted by its application"); }
+
   void abort(const std::string& reason) {
     loop_->call<int>([this, reason]() {
       if (pg_up_) uvccl_pg_abort(&pg_, reason.c_str());
@@ -1274,6 +1290,7 @@ class ProcessGroupUVCCL : public PGBase {
     auto rc = std::make_shared<std::vector<size_t>>(counts(dst, outSplits));
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, {input}, {output}, {src, dst},
                           output, dst);
+    work->hold = {sc, rc};
     uvccl_dtype_t dt = dtype_of(input);
     return submit(work, tg, [g = tg.pg, src, dst, sc, rc, dt](uvccl_work_t* w) {
       return uvccl_alltoallv(g, w, src.data_ptr(), sc->data(),
@@ -1305,6 +1322,7 @@ class ProcessGroupUVCCL : public PGBase {
     auto dst = at::empty({rtot}, outputs[0].options());
     auto outs = outputs;
     auto work = make_work(c10d::OpType::ALLTOALL, inputs, outs, {src, dst});
+    work->hold = {sc, rc};
     work->after = [outs, dst]() mutable {
       int64_t off = 0;
       for (auto& o : outs) {
@@ -1484,6 +1502,7 @@ class ProcessGroupUVCCL : public PGBase {
       }
     };
     work->after = [end_each]() { end_each(true, ""); };
+    work->hold.push_back(ops);
     work->getFuture()->addCallback([end_each](at::ivalue::Future& f) {
       if (f.hasError()) end_each(false, f.tryRetrieveErrorMessage());
     });
@@ -1680,7 +1699,7 @@ class ProcessGroupUVCCL : public PGBase {
         raw->start_next();
       }
       if (raw->isCompleted()) {  // refused at the call: no callback comes
-        raw->keep.clear();
+        raw->release();
         c10::raw::intrusive_ptr::decref(raw);
       }
     });
@@ -1808,7 +1827,9 @@ PYBIND11_MODULE(_C, m) {
       .def("cuda_mode", &uvccl_torch::ProcessGroupUVCCL::cuda_mode,
            "How CUDA tensors travel: 'nccl' (a uvccl NCCL group), 'staged' "
            "(through pinned host memory over the TCP group) or 'none'.")
-      .def("abort", &uvccl_torch::ProcessGroupUVCCL::abort,
+      .def("abort",
+           static_cast<void (uvccl_torch::ProcessGroupUVCCL::*)(
+               const std::string&)>(&uvccl_torch::ProcessGroupUVCCL::abort),
            py::arg("reason") = "aborted by its application",
            py::call_guard<py::gil_scoped_release>(),
            "Fails every pending operation of the group, here and on every "
