@@ -318,6 +318,7 @@ class WorkUVCCL : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout =
                 std::chrono::milliseconds(0)) override {  // 0: no limit
     if (!stream_wait) return c10d::Work::wait(timeout);
+    int how;
     {
       std::unique_lock<std::mutex> g(omu_);
       auto pred = [this] { return ordered_ != 0 || isCompleted(); };
@@ -326,10 +327,11 @@ class WorkUVCCL : public c10d::Work {
       else
         TORCH_CHECK(ocv_.wait_for(g, timeout, pred),
                     "uvccl: wait() timed out after ", timeout.count(), " ms");
+      how = ordered_;
     }
     // failed, done, or ordered on a stream other than the current one:
     // as for host tensors
-    if (ordered_ != 1 || isCompleted() ||
+    if (how != 1 || isCompleted() ||
         (void*)c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)cuda_dev)
                 .stream() != stream)
       return c10d::Work::wait(timeout);
