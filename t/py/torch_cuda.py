@@ -58,7 +58,7 @@ def ops(dev):
         dist.all_reduce(t, op=op)
         out[f"allreduce int32 {op}"] = t.cpu()
     t = inputs(3, 40, torch.float32, dev)
-    dist.all_reduce(t, op=R.AVG) if hasattr(R, "AVG") else None
+    dist.all_reduce(t, op=R.AVG)
     out["allreduce AVG"] = t.cpu()
     t = inputs(4, 33, torch.float64, dev)
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))

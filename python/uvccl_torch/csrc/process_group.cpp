@@ -620,42 +620,29 @@ class ProcessGroupUVCCL : public PGBase {
       int rc = uvccl_tcp_store_init(loop_->loop(), &store_, &to);
       if (rc != 0) return std::string("store client: ") + uvccl_strerror(rc);
       has_store_ = true;
-      uvccl_pg_options_t o;
-      std::memset(&o, 0, sizeof(o));
-      o.rank = rank;
-      o.size = size;
-      o.timeout_ms = timeout_ms_;
-      std::memset(&init_w_, 0, sizeof(init_w_));
-      init_w_.data = this;
-      rc = uvccl_pg_init(loop_->loop(), &pg_, &store_, &o, &init_w_,
-                         [](uvccl_work_t* w, int status) {
-                           auto* self = static_cast<ProcessGroupUVCCL*>(w->data);
-                           std::lock_guard<std::mutex> g(self->init_mu_);
-                           self->init_status_ = status;
-                           self->init_msg_ = w->msg;
-                           self->init_done_ = true;
-                           self->init_cv_.notify_all();
-                         });
-      if (rc != 0) return std::string("uvccl_pg_init: ") + uvccl_strerror(rc);
       return std::string();
     });
     if (!msg.empty()) {
       shutdown();
       TORCH_CHECK(false, "uvccl: ", msg);
     }
-    std::unique_lock<std::mutex> g(init_mu_);
-    init_cv_.wait(g, [this] { return init_done_; });
-    if (init_status_ != 0) {
-      std::string m = init_msg_;
-      g.unlock();
+    int rc = blocking([this, rank, size](uvccl_work_t* w, uvccl_work_cb cb) {
+      uvccl_pg_options_t o;
+      std::memset(&o, 0, sizeof(o));
+      o.rank = rank;
+      o.size = size;
+      o.timeout_ms = timeout_ms_;
+      return uvccl_pg_init(loop_->loop(), &pg_, &store_, &o, w, cb);
+    }, &msg);
+    if (rc != 0) {
       shutdown();
-      TORCH_CHECK(false, "uvccl: creating the group: ", m);
+      TORCH_CHECK(false, "uvccl: creating the group: ", msg);
     }
     // the private subgroup of monitoredBarrier: every rank makes it now,
     // in the same place, as uvccl_pg_new_group asks
     std::vector<int> all(size);
     for (int i = 0; i < size; i++) all[i] = i;
-    int rc = loop_->call<int>([this, &all, size]() {
+    rc = loop_->call<int>([this, &all, size]() {
       return uvccl_pg_new_group(&pg_, &mb_pg_, all.data(), size, nullptr);
     });
     if (rc != 0) {
@@ -1793,17 +1780,11 @@ class ProcessGroupUVCCL : public PGBase {
   uint32_t mb_count_ = 0;
   uvccl_store_t store_;
   uvccl_store_server_t server_;
-  uvccl_work_t init_w_;
   std::string host_;
   uint64_t timeout_ms_ = 0;
   bool has_server_ = false, has_store_ = false, pg_up_ = false, shut_ = false;
   int parts_ = 0;
   std::promise<void>* part_done_ = nullptr;
-  std::mutex init_mu_;
-  std::condition_variable init_cv_;
-  bool init_done_ = false;
-  int init_status_ = 0;
-  std::string init_msg_;
 };
 
 }  // namespace uvccl_torch
