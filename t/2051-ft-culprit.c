@@ -6,6 +6,9 @@
  *   b) the same with a cascade: rank 1 aborts and exits as soon as its
  *      own operation fails (an application dying of the error), so ranks
  *      0 and 3 see rank 1 go too, and must still name rank 2.
+ *   c) worlds of 8 that are sparse ($UVCCL_MESH_MAX=0): connections made
+ *      when first needed, and monitors linked in an overlay (rank 2's to
+ *      0, 1, 3, 4, 6: ranks 5 and 7 learn of it through the others).
  * Every survivor checks: its work failed with UVCCL_EPEER and a message
  * naming "rank 2 (global 2" and how (exited, or its connections reset);
  * uvccl_pg_get_failure() says global rank 2, cause "exited" or "reset",
@@ -81,11 +84,16 @@ static int checks_for(proc_t *ps, int n, int r, const char *op, size_t size,
   return all;
 }
 
-static void scenario(const char *op, size_t size, int cascade) {
-  proc_t ps[4];
+static void scenario_n(const char *op, size_t size, int cascade, int n) {
+  proc_t ps[8];
   static char e_op[64], e_size[64], e_start[32], e_casc[32];
+  static char e_mesh[32] = "UVCCL_MESH_MAX=0";
   double t0, v;
   int killed = 0, r, good = 1;
+  /* 8 ranks: a sparse world (lazy connections; the monitors' overlay
+   * links rank 2 to 0, 1, 3, 4 and 6 only: 5 and 7 hear through them) */
+  if (n > 4) putenv(e_mesh);
+  else unsetenv("UVCCL_MESH_MAX");
   snprintf(e_op, sizeof(e_op), "T_OP=%s", op);
   snprintf(e_size, sizeof(e_size), "T_SIZE=%zu", size);
   snprintf(e_start, sizeof(e_start), "T_START=2");
@@ -94,27 +102,33 @@ static void scenario(const char *op, size_t size, int cascade) {
   putenv(e_size);
   putenv(e_start);
   putenv(e_casc);
-  spawn_world(ps, 4, "ft", 0);
+  spawn_world(ps, n, "ft", 0);
   t0 = now_s();
   while (now_s() - t0 < 30 && !ps[2].exited) {
-    pump(ps, 4, 10);
-    if (find_val(ps, 4, 2, "started", &v)) {
+    pump(ps, n, 10);
+    if (find_val(ps, n, 2, "started", &v)) {
       sleep_ms(rand() % 20);
       kill(ps[2].pid, SIGKILL);
       killed = 1;
       break;
     }
   }
-  finish_all(ps, 4, 60);
-  for (r = 0; r < 4; r++) {
+  finish_all(ps, n, 60);
+  for (r = 0; r < n; r++) {
     if (r == 2 || (cascade && r == 1)) continue;
-    if (!checks_for(ps, 4, r, op, size, cascade)) good = 0;
+    if (!checks_for(ps, n, r, op, size, cascade)) good = 0;
   }
-  ok(killed && good, "%s%s %zu B: rank 2 killed; ranks %s name rank 2 "
+  ok(killed && good, "%s%s%s %zu B: rank 2 killed; ranks %s name rank 2 "
      "(message, get_failure, failed_ranks, later calls), exit 0",
-     cascade ? "cascade: " : "", op, size, cascade ? "0 and 3" : "0, 1, 3");
-  if (!killed || !good) dump_procs(ps, 4);
-  procs_free(ps, 4);
+     n > 4 ? "sparse world of 8: " : "", cascade ? "cascade: " : "", op,
+     size, n > 4 ? (cascade ? "0, 3-7" : "0, 1, 3-7")
+                 : cascade ? "0 and 3" : "0, 1, 3");
+  if (!killed || !good) dump_procs(ps, n);
+  procs_free(ps, n);
+}
+
+static void scenario(const char *op, size_t size, int cascade) {
+  scenario_n(op, size, cascade, 4);
 }
 
 int main(void) {
@@ -126,7 +140,7 @@ int main(void) {
   parent_init(600);
   srand((unsigned)getpid());
   sigpipe_default();
-  plan(6 * 2 + 3);
+  plan(6 * 2 + 3 + 4);
   for (i = 0; i < 6; i++) {
     scenario(ops[i], 256, 0);
     if (strcmp(ops[i], "barrier") != 0) scenario(ops[i], 4 << 20, 0);
@@ -135,5 +149,9 @@ int main(void) {
   scenario("allreduce", 16 << 20, 1);
   scenario("allgather", 1 << 20, 1);
   scenario("broadcast", 4096, 1);
+  scenario_n("allreduce", 256, 0, 8);
+  scenario_n("alltoall", 1 << 20, 0, 8);
+  scenario_n("broadcast", 4096, 1, 8);
+  scenario_n("barrier", 0, 1, 8);
   return done_testing();
 }

@@ -1411,8 +1411,12 @@ int main(int argc, char **argv)
       nshm += strcmp(t, "shm") == 0;
       ntcp += strcmp(t, "tcp") == 0;
     }
-    printf("# rank 0 reaches %d peers through shared memory, %d through "
-           "TCP\n", nshm, ntcp);
+    if (nshm + ntcp == B.pg.size - 1)
+      printf("# rank 0 reaches %d peers through shared memory, %d through "
+             "TCP\n", nshm, ntcp);
+    else
+      printf("# a sparse world (more ranks than UVCCL_MESH_MAX): rank 0 "
+             "connects to a peer when it first needs it\n");
   }
 
   /* --shrink-on-failure resumes here, at the agreed op and size */
@@ -1422,6 +1426,18 @@ int main(int argc, char **argv)
 
   /* Nobody leaves while another rank still needs it. */
   barrier();
+  if (!B.json && B.rank == 0) {
+    int q, nshm = 0, ntcp = 0;
+    for (q = 0; q < B.pg.size; q++) {
+      const char *t = uvccl_pg_peer_transport(&B.pg, q);
+      nshm += strcmp(t, "shm") == 0;
+      ntcp += strcmp(t, "tcp") == 0;
+    }
+    if (nshm + ntcp < B.pg.size - 1)
+      printf("# rank 0 connected to %d of its %d peers (%d through shared "
+             "memory, %d through TCP)\n", nshm + ntcp, B.pg.size - 1, nshm,
+             ntcp);
+  }
   teardown_gpu();
   free(B.sbuf);
   free(B.rbuf);

@@ -46,7 +46,11 @@ enum {
   FRAME_PROOF = 9,
   /* Ranks of one host (shm.c): each tells the other where its inbox is
    * (uvccl__shm_info_t), then whether it attached to the other's. */
-  FRAME_SHM = 10
+  FRAME_SHM = 10,
+  /* Lazy connections (worlds above UVCCL_MESH_MAX): two ranks dialed each
+   * other at once; the lower one's connection is refused with this and
+   * it waits for the higher one's (see peer_takeover in net.c). */
+  FRAME_CROSSED = 11
 };
 
 #define UVCCL__FRAME_HDR 24
@@ -300,6 +304,12 @@ struct peer_s {
   sop_list_t shm_sendq;  /* sends waiting for room in its ring */
   char reject[256];      /* REJECT payload to send, or received */
   unsigned char reject_buf[UVCCL__FRAME_HDR + 256];
+  /* Lazy connections: what waits for the connection (data frames until
+   * the shared-memory exchange is over, control frames until it is up),
+   * and a dial refused because the other side's dial wins. */
+  sop_list_t waitq;
+  struct ctl_s *ctlq, *ctlq_tail;
+  int crossed;
 };
 
 struct net_s {
@@ -317,7 +327,17 @@ struct net_s {
   struct tls_accept_s *tls_accepts; /* server handshakes under way */
   uint64_t auth_log_ms;  /* rate limit of refusals' log lines */
   int auth_logged;
-  peer_t **peers;        /* by world rank; NULL for self */
+  peer_t **peers;        /* by world rank; NULL for self (and, in a sparse
+                            world, for a rank not yet needed) */
+  /* Sparse worlds (more ranks than UVCCL_MESH_MAX): data connections are
+   * made when a schedule first needs a peer, from the addresses every
+   * rank published (book), and the monitor links form an overlay of
+   * O(log N) links per rank instead of a full mesh. */
+  int sparse;
+  struct net_book_s *book; /* by world rank, once creation read them */
+  int want_links;        /* monitor links creation waits for */
+  peer_t *retired;       /* attempts a crossing dial replaced (their
+                            memory goes with the net's) */
   char (*addrs)[64];     /* every rank's published address, for messages */
   peer_t *pending;       /* accepted, hello not yet received */
   int nup;               /* peers UP */
@@ -453,6 +473,28 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
  * retry/backoff until deadline_ms). */
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
                        uint64_t nonce, int live_port, uint64_t deadline_ms);
+/* Sparse worlds: where rank is (what it published), for the dial made
+ * when it is first needed. */
+typedef struct net_book_s {
+  struct sockaddr_storage addr;
+  uint64_t nonce;
+  int live_port;
+} net_book_t;
+/* The world is sparse (call before uvccl__net_listen): see net_t. */
+int uvccl__net_set_sparse(net_t *net);
+/* Records rank's published address (sparse worlds). */
+int uvccl__net_book(net_t *net, int rank, const struct sockaddr *addr,
+                    uint64_t nonce, int live_port);
+/* Sparse worlds, once every address is booked: dials this rank's lower
+ * neighbours in the monitor's overlay; creation completes when all its
+ * links are up. */
+void uvccl__net_link_overlay(net_t *net, uint64_t deadline_ms);
+/* The ranks a rank's monitor links to in a sparse world of size: r +- 2^k
+ * (mod size). Writes at most max into out; returns how many. */
+int uvccl__overlay_neighbours(int rank, int size, int *out, int max);
+/* A peer's connection is ready for data (the shared-memory exchange is
+ * over): what waited for it goes out. */
+void uvccl__net_peer_ready(peer_t *p);
 /* Sends a frame. op->hdr is filled here. 1: written at once (done); 0:
  * queued (on_write completes the op); 2: the connection broke and the
  * monitor's verdict will fail the schedule (leave op pending); or an

@@ -123,10 +123,18 @@ struct uvccl__live_s {
   uint64_t hb_ms, period_ms, grace_ms;
   uv_tcp_t listener;
   uv_timer_t tick;
+  uv_timer_t susp_timer;   /* the next suspicion due (overlays) */
   uint64_t last_tick;
   link_t **links;          /* by rank (under lock for the app's writes) */
   link_t *all;             /* every link object */
   unsigned char *dead;     /* 1 failed, 2 left */
+  /* Overlays (relay): failures and notices are passed on once; a rank
+   * with no link to us is suspected until susp_due (ms), then declared. */
+  int relay;
+  uint64_t *seen;          /* notices already passed on (their keys) */
+  int nseen, seencap;
+  uvccl__fail_t *susp;
+  uint64_t *susp_due;
   int fenced;              /* we were declared failed */
   int closing;
   int app_closed;          /* live_close was called (app thread) */
@@ -626,6 +634,41 @@ static int on_challenge(link_t *k, const lf_hdr_t *h,
   return 0;
 }
 
+/* Overlays: 1 the first time a notice arrives (it is then passed on to
+ * every other link), 0 for a repeat or our own coming back. */
+static int notice_first(uvccl__live_t *l, const wire_notice_t *w,
+                        const lf_hdr_t *h, const unsigned char *p,
+                        link_t *from) {
+  uint64_t key = 1469598103934665603ull;
+  int32_t parts[4];
+  int i, r;
+  parts[0] = w->what;
+  parts[1] = (int32_t)w->gid;
+  parts[2] = w->origin;
+  parts[3] = w->rank;
+  for (i = 0; i < 16; i++) {
+    key ^= ((const unsigned char *)parts)[i];
+    key *= 1099511628211ull;
+  }
+  if (w->origin == l->rank) return 0;
+  for (i = 0; i < l->nseen; i++)
+    if (l->seen[i] == key) return 0;
+  if (l->nseen == l->seencap) {
+    int cap = l->seencap ? 2 * l->seencap : 16;
+    uint64_t *n = uvccl__realloc(l->seen, (size_t)cap * sizeof(*n));
+    if (n == NULL) return 1; /* delivered, not remembered */
+    l->seen = n;
+    l->seencap = cap;
+  }
+  l->seen[l->nseen++] = key;
+  for (r = 0; r < l->size; r++) {
+    link_t *k = l->links[r];
+    if (k != NULL && k != from && k->state == LK_UP)
+      link_send(k, LF_NOTICE, h->a, h->b, h->c, p, h->len);
+  }
+  return 1;
+}
+
 static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
   uvccl__live_t *l = k->l;
   if (k->rank < 0) {
@@ -684,9 +727,10 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
       declare_self_dead(l, &f);
       return;
     }
-    /* The sender told everyone; no need to relay. A rank it could not
-     * tell finds out for itself (the failed rank's links break). */
-    declare(l, &f, 0);
+    /* In a full mesh the sender told everyone; no need to relay (a rank
+     * it could not tell finds out for itself: the failed rank's links
+     * break). An overlay passes it on, once (declare ignores repeats). */
+    declare(l, &f, l->relay);
     return;
   }
   case LF_NOTICE: {
@@ -695,6 +739,7 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
     if (h->len != sizeof(w)) return;
     memcpy(&w, p, sizeof(w));
     w.detail[sizeof(w.detail) - 1] = '\0';
+    if (l->relay && !notice_first(l, &w, h, p, k)) return;
     memset(&ev, 0, sizeof(ev));
     ev.kind = UVCCL__LIVE_NOTICE;
     ev.rank = k->rank;
@@ -967,6 +1012,24 @@ static void link_adopt(uvccl__live_t *l, int fd) {
 
 /* ---- the tick: heartbeats out, silence checked ------------------------------------------ */
 
+/* Overlays: suspicions of ranks without a link that are due. */
+static void on_susp(uv_timer_t *t) {
+  uvccl__live_t *l = t->data;
+  uint64_t now = uvccl__now_ms(), next = 0;
+  int r;
+  if (l->closing || l->fenced) return;
+  for (r = 0; r < l->size; r++) {
+    if (l->susp_due[r] == 0) continue;
+    if (now >= l->susp_due[r]) {
+      l->susp_due[r] = 0;
+      if (!l->dead[r]) declare(l, &l->susp[r], 1);
+    } else if (next == 0 || l->susp_due[r] < next) {
+      next = l->susp_due[r];
+    }
+  }
+  if (next != 0) uv_timer_start(&l->susp_timer, on_susp, next - now, 0);
+}
+
 static void on_tick(uv_timer_t *t) {
   uvccl__live_t *l = t->data;
   uint64_t now = uvccl__now_ms();
@@ -983,6 +1046,7 @@ static void on_tick(uv_timer_t *t) {
   for (r = 0; r < l->size; r++) {
     link_t *k = l->links[r];
     int blocked;
+
     if (k == NULL || k->state != LK_UP) continue;
     if (stalled) k->last_rx = now;
     link_send(k, LF_HB, 0, 0, 0, NULL, 0);
@@ -1059,6 +1123,18 @@ static void cmd_run(uvccl__xitem_t *it) {
     }
     if (l->dead[c->rank]) break;
     k = l->links[c->rank];
+    if ((k == NULL || k->state != LK_UP) && l->relay &&
+        c->f.cause != UVCCL_FAIL_LEFT) {
+      /* No link to it (an overlay): what failed first may still be on
+       * its way through the others; wait a grace period for it. */
+      if (l->susp_due[c->rank] == 0) {
+        l->susp[c->rank] = c->f;
+        l->susp_due[c->rank] = uvccl__now_ms() + l->grace_ms;
+        if (!uv_is_active((uv_handle_t *)&l->susp_timer))
+          uv_timer_start(&l->susp_timer, on_susp, l->grace_ms, 0);
+      }
+      break;
+    }
     if (k == NULL || k->state != LK_UP) {
       if (c->f.cause == UVCCL_FAIL_LEFT) {
         l->dead[c->rank] = 2;
@@ -1098,6 +1174,7 @@ static void close_all(uvccl__live_t *l, int bye) {
   if (l->closing) return;
   l->closing = 1;
   uv_close((uv_handle_t *)&l->tick, NULL);
+  uv_close((uv_handle_t *)&l->susp_timer, NULL);
   uv_close((uv_handle_t *)&l->listener, NULL);
   while (l->tls_accepts != NULL) {
     live_tls_accept_t *a = l->tls_accepts;
@@ -1160,6 +1237,9 @@ static void live_free(void *arg) {
   uvccl__tls_ctx_unref(l->tls);
   uvccl__free(l->links);
   uvccl__free(l->dead);
+  uvccl__free(l->seen);
+  uvccl__free(l->susp);
+  uvccl__free(l->susp_due);
   uvccl__free(l);
 }
 
@@ -1167,7 +1247,8 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
                                const uvccl__auth_key_t *auth,
                                uvccl__tls_ctx_t *tls,
-                               uint64_t hb_timeout_ms, uvccl__live_cb cb,
+                               uint64_t hb_timeout_ms, int relay,
+                               uvccl__live_cb cb,
                                void *arg, int *port, char *err,
                                size_t errlen, int *status) {
   uvccl__live_t *l = uvccl__calloc(1, sizeof(*l));
@@ -1190,6 +1271,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     l->tls = tls;
   }
   l->hb_ms = hb_timeout_ms;
+  l->relay = relay;
   l->period_ms = hb_timeout_ms ? hb_timeout_ms / 10 : 1000;
   if (l->period_ms < 20) l->period_ms = 20;
   l->grace_ms = hb_timeout_ms ? hb_timeout_ms / 4 : 1000;
@@ -1197,9 +1279,17 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   if (l->grace_ms < 100) l->grace_ms = 100;
   l->links = uvccl__calloc((size_t)size, sizeof(link_t *));
   l->dead = uvccl__calloc((size_t)size, 1);
-  if (l->links == NULL || l->dead == NULL || uv_mutex_init(&l->lock) != 0) {
+  if (relay) {
+    l->susp = uvccl__calloc((size_t)size, sizeof(*l->susp));
+    l->susp_due = uvccl__calloc((size_t)size, sizeof(*l->susp_due));
+  }
+  if (l->links == NULL || l->dead == NULL ||
+      (relay && (l->susp == NULL || l->susp_due == NULL)) ||
+      uv_mutex_init(&l->lock) != 0) {
     uvccl__free(l->links);
     uvccl__free(l->dead);
+    uvccl__free(l->susp);
+    uvccl__free(l->susp_due);
     uvccl__free(l);
     snprintf(err, errlen, "out of memory");
     *status = UV_ENOMEM;
@@ -1219,6 +1309,8 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   l->listener.data = l;
   uv_timer_init(&l->loop, &l->tick);
   l->tick.data = l;
+  uv_timer_init(&l->loop, &l->susp_timer);
+  l->susp_timer.data = l;
   memcpy(&ss, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                 : sizeof(struct sockaddr_in));
   if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
@@ -1233,6 +1325,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     snprintf(err, errlen, "the monitor's listener: %s", uvccl_strerror(rc));
     uv_close((uv_handle_t *)&l->listener, NULL);
     uv_close((uv_handle_t *)&l->tick, NULL);
+  uv_close((uv_handle_t *)&l->susp_timer, NULL);
     uvccl__xqueue_close(&l->cmdq, NULL, NULL);
     uv_run(&l->loop, UV_RUN_DEFAULT);
     uv_loop_close(&l->loop);
@@ -1251,6 +1344,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
              uvccl_strerror(rc));
     uv_close((uv_handle_t *)&l->listener, NULL);
     uv_close((uv_handle_t *)&l->tick, NULL);
+  uv_close((uv_handle_t *)&l->susp_timer, NULL);
     uvccl__xqueue_close(&l->cmdq, NULL, NULL);
     uv_run(&l->loop, UV_RUN_DEFAULT);
     uv_loop_close(&l->loop);

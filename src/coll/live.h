@@ -88,13 +88,17 @@ typedef void (*uvccl__live_cb)(void *arg, const uvccl__live_ev_t *ev);
  * heartbeats: links still carry notices and show deaths). nonce: this
  * rank's listener id (hellos must carry it). auth (may be NULL): the
  * world's secret, which every link then proves both ways; tls (may be
- * NULL; referenced): TLS for every link. NULL on
+ * NULL; referenced): TLS for every link. relay: the links form an
+ * overlay, not a full mesh (sparse worlds): failures and notices are
+ * passed on to the other links, once, and a rank without a link is
+ * suspected for a grace period before it is declared failed. NULL on
  * failure (err says why, *status has the error). */
 uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
                                const struct sockaddr *addr, uint64_t nonce,
                                const uvccl__auth_key_t *auth,
                                uvccl__tls_ctx_t *tls,
-                               uint64_t hb_timeout_ms, uvccl__live_cb cb,
+                               uint64_t hb_timeout_ms, int relay,
+                               uvccl__live_cb cb,
                                void *arg, int *port, char *err,
                                size_t errlen, int *status);
 /* Connects to rank's monitor (higher ranks dial lower ones), retrying

@@ -54,6 +54,18 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
 static void peer_close_tcp(peer_t *p);
 void uvccl__net_maybe_closed(net_t *net);
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void on_write(uvccl__wreq_t *req, int status);
+static void on_peer_closed(uv_handle_t *h);
+static void on_ctl_written(uvccl__wreq_t *req, int status);
+
+/* A control frame, copied: written now, or queued on a peer not yet
+ * connected (sparse worlds). */
+typedef struct ctl_s {
+  uvccl__wreq_t req;
+  struct ctl_s *next;
+  size_t len;
+  unsigned char buf[];
+} ctl_t;
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -112,6 +124,9 @@ int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
              net->fails[r].detail);
     return UVCCL_EPEER;
   }
+  if (net->sparse && !net->closing &&
+      (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING))
+    return 0; /* connected when it (or we) first send */
   if (p == NULL || p->state != PEER_UP) {
     snprintf(msg, len, "rank %d (%s) is not connected%s%s", r,
              uvccl__net_addr(net, r), p && p->err ? ": " : "",
@@ -487,10 +502,12 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   if (net->size > 1) {
     net->live = uvccl__live_new(net->loop, net->rank, net->size,
                                 (struct sockaddr *)&net->self, net->nonce,
-                                &net->auth, net->tls, hb_ms, net_on_live,
-                                net,
+                                &net->auth, net->tls, hb_ms, net->sparse,
+                                net_on_live, net,
                                 &net->live_port, err, errlen, &rc);
     if (net->live == NULL) return rc;
+    /* sparse: known once the addresses are (uvccl__net_link_overlay) */
+    net->want_links = net->sparse ? -1 : net->size - 1;
   }
   return 0;
 }
@@ -670,6 +687,191 @@ int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
   return 0;
 }
 
+/* ---- sparse worlds: lazy connections ------------------------------------------
+ * A world above UVCCL_MESH_MAX ranks connects nothing at creation: a
+ * schedule's first send to a rank dials it (the address comes from the
+ * book, filled from the one table every rank published), and a receive
+ * from a rank not yet connected waits on a placeholder for the sender's
+ * dial. A ring then costs two connections per rank, not N - 1.
+ *
+ * Two ranks may dial each other at once. The higher rank's connection
+ * wins: the lower one adopts it (peer_takeover moves what waited on its
+ * own attempt over) and the higher one refuses the lower's with
+ * FRAME_CROSSED, after which the lower waits for the higher's dial. */
+
+int uvccl__net_set_sparse(net_t *net) {
+  net->book = uvccl__calloc((size_t)net->size, sizeof(*net->book));
+  if (net->book == NULL) return UV_ENOMEM;
+  net->sparse = 1;
+  return 0;
+}
+
+int uvccl__net_book(net_t *net, int rank, const struct sockaddr *addr,
+                    uint64_t nonce, int live_port) {
+  net_book_t *b;
+  if (net->book == NULL || rank < 0 || rank >= net->size) return UV_EINVAL;
+  b = &net->book[rank];
+  memset(&b->addr, 0, sizeof(b->addr));
+  memcpy(&b->addr, addr, addr->sa_family == AF_INET6
+                             ? sizeof(struct sockaddr_in6)
+                             : sizeof(struct sockaddr_in));
+  b->nonce = nonce;
+  b->live_port = live_port;
+  return 0;
+}
+
+int uvccl__overlay_neighbours(int rank, int size, int *out, int max) {
+  int n = 0, d, s, j, k, seen;
+  for (d = 1; d < size; d *= 2)
+    for (s = -1; s <= 1; s += 2) {
+      j = ((rank + s * d) % size + size) % size;
+      if (j == rank) continue;
+      for (seen = 0, k = 0; k < n; k++) seen |= out[k] == j;
+      if (!seen && n < max) out[n++] = j;
+    }
+  return n;
+}
+
+void uvccl__net_link_overlay(net_t *net, uint64_t deadline_ms) {
+  int nb[128], n, i;
+  if (net->live == NULL || net->book == NULL) return;
+  n = uvccl__overlay_neighbours(net->rank, net->size, nb, 128);
+  net->want_links = n;
+  for (i = 0; i < n; i++) {
+    net_book_t *b = &net->book[nb[i]];
+    struct sockaddr_storage la = b->addr;
+    if (nb[i] > net->rank) continue; /* the higher rank dials */
+    if (la.ss_family == AF_INET6)
+      ((struct sockaddr_in6 *)&la)->sin6_port = htons((uint16_t)b->live_port);
+    else
+      ((struct sockaddr_in *)&la)->sin_port = htons((uint16_t)b->live_port);
+    uvccl__live_connect(net->live, nb[i], (struct sockaddr *)&la, b->nonce,
+                        deadline_ms);
+  }
+  uvccl__net_check_ready(net);
+}
+
+/* A placeholder for rank r (sparse worlds): receives post on it, sends
+ * queue on it, until a connection to r is up. */
+static peer_t *peer_need(net_t *net, int r) {
+  peer_t *p = net->peers[r];
+  if (p != NULL || !net->sparse || net->book == NULL) return p;
+  p = peer_new(net, r);
+  if (p == NULL) return NULL;
+  p->state = PEER_NONE;
+  uvccl__addr_fmt((struct sockaddr *)&net->book[r].addr, p->addrstr,
+                  sizeof(p->addrstr));
+  net->peers[r] = p;
+  return p;
+}
+
+/* Dials a placeholder's rank. A refused connect is retried briefly (the
+ * monitor reports a dead rank meanwhile). */
+#define UVCCL__DIAL_MS 10000
+static void peer_dial(peer_t *p) {
+  net_t *net = p->net;
+  if (p->state != PEER_NONE || net->closing) return;
+  p->outgoing = 1;
+  p->nonce = net->book[p->rank].nonce;
+  memcpy(&p->addr, &net->book[p->rank].addr, sizeof(p->addr));
+  p->state = PEER_CONNECTING;
+  p->retry.timeout = uvccl__now_ms() + UVCCL__DIAL_MS;
+  LOG_DEBUG("coll", "rank %d: dialing rank %d (%s)", net->rank, p->rank,
+            p->addrstr);
+  connect_start(p);
+}
+
+static void sop_list_move(sop_list_t *dst, sop_list_t *src) {
+  sop_t *op;
+  while ((op = src->head) != NULL) {
+    sop_list_remove(src, op);
+    sop_list_push(dst, op);
+  }
+}
+
+/* The connection p (incoming, just named) replaces q, this rank's own
+ * attempt or placeholder for the same rank: what waits moves over, q
+ * goes quietly. */
+static void peer_takeover(peer_t *p, peer_t *q) {
+  net_t *net = p->net;
+  sop_list_move(&p->posted, &q->posted);
+  sop_list_move(&p->waitq, &q->waitq);
+  p->ctlq = q->ctlq;
+  p->ctlq_tail = q->ctlq_tail;
+  q->ctlq = q->ctlq_tail = NULL;
+  if (q->tls_hs != NULL) {
+    uvccl__tls_cancel(q->tls_hs);
+    q->tls_hs = NULL;
+  }
+  net->peers[q->rank] = NULL;
+  LOG_DEBUG("coll", "rank %d: rank %d's dial wins over ours", net->rank,
+            q->rank);
+  /* Its handles may be closing already (a crossed attempt): its memory
+   * stays until the net goes, like a named peer's. */
+  q->state = PEER_CLOSING;
+  q->next_pending = net->retired;
+  net->retired = q;
+  uv_timer_stop(&q->retry);
+  peer_close_tcp(q);
+  if (q->retry_open) {
+    q->retry_open = 0;
+    net->nclosing++;
+    uv_close((uv_handle_t *)&q->retry, on_peer_closed);
+  }
+}
+
+static void on_crossed_timeout(uv_timer_t *t) {
+  peer_t *p = t->data;
+  if (p->state != PEER_CONNECTING || !p->crossed) return;
+  uvccl__net_peer_fail(p->net, p, UV_ETIMEDOUT, "it refused our connection "
+                       "as crossed but never connected back");
+}
+
+/* Our dial met the other side's (it is the higher rank): wait for its. */
+static void peer_crossed(peer_t *p) {
+  p->crossed = 1;
+  peer_close_tcp(p);
+  uv_timer_start(&p->retry, on_crossed_timeout, UVCCL__DIAL_MS, 0);
+}
+
+static int peer_transmit(net_t *net, peer_t *p, sop_t *op);
+
+static void ctl_flush(peer_t *p) {
+  ctl_t *c;
+  while ((c = p->ctlq) != NULL && p->state == PEER_UP) {
+    p->ctlq = c->next;
+    if (p->ctlq == NULL) p->ctlq_tail = NULL;
+    if (peer_write_ctl(p, &c->req, c->buf, c->len, on_ctl_written) != 0)
+      uvccl__free(c);
+  }
+}
+
+static void ctl_drop(peer_t *p) {
+  ctl_t *c;
+  while ((c = p->ctlq) != NULL) {
+    p->ctlq = c->next;
+    uvccl__free(c);
+  }
+  p->ctlq_tail = NULL;
+}
+
+void uvccl__net_peer_ready(peer_t *p) {
+  net_t *net = p->net;
+  sop_t *op;
+  while ((op = p->waitq.head) != NULL && p->state == PEER_UP) {
+    int rc;
+    sop_list_remove(&p->waitq, op);
+    op->writing = 0;
+    rc = peer_transmit(net, p, op);
+    if (rc == 1) {
+      uvccl__net_kick_spin(net);
+      net->up->op_done(op);
+    } else if (rc != 0) {
+      net->up->send_lost(op); /* the verdict on p fails the schedule */
+    }
+  }
+}
+
 /* ---- output ------------------------------------------------------------------------ */
 
 static void peer_wq_open(peer_t *p) {
@@ -704,9 +906,11 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
 /* Creation is over once every peer is connected and linked. */
 void uvccl__net_check_ready(net_t *net) {
   void (*cb)(net_t *, int, const char *) = net->mesh_cb;
-  if (cb == NULL || net->nup != net->size - 1) return;
-  if (net->shm_done != net->size - 1) return;
-  if (net->live != NULL && net->links_up != net->size - 1) return;
+  if (cb == NULL) return;
+  if (!net->sparse &&
+      (net->nup != net->size - 1 || net->shm_done != net->size - 1))
+    return;
+  if (net->live != NULL && net->links_up != net->want_links) return;
   net->mesh_cb = NULL;
   cb(net, 0, NULL);
 }
@@ -740,6 +944,8 @@ static void peer_up(peer_t *p) {
   /* Same host? Each side offers its inbox (shm.c); creation completes
    * once every peer answered. */
   uvccl__shm_peer_up(p);
+  if (p->state != PEER_UP) return;
+  ctl_flush(p);
   if (p->state != PEER_UP) return;
   uvccl__net_check_ready(net);
 }
@@ -1061,6 +1267,31 @@ static void hello_accept(peer_t *p, hello_t *hello) {
     net_misconfigured(net, why);
     return;
   }
+  if (net->sparse && (int)hello->from != net->rank &&
+      net->peers[hello->from] != NULL) {
+    peer_t *q = net->peers[hello->from];
+    if (q->state == PEER_NONE ||
+        (q->outgoing && q->state == PEER_CONNECTING &&
+         (int)hello->from > net->rank)) {
+      pending_unlink(p);
+      uv_timer_stop(&p->retry);
+      peer_takeover(p, q);
+      goto adopt;
+    }
+    if (q->outgoing && (int)hello->from < net->rank &&
+        (q->state == PEER_CONNECTING || q->state == PEER_UP)) {
+      /* Both dialed: ours (the higher rank's) wins. */
+      frame_hdr_t x;
+      memset(&x, 0, sizeof(x));
+      x.kind = FRAME_CROSSED;
+      hdr_encode(p->reject_buf, &x);
+      p->state = PEER_CLOSING;
+      if (peer_write_ctl(p, &p->hello_req, p->reject_buf, UVCCL__FRAME_HDR,
+                         on_reject_written) != 0)
+        peer_close(p);
+      return;
+    }
+  }
   if ((int)hello->from == net->rank || net->peers[hello->from] != NULL) {
     snprintf(why, sizeof(why), "two processes claim rank %u: %s and %s",
              hello->from,
@@ -1073,6 +1304,7 @@ static void hello_accept(peer_t *p, hello_t *hello) {
   }
   pending_unlink(p);
   uv_timer_stop(&p->retry); /* the handshake deadline */
+adopt:
   p->rank = (int)hello->from;
   net->peers[p->rank] = p;
   snprintf(net->addrs[p->rank], sizeof(net->addrs[p->rank]), "%s",
@@ -1284,6 +1516,11 @@ static void process_rbuf(peer_t *p) {
         uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
         return;
       }
+      if (h.kind == FRAME_CROSSED && p->outgoing &&
+          p->state == PEER_CONNECTING && p->net->sparse && h.len == 0) {
+        peer_crossed(p);
+        return;
+      }
       if (h.kind == FRAME_AGREE && p->state == PEER_UP) {
         net_t *net = p->net;
         if (h.len > 8 + 2 * (uint64_t)net->size) {
@@ -1468,6 +1705,7 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
   if (op->p2p) {
     if (op->peer >= 0) {
       p = net->peers[op->peer];
+      if (p == NULL) p = peer_need(net, op->peer);
       st = p ? stage_find(p, FRAME_P2P, g->gid, 0, op->tag) : NULL;
       if (st != NULL) {
         stage_take(net, p, st, op);
@@ -1496,6 +1734,11 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     return;
   }
   p = net->peers[op->peer];
+  if (p == NULL) p = peer_need(net, op->peer); /* sparse: it will dial */
+  if (p == NULL) {
+    net->up->op_fail(op->s, UV_ENOMEM, "out of memory");
+    return;
+  }
   st = stage_find(p, FRAME_COLL, g->gid, op->s->seq, op->tag);
   if (st != NULL) {
     stage_take(net, p, st, op);
@@ -1524,6 +1767,11 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
                                                      : NULL;
   int rc;
   if (!op->writing) return 0;
+  if (p != NULL && op->list == &p->waitq) {
+    sop_list_remove(&p->waitq, op); /* never started: nothing to copy */
+    op->writing = 0;
+    return 0;
+  }
   if (p != NULL && op->list == &p->shm_sendq)
     rc = uvccl__shm_orphan(p, op);
   else
@@ -1590,10 +1838,6 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq) {
   peer_t *p = net->peers[op->peer];
   frame_hdr_t h;
-  uv_buf_t b[2];
-  int rc, nb;
-  if (p == NULL || p->state != PEER_UP)
-    return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
   memset(&h, 0, sizeof(h));
   h.kind = kind;
   h.gid = gid;
@@ -1601,6 +1845,27 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   h.tag = op->tag;
   h.len = op->len;
   hdr_encode(op->hdr, &h);
+  if (net->sparse && !net->closing && net->fails[op->peer].rank < 0 &&
+      (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING ||
+       (p->state == PEER_UP && (p->shm_step != 3 || p->waitq.head)))) {
+    /* Not connected yet (or earlier frames still wait): queued, in
+     * order, until uvccl__net_peer_ready. */
+    p = peer_need(net, op->peer);
+    if (p == NULL) return UV_ENOMEM;
+    sop_list_push(&p->waitq, op);
+    op->writing = 1;
+    peer_dial(p);
+    return 0;
+  }
+  if (p == NULL || p->state != PEER_UP)
+    return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
+  return peer_transmit(net, p, op);
+}
+
+/* The frame (its header already in op->hdr) onto p's ring or socket. */
+static int peer_transmit(net_t *net, peer_t *p, sop_t *op) {
+  uv_buf_t b[2];
+  int rc, nb;
   if (p->shm_tx) {
     rc = uvccl__shm_send(p, op);
     if (rc < 0) return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
@@ -1702,7 +1967,8 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   p->rx.cur_op = NULL;
   p->rx.rstate = RS_HDR;
   p->rlen = 0;
-  if (!was_up) {
+  ctl_drop(p);
+  if (!was_up && (!net->sparse || net->mesh_cb != NULL)) {
     /* Still connecting: creation fails, nobody else is involved. */
     net_creation_failed(net, err == UVCCL_EPROTO ? err : UVCCL_EPEER,
                         "process group creation failed: rank %d (%s): %s: %s",
@@ -1907,11 +2173,6 @@ static void net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   }
 }
 
-typedef struct {
-  uvccl__wreq_t req;
-  unsigned char buf[];
-} ctl_t;
-
 static void on_ctl_written(uvccl__wreq_t *req, int status) {
   (void)status;
   uvccl__free(UVCCL__CONTAINER_OF(req, ctl_t, req));
@@ -1924,7 +2185,13 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
   frame_hdr_t h;
   ctl_t *c;
   int rc;
-  if (p == NULL || p->state != PEER_UP || !p->wq_open) return UVCCL_EPEER;
+  int queue = net->sparse && !net->closing && r != net->rank &&
+              r >= 0 && r < net->size && net->fails[r].rank < 0 &&
+              (p == NULL || p->state == PEER_NONE ||
+               p->state == PEER_CONNECTING);
+  if (!queue && (p == NULL || p->state != PEER_UP || !p->wq_open))
+    return UVCCL_EPEER;
+  if (queue && (p = peer_need(net, r)) == NULL) return UV_ENOMEM;
   c = uvccl__malloc(sizeof(*c) + UVCCL__FRAME_HDR + len);
   if (c == NULL) return UV_ENOMEM;
   memset(&h, 0, sizeof(h));
@@ -1935,6 +2202,15 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
   h.len = len;
   hdr_encode(c->buf, &h);
   if (len) memcpy(c->buf + UVCCL__FRAME_HDR, payload, len);
+  c->len = UVCCL__FRAME_HDR + len;
+  if (queue) {
+    c->next = NULL;
+    if (p->ctlq_tail) p->ctlq_tail->next = c;
+    else p->ctlq = c;
+    p->ctlq_tail = c;
+    peer_dial(p);
+    return 0;
+  }
   rc = peer_write_ctl(p, &c->req, c->buf, UVCCL__FRAME_HDR + len,
                       on_ctl_written);
   if (rc != 0) uvccl__free(c);
@@ -2014,9 +2290,17 @@ static void net_free(net_t *net) {
       next = st->next;
       uvccl__free(st);
     }
+    ctl_drop(p);
     uvccl__free(p->rbuf);
     uvccl__free(p);
   }
+  while (net->retired != NULL) {
+    peer_t *p = net->retired;
+    net->retired = p->next_pending;
+    uvccl__free(p->rbuf);
+    uvccl__free(p);
+  }
+  uvccl__free(net->book);
   uvccl__free(net->peers);
   uvccl__free(net->addrs);
   uvccl__free(net->fails);

@@ -85,6 +85,7 @@ typedef struct {
   char prefix[200];
   char key[256];
   char value[160];
+  char line[180];
   uvccl_work_t setw, addw, waitw, donew;
   uvccl_work_t *getw;      /* one per lower rank */
   int ngets, ngot;
@@ -93,6 +94,12 @@ typedef struct {
   int dead;                /* the creation work completed */
   uint64_t deadline;
   char waitkey[256];
+  /* sparse worlds (one table in the store, see below) */
+  int sparse;
+  long long gen;
+  int64_t joined;          /* how many had joined when this rank did */
+  int table_read;
+  uvccl_work_t tickw, joinw, tablew;
 } boot_t;
 
 static void boot_abandon(uvccl_work_t *w, int status);
@@ -106,6 +113,9 @@ static void boot_maybe_free(boot_t *b) {
   uvccl_work_cleanup(&b->addw);
   uvccl_work_cleanup(&b->waitw);
   uvccl_work_cleanup(&b->donew);
+  uvccl_work_cleanup(&b->tickw);
+  uvccl_work_cleanup(&b->joinw);
+  uvccl_work_cleanup(&b->tablew);
   uvccl__free(b->getw);
   uvccl__free(b);
 }
@@ -146,6 +156,9 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   uvccl_work_cancel(&b->addw);
   uvccl_work_cancel(&b->waitw);
   uvccl_work_cancel(&b->donew);
+  uvccl_work_cancel(&b->tickw);
+  uvccl_work_cancel(&b->joinw);
+  uvccl_work_cancel(&b->tablew);
   for (i = 0; i < b->ngets; i++) uvccl_work_cancel(&b->getw[i]);
   boot_maybe_free(b);
 }
@@ -182,9 +195,19 @@ static void boot_abandon(uvccl_work_t *w, int status) {
   char msg[UVCCL_WORK_MSG_LEN], list[64], where[180];
   net_t *net = b->g->net;
   int n;
-  if (b->setw.state == UVCCL_WORK_PENDING) {
+  if (b->setw.state == UVCCL_WORK_PENDING ||
+      b->tickw.state == UVCCL_WORK_PENDING ||
+      b->joinw.state == UVCCL_WORK_PENDING ||
+      b->tablew.state == UVCCL_WORK_PENDING) {
     snprintf(where, sizeof(where), "the store (%.60s) never answered",
              uvccl__store_describe(b->store));
+  } else if (b->sparse && !b->table_read) {
+    snprintf(where, sizeof(where), "%lld of %d ranks had joined when this "
+             "one did; the others never did (not started, or another world "
+             "size or prefix?)", (long long)b->joined, net->size);
+  } else if (b->sparse && !b->mesh_done) {
+    snprintf(where, sizeof(where), "the monitor links of %d of %d "
+             "neighbours are up", net->links_up, net->want_links);
   } else if ((n = rank_list(b, pick_unpublished, list, sizeof(list))) > 0) {
     snprintf(where, sizeof(where), "rank%s %s never published %s address "
              "(not started, or another world size or prefix?)",
@@ -285,6 +308,11 @@ static void on_barrier_add(uvccl_work_t *w, int status) {
 static void boot_maybe_barrier(boot_t *b) {
   int rc;
   if (b->dead || !b->mesh_done || b->ngot < b->ngets) return;
+  if (b->sparse) {
+    /* Everyone joined before the table was read: no barrier left. */
+    boot_done(b);
+    return;
+  }
   snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
   rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);
   if (rc != 0) {
@@ -402,6 +430,183 @@ static void on_published(uvccl_work_t *w, int status) {
   boot_maybe_barrier(b);
 }
 
+/* ---- creation of a sparse world: one table in the store --------------------
+ * Above UVCCL_MESH_MAX ranks a rank costs the store five requests, however
+ * large the world: a ticket (ADD: which generation of this prefix, so a
+ * later group of the same size may reuse it), its line appended to that
+ * generation's table, a count of those that joined (the last one opens
+ * the gate), a wait at the gate, and one read of the whole table. The
+ * data connections are made later, when a schedule first needs a peer
+ * (net.c), and the monitors link into an overlay. */
+
+static int boot_store_fail(boot_t *b, uvccl_work_t *w, int status,
+                           const char *what) {
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return 1;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "%s: %s", what, w->msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void boot_store_started(boot_t *b, int rc, const char *what) {
+  if (rc != 0)
+    boot_fail(b, rc, "%s: %s", what, uvccl_strerror(rc));
+  else
+    b->nstore++;
+}
+
+/* "rank host port nonce monitor-port world-size" lines, one per rank */
+static void on_table(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  net_t *net;
+  const char *v, *end, *line;
+  unsigned char *have;
+  int n = 0;
+  if (boot_store_fail(b, w, status, "reading the ranks' addresses")) return;
+  net = b->g->net;
+  have = uvccl__calloc((size_t)net->size, 1);
+  if (have == NULL) {
+    boot_fail(b, UV_ENOMEM, "out of memory");
+    return;
+  }
+  v = w->value ? (const char *)w->value : "";
+  end = v + w->value_len;
+  for (line = v; line < end;) {
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    char buf[200];
+    size_t len = (size_t)((nl ? nl : end) - line);
+    struct sockaddr_storage ss;
+    uint64_t nonce;
+    int r, off = 0, live_port = 0, world = 0;
+    memset(&ss, 0, sizeof(ss));
+    if (len >= sizeof(buf) || sscanf(line, "%d %n", &r, &off) != 1 ||
+        r < 0 || r >= net->size) {
+      snprintf(buf, sizeof(buf), "%.*s", (int)(len < 60 ? len : 60), line);
+      boot_fail(b, UVCCL_EPROTO, "the store's address table of %s has a "
+                "bad line \"%s\" (another uvccl version, or a key reused?)",
+                b->prefix, buf);
+      uvccl__free(have);
+      return;
+    }
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    if (parse_addr(buf + off, &ss, &nonce, &live_port, &world,
+                   net->addrs[r], sizeof(net->addrs[r])) != 0) {
+      boot_fail(b, UVCCL_EPROTO, "rank %d published a bad address \"%.60s\"",
+                r, buf + off);
+      uvccl__free(have);
+      return;
+    }
+    if (world != net->size) {
+      boot_fail(b, UV_EINVAL, "world size mismatch: rank %d (%s) was started "
+                "with a world of %d, rank %d with %d", r, net->addrs[r], world,
+                net->rank, net->size);
+      uvccl__free(have);
+      return;
+    }
+    if (have[r] && r != net->rank) {
+      boot_fail(b, UV_EINVAL, "two processes claim rank %d (%s and another)",
+                r, net->addrs[r]);
+      uvccl__free(have);
+      return;
+    }
+    if (!have[r]) n++;
+    have[r] = 1;
+    uvccl__net_book(net, r, (struct sockaddr *)&ss, nonce, live_port);
+    line = nl ? nl + 1 : end;
+  }
+  uvccl__free(have);
+  if (n != net->size) {
+    boot_fail(b, UV_EINVAL, "the store's address table of %s has %d of %d "
+              "ranks after all joined (ranks of another world size?)",
+              b->prefix, n, net->size);
+    return;
+  }
+  b->table_read = 1;
+  uvccl__net_link_overlay(net, b->deadline);
+}
+
+static void on_gate(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  char key[256];
+  if (boot_store_fail(b, w, status, "waiting for the other ranks")) return;
+  snprintf(key, sizeof(key), "%s/table/%lld", b->prefix, b->gen);
+  b->tablew.data = b;
+  boot_store_started(b, uvccl_store_get(b->store, &b->tablew, key, on_table),
+                     "reading the ranks' addresses");
+}
+
+static void on_joined(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  const char *keys[1];
+  if (boot_store_fail(b, w, status, "joining the world in the store")) return;
+  b->joined = w->result;
+  snprintf(b->waitkey, sizeof(b->waitkey), "%s/gate/%lld", b->prefix,
+           b->gen);
+  if (w->result == b->g->net->size) {
+    boot_store_started(b, uvccl_store_set(b->store, &b->donew, b->waitkey,
+                                          "1", 1, on_done_set),
+                       "opening the gate in the store");
+    if (b->dead) return;
+  }
+  keys[0] = b->waitkey;
+  boot_store_started(b, uvccl_store_wait(b->store, &b->waitw, keys, 1,
+                                         b->deadline > uvccl__now_ms()
+                                             ? b->deadline - uvccl__now_ms()
+                                             : 1,
+                                         on_gate),
+                     "waiting for the other ranks");
+}
+
+static void on_appended(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  char key[256];
+  if (status == UVCCL_ENOTSUP && !b->dead) {
+    b->nstore--;
+    boot_fail(b, status, "a world of %d ranks (above UVCCL_MESH_MAX) is "
+              "created through one table in the store, which needs APPEND: "
+              "%s (set UVCCL_MESH_MAX=%d to connect the full mesh instead)",
+              b->g->net->size, w->msg, b->g->net->size);
+    return;
+  }
+  if (boot_store_fail(b, w, status, "publishing this rank's address")) return;
+  snprintf(key, sizeof(key), "%s/joined/%lld", b->prefix, b->gen);
+  b->joinw.data = b;
+  boot_store_started(b, uvccl_store_add(b->store, &b->joinw, key, 1,
+                                        on_joined),
+                     "joining the world in the store");
+}
+
+static void on_ticket(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  char key[256];
+  size_t n;
+  if (boot_store_fail(b, w, status, "taking a ticket in the store")) return;
+  b->gen = (long long)((w->result - 1) / b->g->net->size);
+  snprintf(key, sizeof(key), "%s/table/%lld", b->prefix, b->gen);
+  /* b->value is "host port nonce monitor-port world" */
+  n = (size_t)snprintf(b->line, sizeof(b->line), "%d %s\n",
+                       b->g->net->rank, b->value);
+  boot_store_started(b, uvccl_store_append(b->store, &b->setw, key, b->line,
+                                           n, on_appended),
+                     "publishing this rank's address");
+}
+
+/* Worlds above this many ranks are sparse (UVCCL_MESH_MAX, default 64). */
+static int mesh_max(void) {
+  const char *v = getenv("UVCCL_MESH_MAX");
+  char *end;
+  long x;
+  if (v == NULL || *v == '\0') return 64;
+  x = strtol(v, &end, 10);
+  return *end == '\0' && x >= 0 ? (int)(x > 1 << 30 ? 1 << 30 : x) : 64;
+}
+
 /* The secret the mesh's connections prove: the options', else the one the
  * store client authenticates with, else the environment's (auth.h). */
 static int mesh_secret(uvccl_store_t *store, const uvccl_pg_options_t *o,
@@ -456,6 +661,11 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net->up = &uvccl__sched_upcalls;
   uvccl__shrink_attach(net);
+  if (o->size > 1 && o->size > mesh_max() && uvccl__net_set_sparse(net)) {
+    net->refs = 1;
+    uvccl__net_release(net, NULL, NULL);
+    return UV_ENOMEM;
+  }
   g = uvccl__group_new(net, o->rank, o->size);
   if (g != NULL) g->on_sched_gone = group_sched_gone;
   b = uvccl__calloc(1, sizeof(*b));
@@ -482,7 +692,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   b->w = w;
   snprintf(b->prefix, sizeof(b->prefix), "%s",
            o->prefix ? o->prefix : "uvccl/default");
-  b->ngets = o->rank;
+  b->ngets = net->sparse ? 0 : o->rank; /* sparse: no per-rank lookups */
   b->getw = uvccl__calloc((size_t)(b->ngets ? b->ngets : 1),
                           sizeof(uvccl_work_t));
   rc = b->getw ? uvccl__net_listen(net, (struct sockaddr *)&addr,
@@ -522,8 +732,15 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
            (unsigned long long)net->nonce, net->live_port, net->size);
   snprintf(b->key, sizeof(b->key), "%s/addr/%d", b->prefix, o->rank);
   b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
-  rc = uvccl_store_set(store, &b->setw, b->key, b->value, strlen(b->value),
-                       on_published);
+  b->tickw.data = b->joinw.data = b->tablew.data = b;
+  if (net->sparse) {
+    b->sparse = 1;
+    snprintf(b->key, sizeof(b->key), "%s/ticket", b->prefix);
+    rc = uvccl_store_add(store, &b->tickw, b->key, 1, on_ticket);
+  } else {
+    rc = uvccl_store_set(store, &b->setw, b->key, b->value,
+                         strlen(b->value), on_published);
+  }
   if (rc != 0) {
     boot_fail(b, rc, "store set %s: %s", b->key, uvccl_strerror(rc));
     if (out) *out = g;

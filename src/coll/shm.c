@@ -9,8 +9,9 @@
  * only on the same host, as the same user) and answers whether it did.
  * Frames go through the rings only when both mapped the other's inbox
  * (each needs the other's to wake it); otherwise through TCP, as before.
- * Creation completes once every peer's exchange is over, so no data frame
- * can precede the switch. The TCP connection stays: it carries the
+ * Creation completes once every peer's exchange is over (in a sparse
+ * world, connected lazily, a peer's data frames wait for its exchange),
+ * so no data frame can precede the switch. The TCP connection stays: it carries the
  * goodbye and control frames, and its EOF is how a dead peer is noticed,
  * as promptly as before (the liveness monitor is unchanged too).
  *
@@ -236,6 +237,8 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
   if (p->shm_step == 3) {
     shm_link(p, p->shm_peer_attached);
     net->shm_done++;
+    uvccl__net_peer_ready(p); /* sparse worlds: what waited for it */
+    if (p->state != PEER_UP) return;
     uvccl__net_check_ready(net);
   }
 }

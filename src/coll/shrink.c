@@ -147,7 +147,8 @@ static int member_gone(net_t *net, int world_rank) {
   if (world_rank == net->rank) return 0;
   if (net->fails[world_rank].rank >= 0) return 1;
   p = net->peers[world_rank];
-  return p == NULL || (p->state == PEER_DEAD && p->left);
+  if (p == NULL) return !net->sparse; /* sparse: not connected yet */
+  return p->state == PEER_DEAD && p->left;
 }
 
 static void learn_failures(agree_t *a) {
