@@ -4,7 +4,7 @@
  *      created from env:// through uvccl-run: allreduce int64 SUM, a
  *      broadcast from the last rank, an allgather of every rank's id and a
  *      barrier are exact on every rank; no rank holds W sockets and they
- *      hold at most W / 4 on average (a full mesh needs 2 x (W - 1) data
+ *      hold at most W / 3 on average (a full mesh needs 2 x (W - 1) data
  *      and monitor sockets plus the listeners in every rank), and every
  *      rank exits 0 with nothing on its stderr;
  *   b) uvccl__overlay_neighbours' shape, in this process: symmetric, no
@@ -33,7 +33,7 @@
 #endif
 /* a full mesh: 2 x (WORLD - 1) data and monitor sockets, plus listeners */
 #define MAX_SOCKETS (WORLD - 1)
-#define MEAN_SOCKETS (WORLD / 4)
+#define MEAN_SOCKETS (WORLD / 3)
 
 int uvccl__overlay_neighbours(int rank, int size, int *out, int max);
 
