@@ -310,6 +310,7 @@ struct peer_s {
   sop_list_t waitq;
   struct ctl_s *ctlq, *ctlq_tail;
   int crossed;
+  int looking;           /* its address is being read from the store */
 };
 
 struct net_s {
@@ -338,6 +339,12 @@ struct net_s {
   int want_links;        /* monitor links creation waits for */
   peer_t *retired;       /* attempts a crossing dial replaced (their
                             memory goes with the net's) */
+  /* Sparse worlds: where a rank not yet booked is asked for (the group
+   * layer reads it from the store; uvccl__net_lookup_done answers), and
+   * how that is stopped when the net closes. */
+  int (*lookup)(void *arg, int rank);
+  void (*lookup_close)(void *arg);
+  void *lookup_arg;
   char (*addrs)[64];     /* every rank's published address, for messages */
   peer_t *pending;       /* accepted, hello not yet received */
   int nup;               /* peers UP */
@@ -482,6 +489,13 @@ typedef struct net_book_s {
 } net_book_t;
 /* The world is sparse (call before uvccl__net_listen): see net_t. */
 int uvccl__net_set_sparse(net_t *net);
+/* Sparse worlds: how an address not yet booked is found (start(arg, r)
+ * returns 0 and later uvccl__net_lookup_done, or an error); close(arg)
+ * when the net closes. */
+void uvccl__net_set_lookup(net_t *net, int (*start)(void *, int),
+                           void (*close)(void *), void *arg);
+/* The lookup of rank r ended (status 0: booked; else why). */
+void uvccl__net_lookup_done(net_t *net, int r, int status, const char *why);
 /* Records rank's published address (sparse worlds). */
 int uvccl__net_book(net_t *net, int rank, const struct sockaddr *addr,
                     uint64_t nonce, int live_port);

@@ -751,16 +751,30 @@ void uvccl__net_link_overlay(net_t *net, uint64_t deadline_ms) {
   uvccl__net_check_ready(net);
 }
 
+void uvccl__net_set_lookup(net_t *net, int (*start)(void *, int),
+                           void (*close)(void *), void *arg) {
+  net->lookup = start;
+  net->lookup_close = close;
+  net->lookup_arg = arg;
+}
+
+static int booked(const net_t *net, int r) {
+  return net->book != NULL && net->book[r].addr.ss_family != 0;
+}
+
 /* A placeholder for rank r (sparse worlds): receives post on it, sends
  * queue on it, until a connection to r is up. */
 static peer_t *peer_need(net_t *net, int r) {
   peer_t *p = net->peers[r];
-  if (p != NULL || !net->sparse || net->book == NULL) return p;
+  if (p != NULL || !net->sparse) return p;
   p = peer_new(net, r);
   if (p == NULL) return NULL;
   p->state = PEER_NONE;
-  uvccl__addr_fmt((struct sockaddr *)&net->book[r].addr, p->addrstr,
-                  sizeof(p->addrstr));
+  if (booked(net, r))
+    uvccl__addr_fmt((struct sockaddr *)&net->book[r].addr, p->addrstr,
+                    sizeof(p->addrstr));
+  else
+    snprintf(p->addrstr, sizeof(p->addrstr), "?");
   net->peers[r] = p;
   return p;
 }
@@ -768,17 +782,49 @@ static peer_t *peer_need(net_t *net, int r) {
 /* Dials a placeholder's rank. A refused connect is retried briefly (the
  * monitor reports a dead rank meanwhile). */
 #define UVCCL__DIAL_MS 10000
-static void peer_dial(peer_t *p) {
+static void peer_dial_booked(peer_t *p) {
   net_t *net = p->net;
-  if (p->state != PEER_NONE || net->closing) return;
-  p->outgoing = 1;
   p->nonce = net->book[p->rank].nonce;
   memcpy(&p->addr, &net->book[p->rank].addr, sizeof(p->addr));
-  p->state = PEER_CONNECTING;
+  uvccl__addr_fmt((struct sockaddr *)&p->addr, p->addrstr,
+                  sizeof(p->addrstr));
   p->retry.timeout = uvccl__now_ms() + UVCCL__DIAL_MS;
   LOG_DEBUG("coll", "rank %d: dialing rank %d (%s)", net->rank, p->rank,
             p->addrstr);
   connect_start(p);
+}
+
+static void peer_dial(peer_t *p) {
+  net_t *net = p->net;
+  int rc;
+  if (p->state != PEER_NONE || net->closing) return;
+  p->outgoing = 1;
+  p->state = PEER_CONNECTING;
+  if (booked(net, p->rank)) {
+    peer_dial_booked(p);
+    return;
+  }
+  /* Where it is comes from the store first. */
+  p->looking = 1;
+  rc = net->lookup != NULL ? net->lookup(net->lookup_arg, p->rank)
+                           : UV_EINVAL;
+  if (rc != 0) {
+    p->looking = 0;
+    uvccl__net_peer_fail(net, p, rc, "its address could not be read from "
+                         "the store");
+  }
+}
+
+void uvccl__net_lookup_done(net_t *net, int r, int status, const char *why) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  if (p == NULL || !p->looking || net->closing) return;
+  p->looking = 0;
+  if (p->state != PEER_CONNECTING) return;
+  if (status != 0) {
+    uvccl__net_peer_fail(net, p, status, why);
+    return;
+  }
+  peer_dial_booked(p);
 }
 
 static void sop_list_move(sop_list_t *dst, sop_list_t *src) {
@@ -2480,6 +2526,11 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   net->closed_cb = cb;
   net->closed_arg = arg;
   net->mesh_cb = NULL;
+  if (net->lookup_close != NULL) {
+    net->lookup_close(net->lookup_arg);
+    net->lookup_close = NULL;
+    net->lookup = NULL;
+  }
   if (net->live != NULL) {
     /* Goodbye on the links too; the net goes once the monitor stopped. */
     int bye = !net->aborted && !net->fenced;
