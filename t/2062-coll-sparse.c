@@ -1,5 +1,5 @@
-/* Sparse worlds: a bootstrap that scales (src/coll/pg.c's table in the
- * store, net.c's lazy connections, live.c's overlay of monitor links).
+/* Sparse worlds: a bootstrap that scales (src/coll/pg.c's O(log N) store
+ * traffic, net.c's lazy connections, live.c's overlay of monitor links).
  *   a) a world of 256 processes on this host (96 under the sanitizers),
  *      created from env:// through uvccl-run: allreduce int64 SUM, a
  *      broadcast from the last rank, an allgather of every rank's id and a

@@ -4,6 +4,9 @@
 #     from env:// (rank 0 hosts the store server itself), then uvccl-bench
 #     runs every collective over a size sweep, checks every result and
 #     prints nccl-tests-style timings;
+#  1b. a large world: 256 ranks (more than UVCCL_MESH_MAX, so sparse:
+#     O(log N) store traffic, connections made when first needed), with
+#     how long creation and the whole job took;
 #  2. a rank dies: uvccl-run SIGKILLs rank 2 of 4 mid-run; the survivors
 #     name it, shrink to a group of 3 and finish the sweep, results checked;
 #  3. a hang: rank 2 of 4 stalls before a collective; the others time out
@@ -33,6 +36,12 @@ echo
 echo "== the same through loopback TCP only, as between hosts (UVCCL_TRANSPORT=tcp)"
 UVCCL_TRANSPORT=tcp "$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --op allreduce \
   -b 4 -e 64M -f 16 --budget 0.2
+echo
+echo "== a large world: uvccl-run -n 256 uvccl-bench (sparse: connections when first needed)"
+T0=$(date +%s.%N)
+"$BUILD/bin/uvccl-run" -n 256 "$BUILD/bin/uvccl-bench" --op allreduce,broadcast \
+  -b 4 -e 4 -n 1 -w 1 2>&1 | grep -v '^\[[1-9]'
+echo "# the whole job (256 processes started, created, two collectives, gone): $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $T0 }") s"
 echo
 echo "== a rank dies: uvccl-run -n 4 --kill 2@0.3 uvccl-bench --shrink-on-failure"
 "$BUILD/bin/uvccl-run" -n 4 --kill 2@0.3 "$BUILD/bin/uvccl-bench" \
