@@ -3,10 +3,15 @@
  *   a) a world of 256 processes on this host (96 under the sanitizers),
  *      created from env:// through uvccl-run: allreduce int64 SUM, a
  *      broadcast from the last rank, an allgather of every rank's id and a
- *      barrier are exact on every rank; no rank holds W sockets and they
+ *      barrier are exact on every rank; no rank but 0 (which serves the
+ *      store: a connection per rank, as any TCPStore) holds W sockets, they
  *      hold at most W / 3 on average (a full mesh needs 2 x (W - 1) data
  *      and monitor sockets plus the listeners in every rank), and every
  *      rank exits 0 with nothing on its stderr;
+ *   c) a sparse world of 6 whose store is PyTorch 1.13's own TCPStore
+ *      server (t/py/torch_store_server.py; no MULTI_GET there: a GET per
+ *      neighbour), as under torchrun's agent: the same checks (skipped
+ *      without Debian's python3-torch);
  *   b) uvccl__overlay_neighbours' shape, in this process: symmetric, no
  *      self, at most 2 log2 N links, and the overlay connected (its
  *      diameter is at most log2 N + 1) for every N up to 1100.
@@ -140,7 +145,7 @@ static void scenario_world(void) {
     }
     if (!find_val(&p, 1, r, "sockets", &v)) {
       nosock++;
-    } else {
+    } else if (r > 0) { /* rank 0 serves the store: a socket per rank */
       sum += v;
       if (v > most) {
         most = v;
@@ -150,10 +155,11 @@ static void scenario_world(void) {
   }
   for (k = 0; k < 6; k++)
     is_int(bad[k], 0, "a: W=%d: %s right on every rank", WORLD, checks[k]);
-  v = sum / (WORLD - nosock > 0 ? WORLD - nosock : 1);
+  v = sum / (WORLD - 1 - nosock > 0 ? WORLD - 1 - nosock : 1);
   ok(nosock == 0 && most <= MAX_SOCKETS && v <= MEAN_SOCKETS,
      "a: W=%d: not a full mesh: at most %d sockets in a rank (most: %.0f, "
-     "rank %d), at most %d on average (%.1f); %d ranks did not say", WORLD,
+     "rank %d), at most %d on average (%.1f; rank 0, which serves the "
+     "store, aside); %d ranks did not say", WORLD,
      MAX_SOCKETS, most, most_r, MEAN_SOCKETS, v, nosock);
   is_int(p.status, 0, "a: every rank exits 0");
   ok(p.elen == 0 || (strcasestr(p.ebuf, "warn") == NULL &&
@@ -161,6 +167,70 @@ static void scenario_world(void) {
      "a: no warning or error on any rank's stderr");
   if (p.status != 0) dump_procs(&p, 1);
   procs_free(&p, 1);
+}
+
+#ifndef UVCCL_SRC_DIR
+#define UVCCL_SRC_DIR "."
+#endif
+
+static void scenario_torch_store(void) {
+  proc_t srv, p;
+  char tool[4096], portarg[16], *port;
+  char *sargv[] = {(char *)"/usr/bin/python3",
+                   (char *)UVCCL_SRC_DIR "/t/py/torch_store_server.py", NULL};
+  char *argv[] = {tool, "--no-auth", "--master-port", portarg, "-n", "6",
+                  "--", self, NULL};
+  const char *env[] = {"UVCCL_T_ROLE=world", "UVCCL_MESH_MAX=0",
+                       "TORCHELASTIC_USE_AGENT_STORE=True", NULL};
+  static const char *checks[] = {"init", "allreduce", "broadcast",
+                                 "allgather", "barrier", "destroy"};
+  double t0 = now_s();
+  int r, k, bad = 0, okv;
+  char det[512];
+  if (access("/usr/bin/python3", X_OK) != 0 ||
+      system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    skip(1, "c: no python3-torch (Debian's) here");
+    return;
+  }
+  if (spawn(&srv, "torch-store", sargv, NULL, 1) != 0) {
+    ok(0, "c: the PyTorch store server starts");
+    return;
+  }
+  while (now_s() - t0 < 60 && (srv.obuf == NULL ||
+                               strstr(srv.obuf, "pid=") == NULL))
+    if (pump(&srv, 1, 100) == 0) break;
+  port = srv.obuf ? strstr(srv.obuf, "port=") : NULL;
+  if (port == NULL) {
+    ok(0, "c: the PyTorch store server says its port");
+    dump_procs(&srv, 1);
+    kill(srv.pid, SIGKILL);
+    finish_all(&srv, 1, 5);
+    procs_free(&srv, 1);
+    return;
+  }
+  snprintf(portarg, sizeof(portarg), "%d", atoi(port + 5));
+  snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
+  if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
+    ok(0, "c: uvccl-run starts");
+  } else {
+    finish_all(&p, 1, 120);
+    for (r = 0; r < 6; r++)
+      for (k = 0; k < 6; k++) {
+        find_check(&p, 1, r, checks[k], &okv, det, sizeof(det));
+        if (okv != 1 && bad++ == 0)
+          diag("rank %d %s: %s", r, checks[k],
+               okv < 0 ? "(no report)" : det);
+      }
+    ok(bad == 0 && p.status == 0, "c: a sparse world of 6 over PyTorch "
+       "1.13's TCPStore server: created, every result right, exit 0 (%d "
+       "bad checks, exit %d)", bad, p.status);
+    if (bad || p.status != 0) dump_procs(&p, 1);
+    procs_free(&p, 1);
+  }
+  close(srv.in);
+  srv.in = -1;
+  finish_all(&srv, 1, 30);
+  procs_free(&srv, 1);
 }
 
 static void test_overlay(void) {
@@ -241,5 +311,6 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_overlay();
   scenario_world();
+  scenario_torch_store();
   return done_testing();
 }

@@ -84,7 +84,9 @@ static const char usage_text[] =
 "ROLE_RANK and ROLE_WORLD_SIZE on top of this environment, and, unless\n"
 "UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE is set already (or --no-auth), a\n"
 "random UVCCL_AUTH_TOKEN for this job: the store its rank 0 serves then\n"
-"answers only clients that prove they hold it. Rank 0 reads\n"
+"answers only clients that prove they hold it; and UVCCL_SMALL_TREE=1\n"
+"when there are more than 2 ranks a CPU (small allreduces and barriers\n"
+"then go through a tree), unless it is set already. Rank 0 reads\n"
 "our stdin; the others read /dev/null. stdout lines go to stdout and\n"
 "stderr lines to stderr, whole lines at a time.\n"
 "\n"
@@ -710,7 +712,7 @@ int main(int argc, char **argv) {
 
   for (ne = 0; environ && environ[ne]; ne++) {
   }
-  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 2));
+  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 3));
   for (ne = 0; environ && environ[ne]; ne++)
     if (!is_our_var(environ[ne])) env[nbase++] = environ[ne];
   /* A secret per job (its ranks' store answers only them), unless the
@@ -728,6 +730,15 @@ int main(int argc, char **argv) {
     for (k = 0; k < (int)sizeof(rnd); k++)
       b += (size_t)snprintf(tokvar + b, sizeof(tokvar) - b, "%02x", rnd[k]);
     env[nbase++] = tokvar;
+  }
+
+  /* Many more ranks than CPUs: every wake-up is a context switch, so small
+   * allreduces and barriers go through a tree (about two wake-ups a rank,
+   * not log2 N), unless the caller chose; every rank gets the same. */
+  if (getenv("UVCCL_SMALL_TREE") == NULL) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu > 0 && nranks > 2 * ncpu)
+      env[nbase++] = (char *)"UVCCL_SMALL_TREE=1";
   }
 
   loop = uv_default_loop();

@@ -137,6 +137,50 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   return fin;
 }
 
+/* Binomial reduce into rank 0 (children reduced into buf as they come),
+ * then a binomial broadcast back: 2(P - 1) messages in all and about two
+ * wake-ups a rank, against recursive doubling's P log2 P messages (see
+ * group_t.small_tree). buf holds this rank's input. */
+static uint32_t allreduce_tree(sched_t *s, char *buf, size_t n,
+                               uint32_t dep0) {
+  group_t *g = s->g;
+  int P = g->size, vr = g->rank, mask = 1;
+  uint32_t end = join(s, dep0), up = NONE, fin, rcv;
+  while (mask < P) {
+    if ((vr & mask) == 0) {
+      if ((vr | mask) < P) {
+        rcv = n ? uvccl__sop_recv_red(s, vr | mask, 0, buf, n)
+                : uvccl__sop_recv(s, vr | mask, 0, NULL, 0);
+        uvccl__sop_dep(s, dep0, rcv);
+        uvccl__sop_dep(s, rcv, end);
+      }
+    } else {
+      up = uvccl__sop_send(s, vr & ~mask, 0, buf, n);
+      uvccl__sop_dep(s, end, up);
+      break;
+    }
+    mask <<= 1;
+  }
+  if (up == NONE && (s->divisor > 1 || s->scale != 1.0)) {
+    uint32_t sc = uvccl__sop_scale(s, buf, n); /* once, at the root */
+    uvccl__sop_dep(s, end, sc);
+    end = sc;
+  }
+  /* back down: receive (after our own send left) from the parent, pass on
+   * to the children */
+  fin = uvccl__sop_nop(s);
+  rcv = up == NONE ? end : uvccl__sop_recv(s, vr & ~mask, 1, buf, n);
+  if (up != NONE) uvccl__sop_dep(s, up, rcv);
+  uvccl__sop_dep(s, rcv, fin);
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vr + mask < P && (vr & mask) == 0) {
+      uint32_t snd = uvccl__sop_send(s, vr + mask, 1, buf, n);
+      uvccl__sop_dep(s, rcv, snd);
+      uvccl__sop_dep(s, snd, fin);
+    }
+  return fin;
+}
+
 /* Out of place costs no copy: the first step sends straight from src, and
  * every reducing receive computes buf = src op (what arrived), since each
  * chunk is reduced exactly once per rank. src may equal buf. */
@@ -246,6 +290,8 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
     }
     return j;
   }
+  if (n <= g->small_max && g->small_tree && g->size > 2)
+    return allreduce_tree(s, buf, n, dep0);
   if (n <= g->small_max) return allreduce_rd(s, buf, n, dep0);
   return allreduce_ring(s, src, buf, count, dep0);
 }
@@ -886,6 +932,11 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   s = uvccl__sched_new(g, "barrier", 0);
   if (s == NULL) return UV_ENOMEM;
   s->ordered = 1;
+  if (g->small_tree && g->size > 2) {
+    /* (group_t.small_tree) an empty allreduce: up the tree, down again */
+    allreduce_tree(s, NULL, 0, NONE);
+    return uvccl__sched_start(s, work, cb);
+  }
   /* Dissemination: round k talks to rank +- 2^k. */
   for (dist = 1; dist < g->size; dist <<= 1, k++) {
     uint32_t snd = uvccl__sop_send(s, mod(g->rank + dist, g->size),

@@ -133,6 +133,7 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   g->timeout_ms = parent->timeout_ms;
   g->busy_us = parent->busy_us;
   g->small_max = parent->small_max;
+  g->small_tree = parent->small_tree;
   g->segment = parent->segment;
   if (tag != NULL) g->tag = uvccl__strdup(tag);
   g->trace_size = parent->trace_size;

@@ -411,6 +411,12 @@ struct group_s {
   uint64_t timeout_ms;
   uint32_t busy_us;
   size_t small_max;
+  /* Small allreduces and barriers through a binomial tree (about 2 wake-ups
+   * a rank) instead of recursive doubling or dissemination (log2 P): for
+   * worlds with many more ranks than CPUs, where every wake-up costs a
+   * context switch ($UVCCL_SMALL_TREE=1; uvccl-run sets it when it starts
+   * more than 4 ranks a CPU). Every rank must choose alike. */
+  int small_tree;
   size_t segment;
   char *tag;              /* find-or-create tag */
   sched_t *pend_head, *pend_tail; /* pending schedules, start order */

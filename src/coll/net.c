@@ -258,12 +258,18 @@ static int spin_oversubscribed(net_t *net) {
   size_t hl = colon ? (size_t)(colon - me) : strlen(me);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   const char *force = getenv("UVCCL_BUSY_POLL_FORCE");
-  int r, local = 1;
+  int r, local = 1, known = 1;
   if (force != NULL && strcmp(force, "1") == 0) return 0;
-  for (r = 0; r < net->size; r++)
-    if (r != net->rank && strncmp(net->addrs[r], me, hl) == 0 &&
-        net->addrs[r][hl] == ':')
+  for (r = 0; r < net->size; r++) {
+    if (r == net->rank || net->addrs[r][0] == '\0') continue;
+    known++;
+    if (strncmp(net->addrs[r], me, hl) == 0 && net->addrs[r][hl] == ':')
       local++;
+  }
+  /* A sparse world knows only some addresses yet: the same share of the
+   * whole world is taken to be here. */
+  if (known < net->size)
+    local = (int)((int64_t)local * net->size / known);
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
            "CPUs (%s; UVCCL_BUSY_POLL_FORCE=1 spins anyway)", local, ncpu,

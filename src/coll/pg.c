@@ -70,6 +70,7 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
     g->fp_check = d != NULL && strcasecmp(d, "detail") == 0;
   }
   if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
+  g->small_tree = env_u64("UVCCL_SMALL_TREE") == 1;
   if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
 }
 
@@ -517,10 +518,55 @@ static void on_nb_addr(uvccl_work_t *w, int status) {
   if (++b->ngot == b->nnb) uvccl__net_link_overlay(b->g->net, b->deadline);
 }
 
+/* One GET each (a store without MULTI_GET: PyTorch 1.13's). */
+static void neighbours_get(boot_t *b) {
+  int i;
+  for (i = 0; i < b->nnb; i++) {
+    char key[256];
+    snprintf(key, sizeof(key), "%s/sparse/%lld/addr/%d", b->prefix, b->gen,
+             b->nb[i]);
+    b->getw[i].data = b;
+    boot_store_started(b, uvccl_store_get(b->store, &b->getw[i], key,
+                                          on_nb_addr),
+                       "getting a neighbour's address");
+    if (b->dead) return;
+  }
+}
+
+static void on_nb_addrs(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  char why[256];
+  int i, rc;
+  if (status == UVCCL_ENOTSUP && !b->dead) {
+    b->nstore--;
+    neighbours_get(b);
+    return;
+  }
+  if (boot_store_fail(b, w, status, "getting the neighbours' addresses"))
+    return;
+  if (w->nvalues != (size_t)b->nnb) {
+    boot_fail(b, UVCCL_EPROTO, "the store answered %zu addresses for %d "
+              "keys", w->nvalues, b->nnb);
+    return;
+  }
+  for (i = 0; i < b->nnb; i++) {
+    rc = book_addr(b->g->net, b->nb[i], w->values[i].base, w->values[i].len,
+                   why, sizeof(why));
+    if (rc != 0) {
+      boot_fail(b, rc, "%s", why);
+      return;
+    }
+  }
+  b->ngot = b->nnb;
+  uvccl__net_link_overlay(b->g->net, b->deadline);
+}
+
 static void on_sparse_published(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   net_t *net;
   int i, n, all[128];
+  char (*keys)[64];
+  const char *kp[128];
   if (boot_store_fail(b, w, status, "publishing this rank's address")) return;
   net = b->g->net;
   /* The monitor dials its lower neighbours; the collectives' small-message
@@ -532,16 +578,30 @@ static void on_sparse_published(uvccl_work_t *w, int status) {
     uvccl__net_link_overlay(net, b->deadline);
     return;
   }
-  for (i = 0; i < b->nnb; i++) {
-    char key[256];
-    snprintf(key, sizeof(key), "%s/sparse/%lld/addr/%d", b->prefix, b->gen,
-             b->nb[i]);
-    b->getw[i].data = b;
-    boot_store_started(b, uvccl_store_get(b->store, &b->getw[i], key,
-                                          on_nb_addr),
-                       "getting a neighbour's address");
-    if (b->dead) return;
+  /* One request for them all, where the store has MULTI_GET. */
+  keys = uvccl__malloc((size_t)b->nnb * sizeof(*keys));
+  if (keys == NULL) {
+    boot_fail(b, UV_ENOMEM, "out of memory");
+    return;
   }
+  for (i = 0; i < b->nnb; i++) {
+    int k = snprintf(keys[i], sizeof(keys[i]), "%s/sparse/%lld/addr/%d",
+                     b->prefix, b->gen, b->nb[i]);
+    if (k < 0 || (size_t)k >= sizeof(keys[i])) {
+      uvccl__free(keys); /* a long prefix: a GET each */
+      neighbours_get(b);
+      return;
+    }
+    kp[i] = keys[i];
+  }
+  b->addw.data = b;
+  i = uvccl_store_multi_get(b->store, &b->addw, kp, (size_t)b->nnb,
+                            on_nb_addrs);
+  uvccl__free(keys);
+  if (i == UVCCL_ENOTSUP) /* known already: the 1.13 dialect */
+    neighbours_get(b);
+  else
+    boot_store_started(b, i, "getting the neighbours' addresses");
 }
 
 static void lookup_set_gen(lookup_t *l, long long gen);
