@@ -1046,7 +1046,6 @@ static void on_tick(uv_timer_t *t) {
   for (r = 0; r < l->size; r++) {
     link_t *k = l->links[r];
     int blocked;
-
     if (k == NULL || k->state != LK_UP) continue;
     if (stalled) k->last_rx = now;
     link_send(k, LF_HB, 0, 0, 0, NULL, 0);

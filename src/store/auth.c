@@ -107,8 +107,11 @@ int uvccl__auth_key_from_opts(uvccl__auth_key_t *k, const char *token,
   return uvccl__auth_key_from_env(k, err, errlen);
 }
 
+/* The kernel's CSPRNG (getrandom): no per-process generator to seed, which
+ * costs OpenSSL's first RAND_bytes about a millisecond (a 1,024-rank world
+ * starts 1,024 processes). */
 int uvccl__auth_random(void *buf, size_t n) {
-  return RAND_bytes(buf, (int)n) == 1 ? 0 : UV_EIO;
+  return uv_random(NULL, NULL, buf, n, 0, NULL) == 0 ? 0 : UV_EIO;
 }
 
 void uvccl__auth_mac(const uvccl__auth_key_t *k, const char *role,
