@@ -8,7 +8,8 @@
  *      0 and 3 see rank 1 go too, and must still name rank 2.
  *   c) worlds of 8 that are sparse ($UVCCL_MESH_MAX=0): connections made
  *      when first needed, and monitors linked in an overlay (rank 2's to
- *      0, 1, 3, 4, 6: ranks 5 and 7 learn of it through the others).
+ *      0, 1, 3, 4, 6: ranks 5 and 7 learn of it through the others); small
+ *      allreduces and barriers through the tree ($UVCCL_SMALL_TREE=1).
  * Every survivor checks: its work failed with UVCCL_EPEER and a message
  * naming "rank 2 (global 2" and how (exited, or its connections reset);
  * uvccl_pg_get_failure() says global rank 2, cause "exited" or "reset",
@@ -88,12 +89,20 @@ static void scenario_n(const char *op, size_t size, int cascade, int n) {
   proc_t ps[8];
   static char e_op[64], e_size[64], e_start[32], e_casc[32];
   static char e_mesh[32] = "UVCCL_MESH_MAX=0";
+  static char e_tree[32] = "UVCCL_SMALL_TREE=1";
   double t0, v;
   int killed = 0, r, good = 1;
   /* 8 ranks: a sparse world (lazy connections; the monitors' overlay
-   * links rank 2 to 0, 1, 3, 4 and 6 only: 5 and 7 hear through them) */
-  if (n > 4) putenv(e_mesh);
-  else unsetenv("UVCCL_MESH_MAX");
+   * links rank 2 to 0, 1, 3, 4 and 6 only: 5 and 7 hear through them),
+   * small allreduces and barriers through the tree (as uvccl-run sets on
+   * an oversubscribed host) */
+  if (n > 4) {
+    putenv(e_mesh);
+    putenv(e_tree);
+  } else {
+    unsetenv("UVCCL_MESH_MAX");
+    unsetenv("UVCCL_SMALL_TREE");
+  }
   snprintf(e_op, sizeof(e_op), "T_OP=%s", op);
   snprintf(e_size, sizeof(e_size), "T_SIZE=%zu", size);
   snprintf(e_start, sizeof(e_start), "T_START=2");

@@ -12,8 +12,9 @@
  *   d) nothing is left in /dev/shm by any of it;
  *   f) a) and b) again in sparse worlds ($UVCCL_MESH_MAX=0: connections
  *      made when first needed, crossing dials included; 2, 3, 8, and 5
- *      with ranks 1 and 4 on TCP): the same results, and after them every
- *      pair reached through the same transport as in a full mesh;
+ *      with ranks 1 and 4 on TCP), small allreduces and barriers through
+ *      the tree ($UVCCL_SMALL_TREE=1): the same results, and after them
+ *      every pair reached through the same transport as in a full mesh;
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
  *      at 2 and 3 ranks, default mode:
  *      every one finishes (a lost wake-up or an unread ring would stall
@@ -361,7 +362,8 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse) {
   char *argv[] = {tool, "-n", nstr, "--", self, NULL};
   static char e_tcp[64];
   const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp,
-                       sparse ? "UVCCL_MESH_MAX=0" : NULL, NULL};
+                       sparse ? "UVCCL_MESH_MAX=0" : NULL,
+                       "UVCCL_SMALL_TREE=1", NULL};
   unsigned all = (1u << n) - 1;
   double t0 = now_s();
   snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
