@@ -12,6 +12,9 @@
  *      server (t/py/torch_store_server.py; no MULTI_GET there: a GET per
  *      neighbour), as under torchrun's agent: the same checks (skipped
  *      without Debian's python3-torch);
+ *   d) a sparse world of 4 of which only ranks 0-2 start: creation fails
+ *      on each after its 3 s timeout, saying that not every neighbour
+ *      published its address and naming rank 3 among them;
  *   b) uvccl__overlay_neighbours' shape, in this process: symmetric, no
  *      self, at most 2 log2 N links, and the overlay connected (its
  *      diameter is at most log2 N + 1) for every N up to 1100.
@@ -112,6 +115,32 @@ static int role_world(void) {
   }
   val("sockets", count_sockets());
   return rank_destroy();
+}
+
+/* d) creation that cannot complete */
+static int role_short(void) {
+  uvccl_pg_options_t o;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  double t0 = now_s();
+  int rc;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = 3000;
+  uv_loop_init(&loop);
+  uv_timer_init(&loop, &guard);
+  w.data = &c;
+  rc = uvccl_pg_init_url(&loop, &pg, "env://", &o, &w, on_work);
+  rc = finish_work(&c, rc, 20000);
+  rep(rc == UV_ETIMEDOUT && strstr(w.msg, "not every neighbour published") &&
+          strstr(w.msg, "3") && now_s() - t0 < 10,
+      "short", "%s after %.1f s: %s", ename(rc), now_s() - t0, w.msg);
+  /* Rank 0 serves the store: its destroy keeps the server up until the
+   * others' clients are gone, so they time out alike (run the loop) */
+  if (pg.impl_ != NULL) {
+    uvccl_pg_destroy(&pg, on_pg_closed);
+    run_until(&pg_closed, 15000);
+  }
+  return 0;
 }
 
 /* ---- parent side -------------------------------------------------------------- */
@@ -233,6 +262,35 @@ static void scenario_torch_store(void) {
   procs_free(&srv, 1);
 }
 
+static void scenario_short(void) {
+  proc_t ps[3];
+  static char e_port[32], e_rank[3][16];
+  char *argv[] = {self, NULL};
+  int r, okv, good = 1;
+  char det[512];
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", free_port());
+  for (r = 0; r < 3; r++) {
+    const char *env[] = {"UVCCL_T_ROLE=short", e_rank[r], "WORLD_SIZE=4",
+                         "MASTER_ADDR=127.0.0.1", e_port, "UVCCL_MESH_MAX=0",
+                         NULL};
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    if (spawn(&ps[r], "rank", argv, env, 0) != 0) good = 0;
+  }
+  finish_all(ps, 3, 60);
+  for (r = 0; r < 3; r++) {
+    find_check(ps, 3, r, "short", &okv, det, sizeof(det));
+    if (okv != 1) {
+      diag("rank %d: %s", r, okv < 0 ? "(no report)" : det);
+      good = 0;
+    }
+  }
+  ok(good, "d: a sparse world of 4, rank 3 never started: ranks 0-2 fail "
+     "creation after 3 s, naming rank 3 among the neighbours that did not "
+     "publish");
+  if (!good) dump_procs(ps, 3);
+  procs_free(ps, 3);
+}
+
 static void test_overlay(void) {
   int n, bad = 0, worst_deg = 0, worst_diam = 0;
   int *nb = malloc(64 * sizeof(int)), *dist = malloc(1100 * sizeof(int));
@@ -305,6 +363,7 @@ int main(int argc, char **argv) {
     unsetenv("UVCCL_SOCKET_IFNAME");
     R = r ? atoi(r) : -1;
     P = s ? atoi(s) : 0;
+    if (strcmp(role, "short") == 0) return role_short();
     return role_world();
   }
   parent_init(400);
@@ -312,5 +371,6 @@ int main(int argc, char **argv) {
   test_overlay();
   scenario_world();
   scenario_torch_store();
+  scenario_short();
   return done_testing();
 }

@@ -86,7 +86,6 @@ typedef struct {
   char prefix[200];
   char key[256];
   char value[160];
-  char line[180];
   uvccl_work_t setw, addw, waitw, donew;
   uvccl_work_t *getw;      /* one per lower rank */
   int ngets, ngot;
@@ -98,7 +97,8 @@ typedef struct {
   /* sparse worlds (see below) */
   int sparse;
   long long gen;
-  int nb[128], nnb;        /* the lower overlay neighbours (getw each) */
+  int nb[128], nnb;        /* the overlay neighbours (one MULTI_GET in
+                              addw, or a GET each in getw) */
   uvccl_work_t tickw;
   struct lookup_s *lk;
 } boot_t;
@@ -191,13 +191,14 @@ static int pick_unconnected(boot_t *b, int r) {
   return p == NULL || p->state != PEER_UP;
 }
 
-/* Sparse worlds: the neighbours whose address did not come. */
+/* Sparse worlds: the neighbours whose address did not come (all of them
+ * while the one MULTI_GET waits). */
 static const char *sparse_unpublished(boot_t *b, char *buf, size_t len) {
-  int i, n = 0;
+  int i, n = 0, all = b->addw.state == UVCCL_WORK_PENDING;
   size_t off = 0;
   buf[0] = '\0';
   for (i = 0; i < b->nnb && off < len; i++) {
-    if (b->getw[i].state != UVCCL_WORK_PENDING) continue;
+    if (!all && b->getw[i].state != UVCCL_WORK_PENDING) continue;
     off += (size_t)snprintf(buf + off, len - off, "%s%d", n++ ? ", " : "",
                             b->nb[i]);
   }
@@ -214,10 +215,16 @@ static void boot_abandon(uvccl_work_t *w, int status) {
     snprintf(where, sizeof(where), "the store (%.60s) never answered",
              uvccl__store_describe(b->store));
   } else if (b->sparse && b->ngot < b->nnb) {
-    snprintf(where, sizeof(where), "rank%s %s never published %s address "
-             "(not started, or another world size or prefix?)",
-             b->nnb - b->ngot > 1 ? "s" : "", sparse_unpublished(b, list,
-             sizeof(list)), b->nnb - b->ngot > 1 ? "their" : "its");
+    if (b->addw.state == UVCCL_WORK_PENDING) /* one MULTI_GET for all */
+      snprintf(where, sizeof(where), "not every neighbour published its "
+               "address (one of ranks %s: not started, or another world "
+               "size or prefix?)", sparse_unpublished(b, list, sizeof(list)));
+    else
+      snprintf(where, sizeof(where), "rank%s %s never published %s address "
+               "(not started, or another world size or prefix?)",
+               b->nnb - b->ngot > 1 ? "s" : "",
+               sparse_unpublished(b, list, sizeof(list)),
+               b->nnb - b->ngot > 1 ? "their" : "its");
   } else if (b->sparse && !b->mesh_done) {
     snprintf(where, sizeof(where), "the monitor links of %d of %d "
              "neighbours are up", net->links_up, net->want_links);
