@@ -57,6 +57,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 static void on_write(uvccl__wreq_t *req, int status);
 static void on_peer_closed(uv_handle_t *h);
 static void on_ctl_written(uvccl__wreq_t *req, int status);
+static int not_yet_connected(const net_t *net, int r);
 
 /* A control frame, copied: written now, or queued on a peer not yet
  * connected (sparse worlds). */
@@ -124,8 +125,7 @@ int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
              net->fails[r].detail);
     return UVCCL_EPEER;
   }
-  if (net->sparse && !net->closing &&
-      (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING))
+  if (not_yet_connected(net, r))
     return 0; /* connected when it (or we) first send */
   if (p == NULL || p->state != PEER_UP) {
     snprintf(msg, len, "rank %d (%s) is not connected%s%s", r,
@@ -696,7 +696,8 @@ int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
 /* ---- sparse worlds: lazy connections ------------------------------------------
  * A world above UVCCL_MESH_MAX ranks connects nothing at creation: a
  * schedule's first send to a rank dials it (the address comes from the
- * book, filled from the one table every rank published), and a receive
+ * book, which holds the overlay neighbours' from creation, or else from
+ * the store through net->lookup), and a receive
  * from a rank not yet connected waits on a placeholder for the sender's
  * dial. A ring then costs two connections per rank, not N - 1.
  *
@@ -766,6 +767,15 @@ void uvccl__net_set_lookup(net_t *net, int (*start)(void *, int),
 
 static int booked(const net_t *net, int r) {
   return net->book != NULL && net->book[r].addr.ss_family != 0;
+}
+
+/* Sparse worlds: r is not connected yet, and may be (what is sent to it
+ * waits; what comes from it comes when it dials). */
+static int not_yet_connected(const net_t *net, int r) {
+  const peer_t *p = net->peers[r];
+  return net->sparse && !net->closing && r != net->rank &&
+         net->fails[r].rank < 0 &&
+         (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING);
 }
 
 /* A placeholder for rank r (sparse worlds): receives post on it, sends
@@ -1757,7 +1767,6 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
   if (op->p2p) {
     if (op->peer >= 0) {
       p = net->peers[op->peer];
-      if (p == NULL) p = peer_need(net, op->peer);
       st = p ? stage_find(p, FRAME_P2P, g->gid, 0, op->tag) : NULL;
       if (st != NULL) {
         stage_take(net, p, st, op);
@@ -1897,9 +1906,9 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   h.tag = op->tag;
   h.len = op->len;
   hdr_encode(op->hdr, &h);
-  if (net->sparse && !net->closing && net->fails[op->peer].rank < 0 &&
-      (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING ||
-       (p->state == PEER_UP && (p->shm_step != 3 || p->waitq.head)))) {
+  if (not_yet_connected(net, op->peer) ||
+      (net->sparse && p != NULL && p->state == PEER_UP &&
+       (p->shm_step != 3 || p->waitq.head))) {
     /* Not connected yet (or earlier frames still wait): queued, in
      * order, until uvccl__net_peer_ready. */
     p = peer_need(net, op->peer);
@@ -2237,10 +2246,7 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
   frame_hdr_t h;
   ctl_t *c;
   int rc;
-  int queue = net->sparse && !net->closing && r != net->rank &&
-              r >= 0 && r < net->size && net->fails[r].rank < 0 &&
-              (p == NULL || p->state == PEER_NONE ||
-               p->state == PEER_CONNECTING);
+  int queue = r >= 0 && r < net->size && not_yet_connected(net, r);
   if (!queue && (p == NULL || p->state != PEER_UP || !p->wq_open))
     return UVCCL_EPEER;
   if (queue && (p = peer_need(net, r)) == NULL) return UV_ENOMEM;
@@ -2263,8 +2269,7 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
     peer_dial(p);
     return 0;
   }
-  rc = peer_write_ctl(p, &c->req, c->buf, UVCCL__FRAME_HDR + len,
-                      on_ctl_written);
+  rc = peer_write_ctl(p, &c->req, c->buf, c->len, on_ctl_written);
   if (rc != 0) uvccl__free(c);
   return rc;
 }
