@@ -1433,7 +1433,7 @@ int main(int argc, char **argv)
       nshm += strcmp(t, "shm") == 0;
       ntcp += strcmp(t, "tcp") == 0;
     }
-    if (nshm + ntcp < B.pg.size - 1)
+    if (nshm + ntcp < B.pg.size - 1 && uvccl_pg_failed_ranks(&B.pg, NULL, 0) == 0)
       printf("# rank 0 connected to %d of its %d peers (%d through shared "
              "memory, %d through TCP)\n", nshm + ntcp, B.pg.size - 1, nshm,
              ntcp);
