@@ -15,6 +15,9 @@
  *      with ranks 1 and 4 on TCP), small allreduces and barriers through
  *      the tree ($UVCCL_SMALL_TREE=1): the same results, and after them
  *      every pair reached through the same transport as in a full mesh;
+ *   g) a) at 2, 3 and 4 and b) again with single copy on
+ *      ($UVCCL_SHM_CMA=1, from 4 KiB): the same results, and every rank
+ *      read a frame from each shared-memory peer's memory (its debug log);
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
  *      at 2 and 3 ranks, default mode:
  *      every one finishes (a lost wake-up or an unread ring would stall
@@ -84,9 +87,45 @@ static void check_transports(void) {
       bad ? "; " : "", first);
 }
 
+/* g: the library's log, read for its single-copy lines (the rest goes
+ * to stderr as it would, warnings and errors only). */
+static int cma_from[MAXP];
+
+static void cma_sink(uvccl_log_level_t level, const char *component,
+                     const char *line, void *arg) {
+  const char *m = strstr(line, "first single-copy frame from rank ");
+  (void)arg;
+  (void)component;
+  if (m != NULL) {
+    int r = atoi(m + strlen("first single-copy frame from rank "));
+    if (r >= 0 && r < MAXP) cma_from[r]++;
+  }
+  if (level <= UVCCL_LOG_WARN) fprintf(stderr, "%s\n", line);
+}
+
+static void check_cma(void) {
+  int q, want = 0, got = 0;
+  char missing[64] = "";
+  for (q = 0; q < P; q++) {
+    if (q == R || tcp_rank(R) || tcp_rank(q)) continue;
+    want++;
+    if (cma_from[q] == 1) got++;
+    else if (strlen(missing) < 40)
+      snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+               " %d", q);
+  }
+  rep(got == want, "cma", "read frames from %d of %d shared-memory peers' "
+      "memory%s%s", got, want, *missing ? "; not from" : "", missing);
+}
+
 static int role_sweep(void) {
   int q, rc, sparse = getenv("UVCCL_MESH_MAX") != NULL;
+  int cma = getenv("UVCCL_SHM_CMA") != NULL;
   if (tcp_rank(R)) setenv("UVCCL_TRANSPORT", "tcp", 1);
+  if (cma) {
+    uvccl_log_set_sink(cma_sink, NULL);
+    uvccl_log_set_level(UVCCL_LOG_DEBUG);
+  }
   rank_init(30000);
 
   /* A full mesh is connected at creation; a sparse world (f) connects
@@ -278,6 +317,7 @@ static int role_sweep(void) {
     rc = wait_ok(&w, &c, rc);
     rep(rc == 0, "barrier", "%s %s", ename(rc), w.msg);
   }
+  if (cma) check_cma();
   return rank_destroy();
 }
 
@@ -356,21 +396,23 @@ static int devshm_entries(void) {
   return n;
 }
 
-static void scenario_sweep(int n, const char *tcp_ranks, int sparse) {
+static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   proc_t p;
   char tool[4096], nstr[8], tag[64];
   char *argv[] = {tool, "-n", nstr, "--", self, NULL};
   static char e_tcp[64];
   const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp,
-                       sparse ? "UVCCL_MESH_MAX=0" : NULL,
-                       "UVCCL_SMALL_TREE=1", NULL};
+                       "UVCCL_SMALL_TREE=1",
+                       cma ? "UVCCL_SHM_CMA=1" : "UVCCL_T_NONE=",
+                       cma ? "UVCCL_SHM_CMA_MIN=4096" : "UVCCL_T_NONE=",
+                       sparse ? "UVCCL_MESH_MAX=0" : NULL, NULL};
   unsigned all = (1u << n) - 1;
   double t0 = now_s();
   snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
   snprintf(nstr, sizeof(nstr), "%d", n);
   snprintf(e_tcp, sizeof(e_tcp), "UVCCL_T_TCP_RANKS=%s",
            tcp_ranks ? tcp_ranks : "");
-  snprintf(tag, sizeof(tag), "%s W=%d",
+  snprintf(tag, sizeof(tag), "%s%s W=%d", cma ? "g: single copy, " : "",
            sparse ? "f: sparse" : tcp_ranks ? "b: mixed" : "a:", n);
   scenario_failed = 0;
   if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
@@ -399,6 +441,9 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse) {
       "%s: a ring of 2.5 MiB sends and small ones behind them", tag);
   agg(&p, 1, "barrier", all, "%s: barrier", tag);
   agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);
+  if (cma)
+    agg(&p, 1, "cma", all, "%s: every rank read a frame from each "
+        "shared-memory peer's memory", tag);
   if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
   if (!ok(strcasestr(p.ebuf, "warn") == NULL &&
               strcasestr(p.ebuf, "error") == NULL,
@@ -445,18 +490,24 @@ int main(int argc, char **argv) {
   unsetenv("UVCCL_TRANSPORT");
   shm0 = devshm_entries();
   if (!only || strchr(only, 'a')) {
-    scenario_sweep(2, NULL, 0);
-    scenario_sweep(3, NULL, 0);
-    scenario_sweep(4, NULL, 0);
-    scenario_sweep(8, NULL, 0);
+    scenario_sweep(2, NULL, 0, 0);
+    scenario_sweep(3, NULL, 0, 0);
+    scenario_sweep(4, NULL, 0, 0);
+    scenario_sweep(8, NULL, 0, 0);
   }
-  if (!only || strchr(only, 'b')) scenario_sweep(4, "2,3", 0);
+  if (!only || strchr(only, 'b')) scenario_sweep(4, "2,3", 0, 0);
   if (!only || strchr(only, 'f')) {
     /* sparse worlds: lazy connections, the monitors' overlay */
-    scenario_sweep(2, NULL, 1);
-    scenario_sweep(3, NULL, 1);
-    scenario_sweep(8, NULL, 1);
-    scenario_sweep(5, "1,4", 1);
+    scenario_sweep(2, NULL, 1, 0);
+    scenario_sweep(3, NULL, 1, 0);
+    scenario_sweep(8, NULL, 1, 0);
+    scenario_sweep(5, "1,4", 1, 0);
+  }
+  if (!only || strchr(only, 'g')) {
+    scenario_sweep(2, NULL, 0, 1);
+    scenario_sweep(3, NULL, 0, 1);
+    scenario_sweep(4, NULL, 0, 1);
+    scenario_sweep(4, "2,3", 0, 1);
   }
   if (!only || strchr(only, 'e')) {
     scenario_stress(2);

@@ -7,7 +7,16 @@
  * the ring, never a crash, a hang or a copy out of bounds; the world is
  * destroyed cleanly afterwards and the loop closes with nothing left;
  *   c) a group forgotten while one of its frames is half staged from a
- *      ring: the frame's memory stays for the reader, the data arrives. */
+ *      ring: the frame's memory stays for the reader, the data arrives;
+ * single copy ($UVCCL_SHM_CMA=1: the receiver reads a large frame from the
+ * sender's memory):
+ *   d) a single-copy descriptor from a peer that was not allowed to send
+ *      one, and one whose address is unmapped: errors naming rank 1, as in
+ *      a) and b);
+ *   e) a send taken back (cancelled) after its descriptor went and before
+ *      the receiver read it: the sender's buffer is the caller's again at
+ *      once (the test scribbles over it), and the receiver still gets the
+ *      bytes as they were (from the copy the sender made), whole. */
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
@@ -28,7 +37,7 @@ static int spoiled_allreduce(world_t *W, void (*spoil)(peer_t *p),
   peer_t *p = g0->net->peers[1];
   int32_t v[1][64];
   int i, rc;
-  uv_timer_t guard_t;
+  static uv_timer_t guard_t; /* its close ends in a later loop turn */
   for (i = 0; i < 64; i++) v[0][i] = 1;
   if (p == NULL || !p->shm_rx) {
     snprintf(msg, len, "rank 0 does not read rank 1 through shared memory");
@@ -69,6 +78,107 @@ static void spoil_frame(peer_t *p) {
   memset(junk, 0xee, sizeof(junk));
   memcpy((char *)in->data + off, junk, sizeof(junk));
   atomic_store(&in->ring->tail, in->head + sizeof(junk));
+}
+
+/* A single-copy descriptor for 64 KiB at `addr`. */
+static void spoil_cma_at(peer_t *p, uint64_t addr) {
+  uvccl__shm_in_t *in = &p->shm_in;
+  unsigned char d[UVCCL__FRAME_HDR + UVCCL__CMA_DESC];
+  frame_hdr_t h;
+  uint64_t seq = 1, off = in->head % in->size;
+  memset(&h, 0, sizeof(h));
+  h.kind = FRAME_COLL;
+  h.flags = UVCCL__FRAME_F_CMA;
+  h.gid = 77;
+  h.len = 65536;
+  memcpy(d, &h, UVCCL__FRAME_HDR);
+  memcpy(d + UVCCL__FRAME_HDR, &addr, 8);
+  memcpy(d + UVCCL__FRAME_HDR + 8, &seq, 8);
+  memcpy((char *)in->data + off, d, sizeof(d));
+  atomic_store(&in->ring->tail, in->head + sizeof(d));
+}
+
+static void spoil_cma_bad_addr(peer_t *p) { spoil_cma_at(p, 4096); }
+static void spoil_cma_valid(peer_t *p) {
+  static char mem[65536];
+  spoil_cma_at(p, (uint64_t)(uintptr_t)mem);
+}
+
+static void scenario_cma_hostile(void) {
+  world_t W;
+  char msg[UVCCL_WORK_MSG_LEN];
+  int rc, k;
+  static void (*const spoilers[2])(peer_t *) = {spoil_cma_valid,
+                                                spoil_cma_bad_addr};
+  static const char *const names[2] = {
+      "d: a single-copy descriptor from a rank not allowed one",
+      "d: a single-copy descriptor with an unmapped address"};
+  uv_loop_init(&L);
+  for (k = 0; k < 2; k++) {
+    if (k == 1) setenv("UVCCL_SHM_CMA", "1", 1);
+    rc = world_init(&W, &L, 2, NULL);
+    unsetenv("UVCCL_SHM_CMA");
+    if (!is_int(rc, 0, "d: a world of 2 in one process")) return;
+    rc = spoiled_allreduce(&W, spoilers[k], msg, sizeof(msg));
+    ok(rc != 0 && rc != UV_ETIMEDOUT && strstr(msg, "rank 1") != NULL &&
+           strstr(msg, k == 0 ? "may not send" : "from its memory") != NULL,
+       "%s: rank 0's allreduce fails naming rank 1: %s (%s)", names[k],
+       rc ? uvccl_strerror(rc) : "no error", msg);
+    world_destroy(&W);
+  }
+  is_int(uv_loop_close(&L), 0, "d: the loop closes cleanly");
+}
+
+/* e) A single-copy send cancelled while its descriptor waits unread. */
+static void scenario_cma_revoke(void) {
+  world_t W;
+  enum { N = 1 << 20 };
+  unsigned char *sb = malloc(N), *rb = malloc(N);
+  uvccl_work_t ws, wr;
+  peer_t *p0, *p1;
+  size_t i, bad = 0;
+  int spins = 0, rc;
+  uv_loop_init(&L);
+  setenv("UVCCL_SHM_CMA", "1", 1);
+  rc = world_init(&W, &L, 2, NULL);
+  unsetenv("UVCCL_SHM_CMA");
+  if (!is_int(rc, 0, "e: a world of 2 with single copy")) return;
+  p0 = ((group_t *)W.pg[0].impl_)->net->peers[1]; /* rank 0's view of 1 */
+  p1 = ((group_t *)W.pg[1].impl_)->net->peers[0];
+  ok(p1 != NULL && p1->cma_tx && p0 != NULL && p0->cma_pid != 0,
+     "e: rank 1 may send rank 0 single-copy frames");
+  for (i = 0; i < N; i++) sb[i] = (unsigned char)(i * 7 + 3);
+  memset(rb, 0, N);
+  memset(&ws, 0, sizeof(ws));
+  memset(&wr, 0, sizeof(wr));
+  p0->paused = 1; /* rank 0 reads no frame header for now */
+  rc = uvccl_send(&W.pg[1], &ws, sb, N, 0, 9, NULL);
+  while (rc == 0 && !p1->cma_wait && spins++ < 100000)
+    uv_run(&L, UV_RUN_NOWAIT);
+  ok(rc == 0 && p1->cma_wait && p1->cma_op != NULL,
+     "e: rank 1's descriptor is in the ring, unread");
+  rc = uvccl_work_cancel(&ws);
+  if (rc == 0) rc = uvccl_work_wait(&ws) == 0 ? UV_EINVAL : 0;
+  ok(rc == 0 && ws.status != 0 && p1->cma_op == NULL && p1->cma_ghost != NULL,
+     "e: the cancelled send completes at once (%s), the transfer redirected "
+     "to a copy", uvccl_strerror(ws.status));
+  memset(sb, 0xab, N); /* the caller's buffer again */
+  p0->paused = 0;
+  uvccl__shm_kick(p0);
+  rc = uvccl_recv(&W.pg[0], &wr, rb, N, 1, 9, NULL);
+  if (rc == 0) rc = uvccl_work_wait(&wr);
+  for (i = 0; i < N && rc == 0; i++)
+    if (rb[i] != (unsigned char)(i * 7 + 3)) bad++;
+  ok(rc == 0 && bad == 0, "e: rank 0 receives the bytes as they were sent "
+     "(%s %s, %zu wrong)", rc ? uvccl_strerror(rc) : "ok", wr.msg, bad);
+  spins = 0;
+  while (p1->cma_wait && spins++ < 100000) uv_run(&L, UV_RUN_NOWAIT);
+  ok(!p1->cma_wait && p1->cma_ghost == NULL,
+     "e: rank 0's acknowledgement frees rank 1's copy");
+  world_destroy(&W);
+  is_int(uv_loop_close(&L), 0, "e: the loop closes cleanly");
+  free(sb);
+  free(rb);
 }
 
 static void scenario_hostile(void) {
@@ -139,5 +249,7 @@ int main(void) {
   unsetenv("UVCCL_TRANSPORT");
   scenario_hostile();
   scenario_forget_mid_frame();
+  scenario_cma_hostile();
+  scenario_cma_revoke();
   return done_testing();
 }

@@ -6,6 +6,9 @@
 # once: the machine may have 2 cores, and W=4 already oversubscribes them):
 #   uvccl     build/bin/uvccl-run -n W build/bin/uvccl-bench --json ...
 #   uvccl-bp  the same with --busy-poll=BUSY_POLL_US (default 50)
+#   uvccl-cma, uvccl-cma-bp  uvccl and uvccl-bp with UVCCL_SHM_CMA=1:
+#             frames of 256 KiB or more read by the receiver straight from
+#             the sender's memory (process_vm_readv), single copy
 #   uvccl-ip  allreduce only, in place (--inplace): c10d's all_reduce, so
 #             the like-for-like of Gloo's (PyTorch's is in place only)
 #   uvccl-tcp, uvccl-tcp-bp  uvccl and uvccl-bp with UVCCL_TRANSPORT=tcp:
@@ -141,6 +144,8 @@ bench_one() {
   case $impl in
     uvccl)    cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
     uvccl-bp) cmd=(env -u UVCCL_BUSY_POLL_US "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
+    uvccl-cma)    cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_SHM_CMA=1 "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
+    uvccl-cma-bp) cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_SHM_CMA=1 "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
     uvccl-tcp)    cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_TRANSPORT=tcp "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}") ;;
     uvccl-tcp-bp) cmd=(env -u UVCCL_BUSY_POLL_US UVCCL_TRANSPORT=tcp "$OUT/bin/uvccl-run" -n "$w" "$OUT/bin/uvccl-bench" "${args[@]}" "--busy-poll=$BUSY_POLL_US") ;;
     uvccl-ip)

@@ -22,8 +22,10 @@ import os
 import re
 import sys
 
-IMPLS = ["uvccl", "uvccl-bp", "uvccl-ip", "uvccl-tcp", "uvccl-tcp-bp", "gloo", "mpi-tcp", "mpi-shm"]
+IMPLS = ["uvccl", "uvccl-bp", "uvccl-cma", "uvccl-cma-bp", "uvccl-ip", "uvccl-tcp", "uvccl-tcp-bp", "gloo", "mpi-tcp", "mpi-shm"]
 HEAD = {"uvccl": "uvccl", "uvccl-bp": "uvccl busy-poll",
+        "uvccl-cma": "uvccl single copy",
+        "uvccl-cma-bp": "uvccl single copy busy-poll",
         "uvccl-ip": "uvccl in place", "uvccl-tcp": "uvccl TCP only",
         "uvccl-tcp-bp": "uvccl TCP only busy-poll", "gloo": "gloo",
         "mpi-tcp": "mpi-tcp", "mpi-shm": "mpi-shm"}

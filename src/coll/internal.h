@@ -54,6 +54,12 @@ enum {
 };
 
 #define UVCCL__FRAME_HDR 24
+/* frame_hdr_t.flags: the payload is not in the ring: a descriptor (its
+ * address in the sender and the transfer's number, 8 bytes each) follows
+ * the header, and the receiver reads the payload from the sender's
+ * memory (shared memory only; see shm.c). */
+#define UVCCL__FRAME_F_CMA 0x01
+#define UVCCL__CMA_DESC 16
 #define UVCCL__HELLO_MAGIC 0x4c435655u /* "UVCL" */
 #define UVCCL__WIRE_VERSION 1
 
@@ -302,6 +308,21 @@ struct peer_s {
   int shm_attached;      /* we mapped its inbox */
   int shm_peer_attached; /* it mapped ours */
   sop_list_t shm_sendq;  /* sends waiting for room in its ring */
+  /* Single copy (shm.c): a large frame's payload is read by the receiver
+   * straight from the sender's memory; its ring carries a descriptor.
+   * Sender's side: whether it may, the last transfer's number, the send
+   * it reads (NULL once orphaned: then cma_ghost, a copy, is read), and
+   * whether that transfer is unacknowledged (later frames wait). */
+  int cma_tx;
+  uint64_t cma_seq;
+  sop_t *cma_op;
+  char *cma_ghost;
+  int cma_wait;
+  /* Receiver's side: its pid when we may read its memory (0: no), and
+   * the transfer being read (cma_rx), its number and address. */
+  uint32_t cma_pid;
+  int cma_rx;
+  uint64_t cma_rx_seq, cma_rx_addr;
   char reject[256];      /* REJECT payload to send, or received */
   unsigned char reject_buf[UVCCL__FRAME_HDR + 256];
   /* Lazy connections: what waits for the connection (data frames until

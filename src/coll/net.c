@@ -1833,7 +1833,7 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
     op->writing = 0;
     return 0;
   }
-  if (p != NULL && op->list == &p->shm_sendq)
+  if (p != NULL && (op->list == &p->shm_sendq || p->cma_op == op))
     rc = uvccl__shm_orphan(p, op);
   else
     rc = p != NULL && p->wq_open ? uvccl__wq_orphan(&p->wq, &op->wreq)

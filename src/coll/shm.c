@@ -28,7 +28,27 @@
  * mode the spinning loop reads the rings every iteration.
  *
  * Flow control. A sender whose frame does not fit copies what fits,
- * flags the ring, and waits; the consumer wakes it when it frees room. */
+ * flags the ring, and waits; the consumer wakes it when it frees room.
+ *
+ * Single copy (UVCCL_SHM_CMA=1). A frame of at least UVCCL_SHM_CMA_MIN
+ * bytes (256 KiB) is not copied into the ring: the ring carries its header and a descriptor
+ * (where the payload lies in the sender, the transfer's number), and the
+ * receiver reads the payload with process_vm_readv straight into the
+ * receive's buffer (or its stage, or a small scratch it reduces from), in
+ * 1 MiB steps. One copy instead of two, and the sender's CPU is free. The
+ * receiver acknowledges through the ring's header; the send completes
+ * then, and the sender's later frames to that peer wait for it. Whether a
+ * rank may read a peer's memory is tried at the exchange (the peer offers
+ * the address of its cookie; the kernel's ptrace check, Yama and seccomp
+ * decide); without it everything goes through the ring. It is off by
+ * default because on the machines measured so far (a KVM guest, kernel
+ * 6.18) process_vm_readv copies at a quarter of memcpy's speed in cache
+ * and a third out of it, so the ring's two copies, which overlap on two
+ * cores, are faster (bench/RESULTS.md). A bad descriptor fails that peer (the kernel checks the
+ * address), never this process. A send taken back while being read (its
+ * work failed) is redirected to a copy: the sender publishes the copy,
+ * revokes the transfer and waits until the receiver is out of its
+ * current read (each side announces, then looks at the other's word). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -47,10 +67,18 @@ typedef struct uvccl__shm_net_s {
   int nrx;
   uint64_t nqueued;      /* sends waiting for room, all peers */
   sop_list_t lost;       /* sends a dead peer will never take */
+  uint64_t cma_min;      /* single copy from this size (0: off) */
+  int ncma;              /* peers with an unacknowledged transfer */
+  char *scratch;         /* single-copy reductions read into this */
 } shm_net_t;
 
 #define SHM_PUBLISH_EVERY (256u * 1024)
 #define SHM_DEFAULT_RING (1024u * 1024)
+#define CMA_DEFAULT_MIN (256u * 1024)
+#define CMA_STEP (1024u * 1024)       /* one process_vm_readv */
+#define CMA_SCRATCH (128u * 1024)     /* a reduction's step (stays in cache) */
+#define CMA_TURN (4u * 1024 * 1024)   /* bytes read per peer per loop turn */
+#define CMA_REVOKE_MS 200
 
 static uint64_t pad8(uint64_t len) { return (8 - len % 8) % 8; }
 
@@ -95,6 +123,19 @@ int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
   ring = (ring + UVCCL__SHM_PAGE - 1) / UVCCL__SHM_PAGE * UVCCL__SHM_PAGE;
   sn = uvccl__calloc(1, sizeof(*sn));
   if (sn == NULL) return UV_ENOMEM;
+  /* UVCCL_SHM_CMA=1: single copy (off by default: see the top); its
+   * threshold UVCCL_SHM_CMA_MIN, in bytes. */
+  sn->cma_min = 0;
+  {
+    const char *v = getenv("UVCCL_SHM_CMA");
+    const char *m = getenv("UVCCL_SHM_CMA_MIN");
+    if (v != NULL && strcmp(v, "1") == 0) sn->cma_min = CMA_DEFAULT_MIN;
+    if (sn->cma_min != 0 && m != NULL && *m != '\0') {
+      char *end;
+      unsigned long long n = strtoull(m, &end, 10);
+      if (*end == '\0' && n > 0) sn->cma_min = n;
+    }
+  }
   sn->rx = uvccl__calloc((size_t)net->size, sizeof(int));
   if (sn->rx == NULL) {
     uvccl__free(sn);
@@ -153,6 +194,7 @@ void uvccl__shm_peer_up(peer_t *p) {
   uvccl__shm_info_t info;
   if (shm_usable(net)) uvccl__shm_inbox_info(&net->shm->ib, &info);
   else uvccl__shm_info_none(&info);
+  if (net->shm == NULL || net->shm->cma_min == 0) info.cma_addr = 0;
   if (uvccl__net_send_ctl(net, p->rank, FRAME_SHM, 0, 0, 0, &info,
                           sizeof(info)) != 0)
     uvccl__net_peer_fail(net, p, UV_EPIPE, "sending the shared-memory offer "
@@ -171,6 +213,8 @@ static void shm_link(peer_t *p, int peer_attached) {
       p->shm_out = NULL;
       p->shm_attached = 0;
     }
+    p->cma_tx = 0;
+    p->cma_pid = 0;
     return;
   }
   uvccl__shm_inbox_slot(&sn->ib, (uint32_t)p->rank, &p->shm_in);
@@ -212,6 +256,12 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
         p->shm_out = o;
         p->shm_attached = 1;
         answer.kind = UVCCL__SHM_ATTACHED;
+        /* It lets us read its memory: try it once, here. */
+        if (net->shm->cma_min != 0 &&
+            uvccl__shm_cma_probe(info.pid, info.cma_addr, info.cookie)) {
+          p->cma_pid = info.pid;
+          answer.cma_addr = 1;
+        }
       } else {
         LOG_INFO("coll", "rank %d: rank %d runs on this host but its shared "
                  "memory cannot be mapped (%s): TCP it is", net->rank,
@@ -229,6 +279,8 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
               info.kind == UVCCL__SHM_REFUSED) && !(p->shm_step & 2)) {
     p->shm_step |= 2;
     p->shm_peer_attached = info.kind == UVCCL__SHM_ATTACHED;
+    p->cma_tx = p->shm_peer_attached && info.cma_addr == 1 &&
+                net->shm != NULL && net->shm->cma_min != 0;
   } else {
     uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "unexpected shared-memory "
                          "frame");
@@ -299,15 +351,49 @@ static void ring_corrupt(peer_t *p) {
                        "holds impossible indices (memory corrupted)");
 }
 
+/* A large frame goes as its header and a descriptor: 2 when they are in
+ * the ring (the receiver now reads the payload; the send completes at its
+ * acknowledgement), 0 when the ring has no room for them yet. */
+static int tx_cma(peer_t *p, sop_t *op) {
+  unsigned char d[UVCCL__FRAME_HDR + UVCCL__CMA_DESC];
+  uint64_t addr = (uint64_t)(uintptr_t)op->buf, seq = p->cma_seq + 1;
+  int64_t space = uvccl__shm_space(p->shm_out);
+  if (space < 0) return -1;
+  if (space < (int64_t)sizeof(d)) return 0;
+  memcpy(d, op->hdr, UVCCL__FRAME_HDR);
+  d[1] |= UVCCL__FRAME_F_CMA; /* frame_hdr_t.flags */
+  memcpy(d + UVCCL__FRAME_HDR, &addr, 8);
+  memcpy(d + UVCCL__FRAME_HDR + 8, &seq, 8);
+  p->cma_seq = seq;
+  p->cma_op = op;
+  p->cma_wait = 1;
+  p->net->shm->ncma++;
+  op->writing = 1;
+  uvccl__shm_put(p->shm_out, d, sizeof(d));
+  uvccl__shm_publish(p->shm_out);
+  return 2;
+}
+
+/* The next frame into the ring: 1 all in (the send is done), 2 in as a
+ * descriptor (done at its acknowledgement), 0 not (all) in yet, -1 a
+ * corrupted ring. */
+static int tx_frame(peer_t *p, sop_t *op) {
+  uint64_t min = p->net->shm->cma_min;
+  if (p->cma_tx && min != 0 && op->s != NULL && op->len >= min && op->got == 0)
+    return tx_cma(p, op);
+  return tx_fill(p->shm_out, op);
+}
+
 int uvccl__shm_send(peer_t *p, sop_t *op) {
   op->got = 0;
-  if (p->shm_sendq.head == NULL) {
-    int r = tx_fill(p->shm_out, op);
+  if (p->shm_sendq.head == NULL && !p->cma_wait) {
+    int r = tx_frame(p, op);
     if (r < 0) {
       ring_corrupt(p);
       return UVCCL_EPEER;
     }
     if (r == 1) return 1;
+    if (r == 2) return 0;
   }
   op->writing = 1;
   sop_list_push(&p->shm_sendq, op);
@@ -315,14 +401,35 @@ int uvccl__shm_send(peer_t *p, sop_t *op) {
   return 0;
 }
 
+/* The receiver finished the transfer: its send completes (or, orphaned,
+ * the copy goes), and later frames may go. 1 when it did. */
+static int cma_acked(peer_t *p) {
+  sop_t *op = p->cma_op;
+  uint64_t acked;
+  if (!p->cma_wait) return 0;
+  acked = atomic_load_explicit(&p->shm_out->ring->cma_acked,
+                               memory_order_acquire);
+  if (acked != p->cma_seq) return 0;
+  p->cma_wait = 0;
+  p->cma_op = NULL;
+  p->net->shm->ncma--;
+  uvccl__free(p->cma_ghost);
+  p->cma_ghost = NULL;
+  if (op != NULL) {
+    op->writing = 0;
+    p->net->up->op_done(op);
+  }
+  return 1;
+}
+
 /* Moves what is queued on the rings along; 1 when something moved. */
 static int pump(peer_t *p) {
   net_t *net = p->net;
   sop_t *op;
   int moved = 0;
-  while ((op = p->shm_sendq.head) != NULL && p->shm_tx) {
+  while ((op = p->shm_sendq.head) != NULL && p->shm_tx && !p->cma_wait) {
     uint64_t before = op->got;
-    int r = tx_fill(p->shm_out, op);
+    int r = tx_frame(p, op);
     if (op->got != before) moved = 1;
     if (r < 0) {
       ring_corrupt(p);
@@ -335,6 +442,7 @@ static int pump(peer_t *p) {
     sop_list_remove(&p->shm_sendq, op);
     net->shm->nqueued--;
     moved = 1;
+    if (r == 2) return 1; /* read by the receiver now; acknowledged later */
     if (op->s == NULL) {
       uvccl__free(op);
       continue;
@@ -346,10 +454,42 @@ static int pump(peer_t *p) {
   return moved;
 }
 
+/* The send being read is taken back (its work failed): the receiver
+ * reads a copy from now on. The copy is published, then the transfer
+ * revoked; a read under way (the receiver announced it before looking at
+ * the revocation) still reads the caller's buffer, so this waits for it
+ * to end: one system call of at most CMA_STEP bytes, unless the receiver
+ * was stopped in between; then the buffer cannot be given back safely,
+ * and the caller fails that peer. */
+static int cma_orphan(peer_t *p, sop_t *op) {
+  uvccl__shm_ring_hdr_t *ring = p->shm_out->ring;
+  uint64_t deadline;
+  char *copy = uvccl__malloc(op->len);
+  if (copy == NULL) return UV_ENOMEM;
+  memcpy(copy, op->buf, op->len);
+  atomic_store_explicit(&ring->cma_redirect, (uint64_t)(uintptr_t)copy,
+                        memory_order_relaxed);
+  atomic_store_explicit(&ring->cma_revoked, p->cma_seq, memory_order_seq_cst);
+  deadline = uv_hrtime() + (uint64_t)CMA_REVOKE_MS * 1000000;
+  while (atomic_load_explicit(&ring->cma_reading, memory_order_seq_cst) ==
+         p->cma_seq) {
+    if (uv_hrtime() > deadline) {
+      /* Kept: it may still read it. Freed with the peer. */
+      p->cma_ghost = copy;
+      return UV_EBUSY;
+    }
+  }
+  p->cma_ghost = copy;
+  p->cma_op = NULL;
+  op->writing = 0;
+  return 0;
+}
+
 int uvccl__shm_orphan(peer_t *p, sop_t *op) {
   uint64_t total = UVCCL__FRAME_HDR + op->len + pad8(op->len), left, at;
   sop_t *ghost;
   char *d;
+  if (p->cma_op == op && p->cma_op != NULL) return cma_orphan(p, op);
   if (op->list != &p->shm_sendq) return UV_ENOENT;
   left = total - op->got;
   ghost = uvccl__malloc(sizeof(*ghost) + (size_t)left);
@@ -391,18 +531,121 @@ int uvccl__shm_orphan(peer_t *p, sop_t *op) {
 
 /* ---- receiving ---------------------------------------------------------------- */
 
+static void cma_fail(peer_t *p, int err) {
+  char msg[160];
+  snprintf(msg, sizeof(msg), "reading a %llu-byte frame from its memory "
+           "failed: %s (a bad descriptor, or it is gone)",
+           (unsigned long long)p->srx.cur.len, uvccl_strerror(err));
+  p->cma_rx = 0;
+  uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, msg);
+}
+
+/* The transfer is read to the end: the sender hears it (its send
+ * completes), and the frame is delivered. */
+static int cma_done(peer_t *p) {
+  p->cma_rx = 0;
+  atomic_store_explicit(&p->shm_in.ring->cma_acked, p->cma_rx_seq,
+                        memory_order_release);
+  uvccl__shm_nudge(p->shm_out);
+  if (p->srx.rstate == RS_DISCARD) {
+    p->srx.rstate = RS_HDR;
+    return 0;
+  }
+  return uvccl__net_frame_end(p, &p->srx);
+}
+
+/* One step of the frame being read from the sender's memory: the bytes
+ * are announced (cma_reading) before the revocation is looked at, so a
+ * sender taking its buffer back either is seen here or waits for this
+ * read. Returns the bytes read, or -1 when the peer failed. */
+static int64_t cma_step(peer_t *p) {
+  uvccl__shm_ring_hdr_t *ring = p->shm_in.ring;
+  rx_t *rx = &p->srx;
+  uint64_t left = rx->cur.len - rx->cur_got, n = left, base = p->cma_rx_addr;
+  char *dst = NULL;
+  int rc = 0;
+  if (n > CMA_STEP) n = CMA_STEP;
+  switch (rx->rstate) {
+  case RS_DIRECT: dst = rx->cur_op->buf + rx->cur_got; break;
+  case RS_STAGE: dst = rx->cur_stage->data + rx->cur_got; break;
+  case RS_REDUCE:
+    if (p->net->shm->scratch == NULL) {
+      p->net->shm->scratch = uvccl__malloc(CMA_SCRATCH);
+      if (p->net->shm->scratch == NULL) {
+        uvccl__net_peer_fail(p->net, p, UV_ENOMEM, "out of memory reading "
+                             "a frame");
+        return -1;
+      }
+    }
+    dst = p->net->shm->scratch;
+    if (n > CMA_SCRATCH) n = CMA_SCRATCH; /* a multiple of every dtype */
+    break;
+  default: n = left; break; /* RS_DISCARD: nothing read */
+  }
+  if (dst != NULL) {
+    atomic_store_explicit(&ring->cma_reading, p->cma_rx_seq,
+                          memory_order_seq_cst);
+    if (atomic_load_explicit(&ring->cma_revoked, memory_order_seq_cst) ==
+        p->cma_rx_seq)
+      base = atomic_load_explicit(&ring->cma_redirect, memory_order_relaxed);
+    rc = uvccl__shm_cma_read(p->cma_pid, dst, base + rx->cur_got, (size_t)n);
+    atomic_store_explicit(&ring->cma_reading, 0, memory_order_release);
+    if (rc != 0) {
+      cma_fail(p, rc);
+      return -1;
+    }
+    if (rx->rstate == RS_REDUCE)
+      p->net->up->reduce_in(rx->cur_op, (size_t)rx->cur_got, dst, (size_t)n);
+  }
+  rx->cur_got += n;
+  if (rx->cur_got == rx->cur.len && cma_done(p) != 0) return -1;
+  return (int64_t)n;
+}
+
+/* A frame header with the single-copy flag: its descriptor follows. 0 to
+ * go on, 1 when the descriptor is not all in yet, -1 when the peer failed. */
+static int cma_begin(peer_t *p, const frame_hdr_t *h, int64_t avail) {
+  unsigned char d[UVCCL__FRAME_HDR + UVCCL__CMA_DESC];
+  if (p->cma_pid == 0 || h->len == 0 || h->flags != UVCCL__FRAME_F_CMA) {
+    uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "a single-copy frame it "
+                         "may not send (bad frame in its shared-memory ring)");
+    return -1;
+  }
+  if (avail < (int64_t)sizeof(d)) return 1;
+  uvccl__shm_copy_out(&p->shm_in, d, sizeof(d));
+  uvccl__shm_consume(&p->shm_in, sizeof(d));
+  memcpy(&p->cma_rx_addr, d + UVCCL__FRAME_HDR, 8);
+  memcpy(&p->cma_rx_seq, d + UVCCL__FRAME_HDR + 8, 8);
+  if (p->cma_rx_seq == 1)
+    LOG_DEBUG("coll", "rank %d: first single-copy frame from rank %d (%llu "
+              "bytes)", p->net->rank, p->rank, (unsigned long long)h->len);
+  if (uvccl__net_frame_begin(p, &p->srx, h) != 0) return -1;
+  p->cma_rx = 1;
+  return 0;
+}
+
 /* Reads what the peer's ring holds, at most a ring's worth (a producer
- * as fast as this reader must not keep the loop here); 1 when something
- * moved. */
+ * as fast as this reader must not keep the loop here) and CMA_TURN bytes
+ * from its memory; 1 when something moved. */
 static int consume(peer_t *p) {
   uvccl__shm_in_t *in = &p->shm_in;
-  uint64_t released = in->head, start = in->head;
+  uint64_t released = in->head, start = in->head, pulled = 0;
   int moved = 0;
   while (p->shm_rx && p->state == PEER_UP && in->head - start < in->size) {
-    int64_t avail = uvccl__shm_avail(in);
+    int64_t avail;
     uint64_t left, take;
     size_t contig;
     const char *ptr;
+    if (p->cma_rx) {
+      int64_t n;
+      if (pulled >= CMA_TURN) break;
+      n = cma_step(p);
+      if (n < 0) return 1;
+      pulled += (uint64_t)n;
+      moved = 1;
+      continue;
+    }
+    avail = uvccl__shm_avail(in);
     if (avail < 0) {
       ring_corrupt(p);
       return 1;
@@ -419,14 +662,21 @@ static int consume(peer_t *p) {
       frame_hdr_t h;
       if (p->paused || avail < UVCCL__FRAME_HDR) break;
       uvccl__shm_copy_out(in, hb, sizeof(hb));
-      uvccl__shm_consume(in, sizeof(hb));
       memcpy(&h, hb, sizeof(h));
-      moved = 1;
       if (h.kind != FRAME_COLL && h.kind != FRAME_P2P) {
         uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "bad frame in its "
                              "shared-memory ring");
         return 1;
       }
+      if (h.flags != 0) {
+        int r = cma_begin(p, &h, avail);
+        if (r < 0) return 1;
+        if (r > 0) break; /* the descriptor is still on its way */
+        moved = 1;
+        continue;
+      }
+      uvccl__shm_consume(in, sizeof(hb));
+      moved = 1;
       if (uvccl__net_frame_begin(p, &p->srx, &h) != 0) return 1;
       continue;
     }
@@ -513,9 +763,14 @@ int uvccl__shm_poll(net_t *net) {
       moved |= consume(p);
       /* Stopped with bytes left (its share of this turn was used up):
        * again next turn. Paused: uvccl__shm_kick when it resumes. */
-      if (p->shm_rx && p->state == PEER_UP && !p->paused &&
-          uvccl__shm_nonempty(&p->shm_in))
+      if (p->shm_rx && p->state == PEER_UP &&
+          (p->cma_rx || (!p->paused && uvccl__shm_nonempty(&p->shm_in))))
         uvccl__shm_mark_dirty(&sn->ib, (uint32_t)s);
+      /* Its acknowledgement of our transfer comes the same way. */
+      if (p->cma_wait && p->state == PEER_UP && cma_acked(p)) {
+        moved = 1;
+        if (p->shm_sendq.head != NULL) pump(p);
+      }
       if (net->closing) return 1;
     }
   }
@@ -619,7 +874,20 @@ void uvccl__shm_peer_down(peer_t *p) {
       }
   }
   p->shm_tx = 0;
-  if (p->shm_sendq.head == NULL) return;
+  p->cma_rx = 0;
+  if (p->cma_wait) {
+    p->cma_wait = 0;
+    sn->ncma--;
+  }
+  /* A copy it may still be reading (stopped mid-read): its reads of this
+   * process's memory can no longer matter to anyone. */
+  uvccl__free(p->cma_ghost);
+  p->cma_ghost = NULL;
+  if (p->cma_op != NULL) {
+    sop_list_push(&sn->lost, p->cma_op);
+    p->cma_op = NULL;
+  }
+  if (p->shm_sendq.head == NULL && sn->lost.head == NULL) return;
   /* Their buffers go back from the loop, as a closed socket's queued
    * writes do (never inside the call that noticed the failure). */
   while ((op = p->shm_sendq.head) != NULL) {
@@ -660,13 +928,17 @@ void uvccl__shm_net_free(net_t *net) {
   int r;
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    if (p == NULL || p->shm_out == NULL) continue;
+    if (p == NULL) continue;
+    uvccl__free(p->cma_ghost);
+    p->cma_ghost = NULL;
+    if (p->shm_out == NULL) continue;
     uvccl__shm_detach(p->shm_out);
     uvccl__free(p->shm_out);
     p->shm_out = NULL;
   }
   if (sn == NULL) return;
   uvccl__shm_inbox_close(&sn->ib);
+  uvccl__free(sn->scratch);
   uvccl__free(sn->rx);
   uvccl__free(sn);
   net->shm = NULL;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "../loop/internal.h"
@@ -138,6 +139,7 @@ void uvccl__shm_inbox_info(const uvccl__shm_inbox_t *ib,
   in->nslots = ib->nslots;
   in->cookie = ib->cookie;
   in->ring_size = ib->ring_size;
+  in->cma_addr = (uint64_t)(uintptr_t)&ib->cookie;
   boot_id(in->boot_id);
 }
 
@@ -332,6 +334,35 @@ void uvccl__shm_publish(uvccl__shm_out_t *o) {
   set_dirty(o->peer, o->slot);
   atomic_thread_fence(memory_order_seq_cst);
   wake(o->peer, o->bellfd);
+}
+
+void uvccl__shm_nudge(uvccl__shm_out_t *o) {
+  /* What the consumer is to find (the caller's stores) before the bit. */
+  atomic_thread_fence(memory_order_seq_cst);
+  set_dirty(o->peer, o->slot);
+  atomic_thread_fence(memory_order_seq_cst);
+  wake(o->peer, o->bellfd);
+}
+
+int uvccl__shm_cma_read(uint32_t pid, void *dst, uint64_t remote, size_t n) {
+  struct iovec l, r;
+  ssize_t got;
+  l.iov_base = dst;
+  l.iov_len = n;
+  r.iov_base = (void *)(uintptr_t)remote;
+  r.iov_len = n;
+  do
+    got = process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) return -errno;
+  /* Short only when the range runs into unmapped memory. */
+  return (size_t)got == n ? 0 : -EFAULT;
+}
+
+int uvccl__shm_cma_probe(uint32_t pid, uint64_t addr, uint64_t expect) {
+  uint64_t v = 0;
+  if (pid == 0 || addr == 0) return 0;
+  return uvccl__shm_cma_read(pid, &v, addr, sizeof(v)) == 0 && v == expect;
 }
 
 uint64_t uvccl__shm_take_dirty(uvccl__shm_inbox_t *ib, uint32_t w) {

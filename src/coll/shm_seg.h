@@ -52,6 +52,15 @@ typedef struct {
   char pad1[56];
   _Atomic uint32_t want_space; /* the producer waits for room */
   char pad2[60];
+  /* Single copy (large frames the consumer reads straight from the
+   * producer's memory, process_vm_readv): the producer's side ... */
+  _Atomic uint64_t cma_revoked;  /* a transfer whose buffer was taken back */
+  _Atomic uint64_t cma_redirect; /* ... and the copy to read instead */
+  char pad3[48];
+  /* ... and the consumer's. */
+  _Atomic uint64_t cma_reading;  /* the transfer it is reading now (0: none) */
+  _Atomic uint64_t cma_acked;    /* the last transfer it finished */
+  char pad4[48];
 } uvccl__shm_ring_hdr_t;
 
 /* What a rank tells each peer (the FRAME_SHM payload). */
@@ -66,6 +75,10 @@ typedef struct {
   uint64_t cookie;
   uint64_t ring_size;
   uint8_t boot_id[16];   /* the kernel's boot id: same host, same boot */
+  /* Single copy. In an offer: where the cookie lies in the sender's
+   * memory (0: it does not let peers read its memory); in an answer: 1
+   * when the answering rank read it there (it will read large frames). */
+  uint64_t cma_addr;
 } uvccl__shm_info_t;
 
 typedef struct {
@@ -144,6 +157,17 @@ void uvccl__shm_consume(uvccl__shm_in_t *in, size_t n);
 void uvccl__shm_release(uvccl__shm_in_t *in, uvccl__shm_out_t *back);
 /* 1 when the ring holds unread bytes (a cheap look, no checks). */
 int uvccl__shm_nonempty(const uvccl__shm_in_t *in);
+
+/* Producer: tells the consumer to look at this slot (no bytes: for
+ * example a single-copy transfer acknowledged through the ring's header). */
+void uvccl__shm_nudge(uvccl__shm_out_t *o);
+
+/* Single copy. Reads n bytes at `remote` in process pid into dst: 0, or a
+ * negative errno (a peer's bad address is an error, never a fault here). */
+int uvccl__shm_cma_read(uint32_t pid, void *dst, uint64_t remote, size_t n);
+/* 1 when this process may read pid's memory: the 8 bytes at addr hold
+ * `expect` (the kernel's ptrace-attach check, seccomp and Yama decide). */
+int uvccl__shm_cma_probe(uint32_t pid, uint64_t addr, uint64_t expect);
 
 /* Takes dirty word w (0 when nothing moved); marks slot s dirty again. */
 uint64_t uvccl__shm_take_dirty(uvccl__shm_inbox_t *ib, uint32_t w);
