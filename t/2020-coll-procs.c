@@ -7,7 +7,8 @@
  *      memory: the ranks share this host; t/2060 is the rest of that): the others'
  *      pending work fails with UVCCL_EPEER naming it, within a few seconds
  *      (the operation timeout is 30 s), later collectives fail without
- *      hanging, and destroy still completes;
+ *      hanging, and destroy still completes; b2) the same with single
+ *      copy ($UVCCL_SHM_CMA=1): still "rank 2", and not a protocol error;
  *   c) a rank that never joins an allreduce: UV_ETIMEDOUT after the work's
  *      own 300 ms timeout, naming the missing rank;
  *   d) uvccl_pg_abort with a receive pending: UVCCL_EABORTED at once;
@@ -233,6 +234,7 @@ static int role_kill(void) {
       fail_it, ename(rc), uvccl_work_state_name(w.state), t_fail - t_start,
       w.msg);
   rep(strstr(w.msg, "rank 2") != NULL, "names2", "message: %s", w.msg);
+  rep(strstr(w.msg, "protocol") == NULL, "cause", "message: %s", w.msg);
   /* Later collectives fail too: at the call, or promptly in the callback. */
   {
     float small[16] = {0};
@@ -522,13 +524,18 @@ static void scenario_ops(void) {
   procs_free(&p, 1);
 }
 
-static void scenario_kill(void) {
+/* b, and b2 with single copy ($UVCCL_SHM_CMA=1, a 16 MiB allreduce's
+ * frames read from the peers' memory): the same verdicts. */
+static void scenario_kill(int cma) {
+  const char *b = cma ? "b2 (single copy)" : "b";
   proc_t ps[3];
   double kt = 0, ft[2] = {0, 0};
   int r, have_k, have_f[2];
   double t0 = now_s();
   scenario_failed = 0;
+  if (cma) setenv("UVCCL_SHM_CMA", "1", 1);
   spawn_world(ps, 3, "kill", 0x3);
+  unsetenv("UVCCL_SHM_CMA");
   /* ranks 0 and 1 destroy once both have reported their failure */
   while (now_s() - t0 < 30 && !(ps[0].exited && ps[1].exited)) {
     int k = 0;
@@ -542,32 +549,37 @@ static void scenario_kill(void) {
     ps[r].in = -1;
   }
   finish_all(ps, 3, 30);
-  note("b: killed-peer world in %.2f s", now_s() - t0);
+  note("%s: killed-peer world in %.2f s", b, now_s() - t0);
   if (!is_int(ps[2].status, 128 + SIGKILL,
-              "b: rank 2 SIGKILLed itself in the middle of a 16 MiB allreduce"))
+              "%s: rank 2 SIGKILLed itself in the middle of a 16 MiB allreduce", b))
     scenario_failed = 1;
   agg(ps, 3, "transport", 0x7,
-      "b: the ranks (of one host) talk through shared memory");
+      "%s: the ranks (of one host) talk through shared memory", b);
   agg(ps, 3, "epeer", 0x3,
-      "b: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER");
-  agg(ps, 3, "names2", 0x3, "b: ranks 0 and 1: the message names \"rank 2\"");
+      "%s: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER", b);
+  agg(ps, 3, "names2", 0x3, "%s: ranks 0 and 1: the message names \"rank 2\"",
+      b);
+  agg(ps, 3, "cause", 0x3, "%s: ranks 0 and 1: ... and no protocol violation "
+      "(it died)", b);
   have_k = find_val(ps, 3, 2, "kill_t", &kt);
   for (r = 0; r < 2; r++) have_f[r] = find_val(ps, 3, r, "fail_t", &ft[r]);
   {
     int okv = have_k && have_f[0] && have_f[1] && ft[0] - kt < 3.0 &&
               ft[1] - kt < 3.0 && ft[0] >= kt && ft[1] >= kt;
-    if (!ok(okv, "b: both fail promptly: %.3f s and %.3f s after the kill "
-                 "(operation timeout 30 s)",
+    if (!ok(okv, "%s: both fail promptly: %.3f s and %.3f s after the kill "
+                 "(operation timeout 30 s)", b,
             have_k && have_f[0] ? ft[0] - kt : -1.0,
             have_k && have_f[1] ? ft[1] - kt : -1.0))
       scenario_failed = 1;
   }
   agg(ps, 3, "later", 0x3,
-      "b: later collectives fail (at the call or in the callback), no hang");
+      "%s: later collectives fail (at the call or in the callback), no hang",
+      b);
   agg(ps, 3, "destroy", 0x3,
-      "b: ranks 0 and 1: destroy completes, uv_loop_close returns 0");
+      "%s: ranks 0 and 1: destroy completes, uv_loop_close returns 0", b);
   if (!ok(ps[0].status == 0 && ps[1].status == 0,
-          "b: ranks 0 and 1 exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+          "%s: ranks 0 and 1 exit 0 (exit %d, %d)", b, ps[0].status,
+          ps[1].status))
     scenario_failed = 1;
   if (scenario_failed) dump_procs(ps, 3);
   procs_free(ps, 3);
@@ -670,7 +682,10 @@ int main(int argc, char **argv) {
   else note("no private network namespace (%s): using the host's loopback", why);
 
   if (!only || strchr(only, 'a')) scenario_ops();
-  if (!only || strchr(only, 'b')) scenario_kill();
+  if (!only || strchr(only, 'b')) {
+    scenario_kill(0);
+    scenario_kill(1);
+  }
   if (!only || strchr(only, 'c')) scenario_timeout();
   if (!only || strchr(only, 'd')) scenario_abort();
   if (!only || strchr(only, 'e')) scenario_mbarrier();

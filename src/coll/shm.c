@@ -533,10 +533,16 @@ int uvccl__shm_orphan(peer_t *p, sop_t *op) {
 
 static void cma_fail(peer_t *p, int err) {
   char msg[160];
-  snprintf(msg, sizeof(msg), "reading a %llu-byte frame from its memory "
-           "failed: %s (a bad descriptor, or it is gone)",
-           (unsigned long long)p->srx.cur.len, uvccl_strerror(err));
   p->cma_rx = 0;
+  if (err == UV_ESRCH) {
+    /* Its process is gone (its connection's end may not be read yet). */
+    uvccl__net_peer_fail(p->net, p, UVCCL_EPEER, "its process exited or was "
+                         "killed (gone while its memory was read)");
+    return;
+  }
+  snprintf(msg, sizeof(msg), "reading a %llu-byte frame from its memory "
+           "failed: %s (a bad descriptor)",
+           (unsigned long long)p->srx.cur.len, uvccl_strerror(err));
   uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, msg);
 }
 
