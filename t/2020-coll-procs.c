@@ -676,7 +676,7 @@ int main(int argc, char **argv) {
   only = getenv("UVCCL_T_ONLY");
   if (only == NULL || *only == '\0') {
     only = NULL;
-    plan(38);
+    plan(48);
   }
   if (isolated) note("running in a private network namespace");
   else note("no private network namespace (%s): using the host's loopback", why);
