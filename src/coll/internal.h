@@ -61,7 +61,9 @@ enum {
 #define UVCCL__FRAME_F_CMA 0x01
 #define UVCCL__CMA_DESC 16
 #define UVCCL__HELLO_MAGIC 0x4c435655u /* "UVCL" */
-#define UVCCL__WIRE_VERSION 1
+/* 2: the shared-memory offer (FRAME_SHM) grew its single-copy address,
+ * and frames may carry UVCCL__FRAME_F_CMA. */
+#define UVCCL__WIRE_VERSION 2
 
 typedef struct {
   uint8_t kind;
