@@ -166,7 +166,7 @@ static void hdr(unsigned char *b, int kind, uint64_t len) {
 static size_t mesh_hello(unsigned char *b, uint32_t from, uint32_t to,
                          uint64_t nonce, uint32_t world, const char *addr,
                          const uint8_t *nc) {
-  uint32_t magic = 0x4c435655u, ver = 1;
+  uint32_t magic = 0x4c435655u, ver = 2; /* UVCCL__WIRE_VERSION */
   hdr(b, 1, 96 + (nc ? 32 : 0));
   memset(b + 24, 0, 96);
   memcpy(b + 24, &magic, 4);

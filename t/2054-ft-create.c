@@ -221,7 +221,7 @@ static void test_stray(void) {
   hello[0] = 1;                            /* FRAME_HELLO */
   hello[16] = 96;                          /* len */
   {
-    uint32_t magic = 0x4c435655u, ver = 1, from = 1, to = 0, world = 2;
+    uint32_t magic = 0x4c435655u, ver = 2, from = 1, to = 0, world = 2;
     uint64_t nonce = 12345;
     memcpy(hello + 24, &magic, 4);
     memcpy(hello + 28, &ver, 4);

@@ -233,7 +233,7 @@ static void usr2(void) {
   static char e_dir[320];
   proc_t p;
   char *argv[] = {RUN, "-n", "2", BENCH, "--op", "allreduce", "-b", "4",
-                  "-e", "4", "-n", "150000", NULL};
+                  "-e", "4", "-n", "600000", NULL};
   const char *env[] = {e_dir, NULL};
   DIR *d;
   struct dirent *de;
@@ -250,7 +250,8 @@ static void usr2(void) {
   t0 = now_s();
   while (strstr(p.obuf, "op ") == NULL && now_s() - t0 < 20 && !p.exited)
     pump(&p, 1, 50);
-  sleep_ms(300);
+  /* (600,000 small allreduces take 0.7 s or more: still running) */
+  sleep_ms(100);
   kill(p.pid, SIGUSR2);
   finish_all(&p, 1, 60);
   d = opendir(dir);

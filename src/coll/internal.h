@@ -222,6 +222,7 @@ typedef struct {
                           const char *msg);
   void (*group_break)(group_t *g, int err, const uvccl__fail_t *culprit,
                       const char *msg);
+  void (*expire)(net_t *net);           /* the deadline timer fired */
 } net_upcalls_t;
 
 /* ---- Connections ---------------------------------------------------------- */
@@ -413,6 +414,16 @@ struct net_s {
   uv_idle_t slicer;
   int slicer_open;
   sop_list_t slices;
+  /* The schedules' works (sched.c keeps their timeouts and delivery, see
+   * src/loop/work.c): one timer for the earliest deadline, and a check
+   * and an idle handle that deliver completed works later in the loop
+   * iteration (the check in this one; the idle keeps the loop from
+   * sleeping first when the check's turn has passed). */
+  uv_timer_t deadline;
+  uint64_t deadline_due;  /* loop ms it is set for; 0: not set */
+  uv_check_t deliver_chk;
+  uv_idle_t deliver_idle;
+  int works_open;
   int closing;
   int nclosing;          /* handles still closing */
   void (*closed_cb)(net_t *net);
@@ -564,6 +575,14 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid);
 /* Starts closing when refs reaches 0: half-close, drain, close. */
 void uvccl__net_release(net_t *net, void (*cb)(net_t *net), void *arg);
 void uvccl__net_kick_spin(net_t *net);
+/* Works (see net_t): completed ones go out soon (0; nonzero when the
+ * net is closing); the deadline timer at loop time due_ms at the latest,
+ * or off; fast progress for a waiting caller (1 when it may go on: shared
+ * memory, busy polling, a core of its own). */
+int uvccl__net_defer_works(net_t *net);
+void uvccl__net_deadline(net_t *net, uint64_t due_ms);
+void uvccl__net_deadline_off(net_t *net);
+int uvccl__net_poll_fast(net_t *net);
 void uvccl__net_slice_add(net_t *net, sop_t *op);
 void uvccl__net_slice_remove(net_t *net, sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);

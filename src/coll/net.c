@@ -177,6 +177,11 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   uv_idle_init(loop, &net->slicer);
   net->slicer.data = net;
   net->slicer_open = 1;
+  uv_timer_init(loop, &net->deadline);
+  uv_check_init(loop, &net->deliver_chk);
+  uv_idle_init(loop, &net->deliver_idle);
+  net->deadline.data = net->deliver_chk.data = net->deliver_idle.data = net;
+  net->works_open = 1;
   return net;
 }
 
@@ -234,6 +239,55 @@ static void on_spin(uv_idle_t *h) {
   if (net->spin_check == 2 ||
       (window > 20000 && net->spin_until_ns - now < window - 20000))
     sched_yield();
+}
+
+/* ---- the schedules' works ---------------------------------------------------- */
+
+static void deliver_works(net_t *net) {
+  uv_check_stop(&net->deliver_chk);
+  uv_idle_stop(&net->deliver_idle);
+  uvccl__work_drain(net->loop);
+}
+
+static void on_deliver_chk(uv_check_t *h) { deliver_works(h->data); }
+static void on_deliver_idle(uv_idle_t *h) { deliver_works(h->data); }
+
+int uvccl__net_defer_works(net_t *net) {
+  if (!net->works_open) return UV_ECANCELED;
+  uv_check_start(&net->deliver_chk, on_deliver_chk);
+  uv_idle_start(&net->deliver_idle, on_deliver_idle);
+  return 0;
+}
+
+static void on_deadline(uv_timer_t *t) {
+  net_t *net = t->data;
+  net->deadline_due = 0;
+  net->up->expire(net);
+}
+
+void uvccl__net_deadline(net_t *net, uint64_t due_ms) {
+  uint64_t now;
+  if (!net->works_open || due_ms == 0) return;
+  if (net->deadline_due != 0 && net->deadline_due <= due_ms) return;
+  now = uv_now(net->loop);
+  net->deadline_due = due_ms;
+  uv_timer_start(&net->deadline, on_deadline, due_ms > now ? due_ms - now : 0,
+                 0);
+}
+
+void uvccl__net_deadline_off(net_t *net) {
+  if (!net->works_open || net->deadline_due == 0) return;
+  net->deadline_due = 0;
+  uv_timer_stop(&net->deadline);
+}
+
+int uvccl__net_poll_fast(net_t *net) {
+  if (net->closing || net->shm == NULL || net->spin_check != 1 ||
+      !uv_is_active((uv_handle_t *)&net->spin) ||
+      uv_is_active((uv_handle_t *)&net->slicer))
+    return 0;
+  uvccl__shm_poll(net);
+  return 1;
 }
 
 /* The next loop iteration polls without blocking (shm.c: rings still
@@ -2389,6 +2443,13 @@ static void on_handle_closed(uv_handle_t *h) {
   uvccl__net_maybe_closed(net);
 }
 
+static void on_works_closed(uv_handle_t *h) {
+  net_t *net = h->data;
+  uvccl__work_drain(net->loop);
+  net->nclosing--;
+  uvccl__net_maybe_closed(net);
+}
+
 static void on_peer_closed(uv_handle_t *h) {
   peer_t *p = h->data;
   net_t *net = p->net;
@@ -2560,6 +2621,16 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
     net->slicer.data = net;
     uv_close((uv_handle_t *)&net->slicer, on_handle_closed);
     net->slicer_open = 0;
+  }
+  if (net->works_open) {
+    /* Works completed before this are delivered from the close callbacks
+     * (later ones, from handles of their own: uvccl__net_defer_works
+     * refuses now). */
+    net->works_open = 0;
+    net->nclosing += 3;
+    uv_close((uv_handle_t *)&net->deadline, on_works_closed);
+    uv_close((uv_handle_t *)&net->deliver_chk, on_works_closed);
+    uv_close((uv_handle_t *)&net->deliver_idle, on_works_closed);
   }
   if (net->spin_open) {
     /* Always there: so the net always closes from a callback. */

@@ -106,7 +106,7 @@ typedef struct {
 typedef struct lookup_s lookup_t;
 
 static void boot_abandon(uvccl_work_t *w, int status);
-static const struct uvccl__work_ops boot_ops = {boot_abandon};
+static const struct uvccl__work_ops boot_ops = {boot_abandon, NULL, NULL};
 
 static void boot_maybe_free(boot_t *b) {
   int i;

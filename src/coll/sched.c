@@ -15,7 +15,13 @@
 #define FREE_SCHEDS_MAX 8
 
 static void sched_abandon(uvccl_work_t *w, int status);
-static const struct uvccl__work_ops sched_work_ops = {sched_abandon};
+static int sched_defer(uvccl_work_t *w);
+static void sched_progress(uvccl_work_t *w);
+/* The group keeps its works' timeouts (one timer per net, see net_t) and
+ * delivers them from its handles: a work holds no handle of its own. */
+static const struct uvccl__work_ops sched_work_ops = {sched_abandon,
+                                                      sched_defer,
+                                                      sched_progress};
 
 static void sched_run(sched_t *s);
 
@@ -354,6 +360,7 @@ static void sched_complete(sched_t *s, int status) {
   }
   group_unlink(g, s);
   if (net->inflight > 0) net->inflight--;
+  if (net->inflight == 0) uvccl__net_deadline_off(net);
   if (s->nwriting == 0) uvccl__sched_free(s);
   complete_ordered(g);
 }
@@ -663,6 +670,7 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
     uvccl__sched_free(s);
     return rc;
   }
+  uvccl__net_deadline(net, uvccl__work_deadline(w));
   if (!s->p2p) s->seq = g->seq++;
   if (g->fg != NULL) {
     s->desc.tag = w->tag;
@@ -873,6 +881,54 @@ static void timeout_why(sched_t *s, char *buf, size_t len) {
   snprintf(buf, len, "no peer is awaited (its own steps are still running)");
 }
 
+static int sched_defer(uvccl_work_t *w) {
+  sched_t *s = w->owner_;
+  return uvccl__net_defer_works(s->g->net);
+}
+
+/* The caller waits (uvccl_work_wait) and the group spins on shared
+ * memory: look at the rings here for a few microseconds rather than turn
+ * the loop (a turn is a system call, most of a small collective's time);
+ * the loop then runs as usual for everything else. */
+#define PROGRESS_NS 5000
+static void sched_progress(uvccl_work_t *w) {
+  sched_t *s = w->owner_;
+  net_t *net = s->g->net;
+  uint64_t until = 0;
+  uint32_t i;
+  for (i = 0; uvccl__work_is_live(w); i++) {
+    if (!uvccl__net_poll_fast(net)) return;
+    if ((i & 31) == 0) {
+      uint64_t now = uv_hrtime();
+      if (until == 0) until = now + PROGRESS_NS;
+      else if (now > until) return;
+    }
+  }
+}
+
+/* The net's deadline timer: the works past their deadline time out (as
+ * their own timers would have), and the timer is set for the next. */
+static void sched_expire(net_t *net) {
+  uint64_t now = uv_now(net->loop), next = 0;
+  group_t *g;
+again:
+  for (g = net->groups; g != NULL; g = g->next) {
+    sched_t *x;
+    for (x = g->pend_head; x != NULL; x = x->next) {
+      uint64_t due;
+      if (x->w == NULL || !uvccl__work_is_live(x->w)) continue;
+      due = uvccl__work_deadline(x->w);
+      if (due == 0) continue;
+      if (due <= now) {
+        uvccl__work_expire(x->w); /* may unlink x, even end the group */
+        goto again;
+      }
+      if (next == 0 || due < next) next = due;
+    }
+  }
+  if (next != 0) uvccl__net_deadline(net, next);
+}
+
 /* The work timed out or was cancelled. */
 static void sched_abandon(uvccl_work_t *w, int status) {
   sched_t *s = w->owner_;
@@ -1011,4 +1067,4 @@ static void up_op_fail(sched_t *s, int err, const char *msg) {
 const net_upcalls_t uvccl__sched_upcalls = {
     uvccl__sched_op_done,    uvccl__sched_send_lost, up_op_fail,
     uvccl__sched_reduce_in,  uvccl__sched_slice,     uvccl__group_fail_all,
-    uvccl__group_fail_peer,  uvccl__group_break};
+    uvccl__group_fail_peer,  uvccl__group_break,     sched_expire};

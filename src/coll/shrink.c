@@ -352,7 +352,7 @@ static void shrink_abandon(uvccl_work_t *w, int status) {
   }
 }
 
-static const struct uvccl__work_ops shrink_ops = {shrink_abandon};
+static const struct uvccl__work_ops shrink_ops = {shrink_abandon, NULL, NULL};
 
 int uvccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_work_t *w,
                     uvccl_work_cb cb) {

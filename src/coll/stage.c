@@ -435,7 +435,7 @@ static void stage_abandon(uvccl_work_t *w, int status) {
   (void)status;
 }
 
-static const struct uvccl__work_ops stage_ops = {stage_abandon};
+static const struct uvccl__work_ops stage_ops = {stage_abandon, NULL, NULL};
 
 static int stager_get(uvccl_pg_t *pg, int device, uvccl__stager_t **out) {
   group_t *g = pg->impl_;

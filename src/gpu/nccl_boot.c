@@ -207,7 +207,7 @@ static void boot_abandon(uvccl_work_t *w, int status) {
   if (g->client != NULL) uvccl__gpu_client_fail_all(g->client, status, msg);
 }
 
-static const struct uvccl__work_ops boot_work_ops = {boot_abandon};
+static const struct uvccl__work_ops boot_work_ops = {boot_abandon, NULL, NULL};
 
 static int pick_device(const uvccl_pg_options_t *o, char *err, size_t errlen) {
   const char *lr;

@@ -109,7 +109,7 @@ static void work_abandon(uvccl_work_t *w, int status) {
   w->owner_ = NULL;
 }
 
-const struct uvccl__work_ops uvccl__nccl_work_ops = {work_abandon};
+const struct uvccl__work_ops uvccl__nccl_work_ops = {work_abandon, NULL, NULL};
 
 void uvccl__nccl_fail_work(nccl_op_t *op, int status, const char *msg) {
   uvccl_work_t *w = op->work;

@@ -135,7 +135,7 @@ static void sh_abandon(uvccl_work_t *w, int status) {
   sh_free_maybe(s);
 }
 
-static const struct uvccl__work_ops sh_ops = {sh_abandon};
+static const struct uvccl__work_ops sh_ops = {sh_abandon, NULL, NULL};
 
 /* The decision is read: leave out who is not in it. */
 static void sh_decided(nshrink_t *s, const char *d, size_t len) {

@@ -28,12 +28,24 @@
  * the wire, the owner keeps a placeholder so the stream stays in step). */
 struct uvccl__work_ops {
   void (*abandon)(uvccl_work_t *work, int status);
+  /* Owners that keep a work's timeout and delivery themselves (the
+   * process groups: one timer and one pair of handles per group rather
+   * than a timer per work, so a work that completes is done without a
+   * handle to close, and uvccl_work_wait can return without a loop turn).
+   * defer: the work completed; the owner arranges uvccl__work_drain on
+   * the loop soon (0), or cannot (nonzero: closing; the work then goes
+   * out through a handle of its own, as others do). The owner calls
+   * uvccl__work_expire at the deadline. progress (may be NULL): moves the
+   * work along without the loop, briefly (uvccl_work_wait calls it). */
+  int (*defer)(uvccl_work_t *work);
+  void (*progress)(uvccl_work_t *work);
 };
 
 /* flags_ */
 #define UVCCL__WORK_COMPLETING 0x1
 #define UVCCL__WORK_CLOSED 0x2 /* timer closed, callback due */
 #define UVCCL__WORK_QUEUED 0x4 /* in its loop's completion FIFO */
+#define UVCCL__WORK_OWNED 0x8  /* ops->defer: no timer of its own */
 
 /* Returns 0, UVCCL_EBUSY if the work is pending, UV_EINVAL for bad args.
  * timeout_ms: 0 or UVCCL_NO_TIMEOUT = none. Frees leftover values of a
@@ -49,6 +61,13 @@ void uvccl__work_fail(uvccl_work_t *work, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* True while the work is pending and not yet completing. */
 int uvccl__work_is_live(const uvccl_work_t *work);
+/* Delivers the loop's completed works, in order, up to the first that is
+ * not ready (one still closing its handle). */
+void uvccl__work_drain(uv_loop_t *loop);
+/* The deadline of an owner-kept work (ops->defer): its loop time in ms,
+ * 0 for none; and its expiry (as its own timer would). */
+uint64_t uvccl__work_deadline(const uvccl_work_t *work);
+void uvccl__work_expire(uvccl_work_t *work);
 
 /* ---- Doubly linked lists of works (through next_/prev_) ---------------- */
 typedef struct {

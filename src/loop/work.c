@@ -3,7 +3,13 @@
  * The user's callback is delivered from the close callback of the work's
  * own timer handle (see internal.h): uv_close() never calls back inside the
  * call, runs its callback exactly once within the same loop iteration, and
- * leaves the work holding no handle, so the callback may free or reuse it. */
+ * leaves the work holding no handle, so the callback may free or reuse it.
+ *
+ * Works whose owner keeps their timeout (ops->defer: the process groups)
+ * have no handle: a completed one is ready at once, and goes out when the
+ * owner's handles drain the loop's completions (uvccl__work_drain, later
+ * in the same loop iteration) or when uvccl_work_wait finds it ready, so
+ * a collective that completes while the caller waits costs no loop turn. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -50,6 +56,10 @@ int uvccl__work_start(uvccl_work_t *w, uv_loop_t *loop, const char *op,
   w->started_ms_ = uv_now(loop);
   w->flags_ = 0;
   w->pending_status_ = 0;
+  if (ops != NULL && ops->defer != NULL) {
+    w->flags_ = UVCCL__WORK_OWNED; /* the owner times it */
+    return 0;
+  }
   uv_timer_init(loop, &w->timer_);
   w->timer_.data = w;
   if (timeout_ms != 0 && timeout_ms != UVCCL_NO_TIMEOUT)
@@ -105,8 +115,41 @@ void uvccl__work_complete(uvccl_work_t *w, int status) {
     f->tail = w;
     w->flags_ |= UVCCL__WORK_QUEUED;
   }
+  if (w->flags_ & UVCCL__WORK_OWNED) {
+    /* Nothing to close: ready now, delivered by the owner's drain. */
+    if (f != NULL) {
+      w->flags_ |= UVCCL__WORK_CLOSED;
+      if (w->ops_->defer(w) == 0) return;
+      w->flags_ &= ~UVCCL__WORK_CLOSED;
+    }
+    /* No FIFO, or the owner is closing: a handle of its own after all. */
+    uv_timer_init(w->loop_, &w->timer_);
+    w->timer_.data = w;
+    uv_close((uv_handle_t *)&w->timer_, work_closed);
+    return;
+  }
   uv_timer_stop(&w->timer_);
   uv_close((uv_handle_t *)&w->timer_, work_closed);
+}
+
+static void work_deliver(uvccl_work_t *w);
+
+static void fifo_drain(done_fifo_t *f) {
+  while (f->head != NULL && (f->head->flags_ & UVCCL__WORK_CLOSED)) {
+    uvccl_work_t *x = f->head;
+    f->head = x->done_next_;
+    if (f->head == NULL) f->tail = NULL;
+    work_deliver(x); /* may free x, or start new works on this loop */
+  }
+}
+
+void uvccl__work_drain(uv_loop_t *loop) {
+  int i;
+  for (i = 0; i < DONE_FIFOS; i++)
+    if (done_fifos[i].loop == loop) {
+      fifo_drain(&done_fifos[i]);
+      return;
+    }
 }
 
 void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
@@ -118,8 +161,6 @@ void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
   uvccl__work_complete(w, status);
 }
 
-static void work_deliver(uvccl_work_t *w);
-
 static void work_closed(uv_handle_t *h) {
   uvccl_work_t *w = h->data;
   done_fifo_t *f;
@@ -129,12 +170,7 @@ static void work_closed(uv_handle_t *h) {
     work_deliver(w);
     return;
   }
-  while (f->head != NULL && (f->head->flags_ & UVCCL__WORK_CLOSED)) {
-    uvccl_work_t *x = f->head;
-    f->head = x->done_next_;
-    if (f->head == NULL) f->tail = NULL;
-    work_deliver(x); /* may free x, or start new works on this loop */
-  }
+  fifo_drain(f);
 }
 
 static void work_deliver(uvccl_work_t *w) {
@@ -153,7 +189,7 @@ static void work_deliver(uvccl_work_t *w) {
     snprintf(w->msg, sizeof(w->msg), "%s: %s", w->op ? w->op : "work",
              uvccl_strerror(status));
   w->flags_ &= ~(UVCCL__WORK_COMPLETING | UVCCL__WORK_CLOSED |
-                 UVCCL__WORK_QUEUED);
+                 UVCCL__WORK_QUEUED | UVCCL__WORK_OWNED);
   if (w->cb_ != NULL) w->cb_(w, status);
 }
 
@@ -173,6 +209,15 @@ static void work_timer_cb(uv_timer_t *t) {
   work_abandon(t->data, UV_ETIMEDOUT);
 }
 
+uint64_t uvccl__work_deadline(const uvccl_work_t *w) {
+  if (w->timeout_ms_ == 0 || w->timeout_ms_ == UVCCL_NO_TIMEOUT) return 0;
+  return w->started_ms_ + w->timeout_ms_;
+}
+
+void uvccl__work_expire(uvccl_work_t *w) {
+  if (uvccl__work_is_live(w)) work_abandon(w, UV_ETIMEDOUT);
+}
+
 int uvccl_work_cancel(uvccl_work_t *w) {
   if (w == NULL || !uvccl__work_is_live(w)) return UV_EINVAL;
   work_abandon(w, UV_ECANCELED);
@@ -183,9 +228,40 @@ int uvccl_work_done(const uvccl_work_t *w) {
   return w->state != UVCCL_WORK_PENDING;
 }
 
+/* An owner-kept work that is ready: delivered here (with any completed
+ * before it), no loop turn needed. */
+static void wait_drain(uvccl_work_t *w) {
+  if ((w->flags_ & (UVCCL__WORK_OWNED | UVCCL__WORK_CLOSED)) ==
+      (UVCCL__WORK_OWNED | UVCCL__WORK_CLOSED))
+    uvccl__work_drain(w->loop_);
+}
+
+/* Waits that ended without a loop turn, in a row (this thread): every
+ * FAST_WAITS_MAX-th turns the loop all the same, so that its signals,
+ * timers and sockets are served however fast the collectives are. */
+#define FAST_WAITS_MAX 16
+static __thread unsigned fast_waits;
+
 int uvccl_work_wait(uvccl_work_t *w) {
   if (w->state == UVCCL_WORK_IDLE) return UV_EINVAL;
   while (!uvccl_work_done(w)) {
+    if (fast_waits < FAST_WAITS_MAX) {
+      wait_drain(w);
+      if (uvccl_work_done(w)) {
+        fast_waits++;
+        break;
+      }
+      if (uvccl__work_is_live(w) && w->ops_ != NULL &&
+          w->ops_->progress != NULL) {
+        w->ops_->progress(w);
+        wait_drain(w);
+        if (uvccl_work_done(w)) {
+          fast_waits++;
+          break;
+        }
+      }
+    }
+    fast_waits = 0;
     if (uv_run(w->loop_, UV_RUN_ONCE) == 0 && !uvccl_work_done(w) &&
         uvccl__work_is_live(w)) {
       /* Nothing left on the loop can ever complete this work (for example

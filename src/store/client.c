@@ -226,7 +226,7 @@ static void client_abandon(uvccl_work_t *w, int status) {
     work_finish(w, status, NULL);
 }
 
-static const struct uvccl__work_ops client_work_ops = {client_abandon};
+static const struct uvccl__work_ops client_work_ops = {client_abandon, NULL, NULL};
 
 /* ---- output ------------------------------------------------------------------ */
 
@@ -1185,7 +1185,7 @@ static void connect_abandon(uvccl_work_t *w, int status) {
   if (c->connect_work == w) c->connect_work = NULL;
 }
 
-static const struct uvccl__work_ops connect_ops = {connect_abandon};
+static const struct uvccl__work_ops connect_ops = {connect_abandon, NULL, NULL};
 
 int uvccl_tcp_store_connect(uvccl_store_t *s, uvccl_work_t *w,
                             uvccl_work_cb cb) {

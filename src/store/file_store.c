@@ -1093,7 +1093,7 @@ static void fs_abandon(uvccl_work_t *w, int status) {
                      (unsigned long long)w->timeout_ms_, fs->path);
 }
 
-static const struct uvccl__work_ops fs_work_ops = {fs_abandon};
+static const struct uvccl__work_ops fs_work_ops = {fs_abandon, NULL, NULL};
 
 static int fs_submit(uvccl_store_t *s, uvccl_work_t *w,
                      const uvccl__store_req_t *q, uvccl_work_cb cb) {

@@ -119,7 +119,7 @@ static void hash_abandon(uvccl_work_t *w, int status) {
   blocked_free(b);
 }
 
-static const struct uvccl__work_ops hash_work_ops = {hash_abandon};
+static const struct uvccl__work_ops hash_work_ops = {hash_abandon, NULL, NULL};
 
 /* Registers a blocked work; answers at once if every key is present. */
 static int hash_block(hash_store_t *hs, uvccl_work_t *w, uvccl__op_t op,
