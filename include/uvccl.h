@@ -181,7 +181,11 @@ UVCCL_EXTERN int uvccl_work_done(const uvccl_work_t *work);
 UVCCL_EXTERN int uvccl_work_cancel(uvccl_work_t *work);
 /* Runs the work's loop until the work is done: for code outside any
  * callback (bootstrap, tests, synchronous callers). Must not be called from
- * a callback of the same loop. Returns the work's status. */
+ * a callback of the same loop. Returns the work's status. A collective
+ * that is already complete is delivered here without a loop turn (with the
+ * works that completed before it, in order), and a busy-polling group with
+ * shared memory reads its rings here for a few microseconds first; every
+ * 16th such wait in a row turns the loop anyway, for its other handles. */
 UVCCL_EXTERN int uvccl_work_wait(uvccl_work_t *work);
 /* Frees the values an operation returned and makes the work idle. Safe on
  * an idle work. */

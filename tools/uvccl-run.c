@@ -84,9 +84,11 @@ static const char usage_text[] =
 "ROLE_RANK and ROLE_WORLD_SIZE on top of this environment, and, unless\n"
 "UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE is set already (or --no-auth), a\n"
 "random UVCCL_AUTH_TOKEN for this job: the store its rank 0 serves then\n"
-"answers only clients that prove they hold it; and UVCCL_SMALL_TREE=1\n"
+"answers only clients that prove they hold it; UVCCL_SMALL_TREE=1\n"
 "when there are more than 2 ranks a CPU (small allreduces and barriers\n"
-"then go through a tree), unless it is set already. Rank 0 reads\n"
+"then go through a tree) and UVCCL_SEGMENT=4194304 when there are more\n"
+"ranks than CPUs (fewer pipeline steps, each a context switch), unless\n"
+"they are set already. Rank 0 reads\n"
 "our stdin; the others read /dev/null. stdout lines go to stdout and\n"
 "stderr lines to stderr, whole lines at a time.\n"
 "\n"
@@ -712,7 +714,7 @@ int main(int argc, char **argv) {
 
   for (ne = 0; environ && environ[ne]; ne++) {
   }
-  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 3));
+  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 4));
   for (ne = 0; environ && environ[ne]; ne++)
     if (!is_our_var(environ[ne])) env[nbase++] = environ[ne];
   /* A secret per job (its ranks' store answers only them), unless the
@@ -739,6 +741,15 @@ int main(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu > 0 && nranks > 2 * ncpu)
       env[nbase++] = (char *)"UVCCL_SMALL_TREE=1";
+  }
+  /* More ranks than CPUs: a pipeline's every segment handed on is a
+   * context switch, so large collectives go in 4 MiB segments rather than
+   * 512 KiB (4 ranks on 2 cores: broadcast and allreduce of 1-4 MiB went
+   * about 1.5-3x faster, bench/RESULTS.md); every rank gets the same. */
+  if (getenv("UVCCL_SEGMENT") == NULL) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu > 0 && nranks > ncpu)
+      env[nbase++] = (char *)"UVCCL_SEGMENT=4194304";
   }
 
   loop = uv_default_loop();
