@@ -282,7 +282,7 @@ void uvccl__net_deadline_off(net_t *net) {
 }
 
 int uvccl__net_poll_fast(net_t *net) {
-  if (net->closing || net->shm == NULL || net->spin_check != 1 ||
+  if (net->closing || !uvccl__shm_active(net) || net->spin_check != 1 ||
       !uv_is_active((uv_handle_t *)&net->spin) ||
       uv_is_active((uv_handle_t *)&net->slicer))
     return 0;
