@@ -104,29 +104,43 @@ static void spoil_cma_valid(peer_t *p) {
   spoil_cma_at(p, (uint64_t)(uintptr_t)mem);
 }
 
-static void scenario_cma_hostile(void) {
+/* Each spoiler in turn on a fresh world of 2 (with single copy where
+ * asked): rank 0's allreduce fails with a message naming rank 1 and
+ * saying what was wrong. */
+typedef struct {
+  void (*spoil)(peer_t *p);
+  const char *name, *expect;
+  int cma;
+} spoiler_t;
+
+static void run_spoilers(const char *tag, const spoiler_t *sp, int n,
+                         const char *closing) {
   world_t W;
   char msg[UVCCL_WORK_MSG_LEN];
   int rc, k;
-  static void (*const spoilers[2])(peer_t *) = {spoil_cma_valid,
-                                                spoil_cma_bad_addr};
-  static const char *const names[2] = {
-      "d: a single-copy descriptor from a rank not allowed one",
-      "d: a single-copy descriptor with an unmapped address"};
   uv_loop_init(&L);
-  for (k = 0; k < 2; k++) {
-    if (k == 1) setenv("UVCCL_SHM_CMA", "1", 1);
+  for (k = 0; k < n; k++) {
+    if (sp[k].cma) setenv("UVCCL_SHM_CMA", "1", 1);
     rc = world_init(&W, &L, 2, NULL);
     unsetenv("UVCCL_SHM_CMA");
-    if (!is_int(rc, 0, "d: a world of 2 in one process")) return;
-    rc = spoiled_allreduce(&W, spoilers[k], msg, sizeof(msg));
+    if (!is_int(rc, 0, "%sa world of 2 in one process", tag)) return;
+    rc = spoiled_allreduce(&W, sp[k].spoil, msg, sizeof(msg));
     ok(rc != 0 && rc != UV_ETIMEDOUT && strstr(msg, "rank 1") != NULL &&
-           strstr(msg, k == 0 ? "may not send" : "from its memory") != NULL,
-       "%s: rank 0's allreduce fails naming rank 1: %s (%s)", names[k],
-       rc ? uvccl_strerror(rc) : "no error", msg);
+           strstr(msg, sp[k].expect) != NULL,
+       "%s%s: rank 0's allreduce fails naming rank 1: %s (%s)", tag,
+       sp[k].name, rc ? uvccl_strerror(rc) : "no error", msg);
     world_destroy(&W);
   }
-  is_int(uv_loop_close(&L), 0, "d: the loop closes cleanly");
+  is_int(uv_loop_close(&L), 0, "%s", closing);
+}
+
+static void scenario_cma_hostile(void) {
+  static const spoiler_t sp[2] = {
+      {spoil_cma_valid, "a single-copy descriptor from a rank not allowed one",
+       "may not send", 0},
+      {spoil_cma_bad_addr, "a single-copy descriptor with an unmapped address",
+       "from its memory", 1}};
+  run_spoilers("d: ", sp, 2, "d: the loop closes cleanly");
 }
 
 /* e) A single-copy send cancelled while its descriptor waits unread. */
@@ -182,24 +196,10 @@ static void scenario_cma_revoke(void) {
 }
 
 static void scenario_hostile(void) {
-  world_t W;
-  char msg[UVCCL_WORK_MSG_LEN];
-  int rc, k;
-  static void (*const spoilers[2])(peer_t *) = {spoil_index, spoil_frame};
-  static const char *const names[2] = {"an impossible ring index",
-                                       "a ring holding no frame"};
-  uv_loop_init(&L);
-  for (k = 0; k < 2; k++) {
-    rc = world_init(&W, &L, 2, NULL);
-    if (!is_int(rc, 0, "a world of 2 in one process")) return;
-    rc = spoiled_allreduce(&W, spoilers[k], msg, sizeof(msg));
-    ok(rc != 0 && rc != UV_ETIMEDOUT && strstr(msg, "rank 1") != NULL &&
-           strstr(msg, "shared-memory") != NULL,
-       "%s: rank 0's allreduce fails naming rank 1: %s (%s)", names[k],
-       rc ? uvccl_strerror(rc) : "no error", msg);
-    world_destroy(&W);
-  }
-  is_int(uv_loop_close(&L), 0, "the loop closes cleanly (nothing leaked)");
+  static const spoiler_t sp[2] = {
+      {spoil_index, "an impossible ring index", "shared-memory", 0},
+      {spoil_frame, "a ring holding no frame", "shared-memory", 0}};
+  run_spoilers("", sp, 2, "the loop closes cleanly (nothing leaked)");
 }
 
 /* c) A group forgotten (broken, shrunk, destroyed) while a frame of it is
