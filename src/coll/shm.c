@@ -11,9 +11,10 @@
  * (each needs the other's to wake it); otherwise through TCP, as before.
  * Creation completes once every peer's exchange is over (in a sparse
  * world, connected lazily, a peer's data frames wait for its exchange),
- * so no data frame can precede the switch. The TCP connection stays: it carries the
- * goodbye and control frames, and its EOF is how a dead peer is noticed,
- * as promptly as before (the liveness monitor is unchanged too).
+ * so no data frame can precede the switch. The TCP connection stays: it
+ * carries the goodbye and control frames, and its EOF is how a dead peer
+ * is noticed, as promptly as before (the liveness monitor is unchanged
+ * too).
  *
  * Receiving. The ring is read by the same steps as a socket: a header is
  * matched, then the payload is copied straight into the receive's buffer,
@@ -31,24 +32,25 @@
  * flags the ring, and waits; the consumer wakes it when it frees room.
  *
  * Single copy (UVCCL_SHM_CMA=1). A frame of at least UVCCL_SHM_CMA_MIN
- * bytes (256 KiB) is not copied into the ring: the ring carries its header and a descriptor
- * (where the payload lies in the sender, the transfer's number), and the
- * receiver reads the payload with process_vm_readv straight into the
- * receive's buffer (or its stage, or a small scratch it reduces from), in
- * 1 MiB steps. One copy instead of two, and the sender's CPU is free. The
- * receiver acknowledges through the ring's header; the send completes
- * then, and the sender's later frames to that peer wait for it. Whether a
- * rank may read a peer's memory is tried at the exchange (the peer offers
- * the address of its cookie; the kernel's ptrace check, Yama and seccomp
- * decide); without it everything goes through the ring. It is off by
- * default because on the machines measured so far (a KVM guest, kernel
- * 6.18) process_vm_readv copies at a quarter of memcpy's speed in cache
- * and a third out of it, so the ring's two copies, which overlap on two
- * cores, are faster (bench/RESULTS.md). A bad descriptor fails that peer (the kernel checks the
- * address), never this process. A send taken back while being read (its
- * work failed) is redirected to a copy: the sender publishes the copy,
- * revokes the transfer and waits until the receiver is out of its
- * current read (each side announces, then looks at the other's word). */
+ * bytes (256 KiB) is not copied into the ring: the ring carries its header
+ * and a descriptor (where the payload lies in the sender, the transfer's
+ * number), and the receiver reads the payload with process_vm_readv
+ * straight into the receive's buffer (or its stage, or a small scratch it
+ * reduces from), in 1 MiB steps. One copy instead of two, and the sender's
+ * CPU is free. The receiver acknowledges through the ring's header; the
+ * send completes then, and the sender's later frames to that peer wait for
+ * it. Whether a rank may read a peer's memory is tried at the exchange
+ * (the peer offers the address of its cookie; the kernel's ptrace check,
+ * Yama and seccomp decide); without it everything goes through the ring.
+ * It is off by default because on the machines measured so far (a KVM
+ * guest, kernel 6.18) process_vm_readv copies at a quarter of memcpy's
+ * speed in cache and a third out of it, so the ring's two copies, which
+ * overlap on two cores, are faster (bench/RESULTS.md). A bad descriptor
+ * fails that peer (the kernel checks the address), never this process. A
+ * send taken back while being read (its work failed) is redirected to a
+ * copy: the sender publishes the copy, revokes the transfer and waits
+ * until the receiver is out of its current read (each side announces, then
+ * looks at the other's word). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -68,7 +70,6 @@ typedef struct uvccl__shm_net_s {
   uint64_t nqueued;      /* sends waiting for room, all peers */
   sop_list_t lost;       /* sends a dead peer will never take */
   uint64_t cma_min;      /* single copy from this size (0: off) */
-  int ncma;              /* peers with an unacknowledged transfer */
   char *scratch;         /* single-copy reductions read into this */
 } shm_net_t;
 
@@ -367,7 +368,6 @@ static int tx_cma(peer_t *p, sop_t *op) {
   p->cma_seq = seq;
   p->cma_op = op;
   p->cma_wait = 1;
-  p->net->shm->ncma++;
   op->writing = 1;
   uvccl__shm_put(p->shm_out, d, sizeof(d));
   uvccl__shm_publish(p->shm_out);
@@ -412,7 +412,6 @@ static int cma_acked(peer_t *p) {
   if (acked != p->cma_seq) return 0;
   p->cma_wait = 0;
   p->cma_op = NULL;
-  p->net->shm->ncma--;
   uvccl__free(p->cma_ghost);
   p->cma_ghost = NULL;
   if (op != NULL) {
@@ -881,10 +880,7 @@ void uvccl__shm_peer_down(peer_t *p) {
   }
   p->shm_tx = 0;
   p->cma_rx = 0;
-  if (p->cma_wait) {
-    p->cma_wait = 0;
-    sn->ncma--;
-  }
+  p->cma_wait = 0;
   /* A copy it may still be reading (stopped mid-read): its reads of this
    * process's memory can no longer matter to anyone. */
   uvccl__free(p->cma_ghost);
