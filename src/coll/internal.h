@@ -199,6 +199,7 @@ struct stage_s {
   uint32_t gid, seq, tag;
   int from;              /* world rank */
   uint64_t len, got;
+  uint64_t cap;          /* bytes data[] holds (>= len: buffers are reused) */
   uint64_t arrival;
   sop_t *claim;          /* a receive waits for the rest */
   stage_t *next;
@@ -396,6 +397,9 @@ struct net_s {
   group_t *groups;       /* every group on this net */
   uint64_t arrivals;     /* counter for stage/recv ordering */
   uint64_t stage_limit;
+  stage_t *stage_spare;  /* freed stage buffers kept for reuse (net.c) */
+  uint32_t stage_spare_n;
+  uint64_t stage_spare_bytes;
   /* busy polling */
   uv_idle_t spin;
   int spin_open;
