@@ -18,6 +18,11 @@
  *   g) a) at 2, 3 and 4 and b) again with single copy on
  *      ($UVCCL_SHM_CMA=1, from 4 KiB): the same results, and every rank
  *      read a frame from each shared-memory peer's memory (its debug log);
+ *   h) a) at 2 and 4 with single copy left to UVCCL_SHM_CMA's default,
+ *      auto: the same results, and each rank took one decision, the one
+ *      its measured figures call for (on exactly when process_vm_readv
+ *      reaches 0.8 of memcpy's speed, 0.5 with more ranks than CPUs);
+ *   (a, b and f set UVCCL_SHM_CMA=0: the rings carry every byte)
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
  *      at 2 and 3 ranks, default mode:
  *      every one finishes (a lost wake-up or an unread ring would stall
@@ -91,6 +96,10 @@ static void check_transports(void) {
  * to stderr as it would, warnings and errors only). */
 static int cma_from[MAXP];
 
+/* h: the decisions of UVCCL_SHM_CMA=auto, and what they said */
+static int auto_lines;
+static char auto_line[512];
+
 static void cma_sink(uvccl_log_level_t level, const char *component,
                      const char *line, void *arg) {
   const char *m = strstr(line, "first single-copy frame from rank ");
@@ -100,7 +109,36 @@ static void cma_sink(uvccl_log_level_t level, const char *component,
     int r = atoi(m + strlen("first single-copy frame from rank "));
     if (r >= 0 && r < MAXP) cma_from[r]++;
   }
+  if ((m = strstr(line, "single copy o")) != NULL) {
+    auto_lines++;
+    snprintf(auto_line, sizeof(auto_line), "%s", m);
+  }
   if (level <= UVCCL_LOG_WARN) fprintf(stderr, "%s\n", line);
+}
+
+/* h: one decision, taken at the first large frame, and the one its own
+ * figures call for: on exactly when the ratio reaches the bar, and the bar
+ * the one for this host (half memcpy's speed with more ranks than CPUs,
+ * 0.8 otherwise). */
+static void check_cma_auto(void) {
+  double cma = 0, cpy = 0, ratio = 0, need = 0;
+  char state[8] = "";
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int over = ncpu > 0 && P > ncpu, n;
+  if (tcp_rank(R)) {
+    rep(auto_lines == 0, "cma_auto", "no shared-memory peer, %d decisions",
+        auto_lines);
+    return;
+  }
+  n = sscanf(auto_line, "single copy %7[a-z]: process_vm_readv copies %lf "
+             "GB/s, memcpy %lf (ratio %lf; on from %lf", state, &cma, &cpy,
+             &ratio, &need);
+  rep(auto_lines == 1 && n == 5 && cma > 0 && cpy > 0 &&
+          (strcmp(state, "on") == 0) == (ratio >= need) &&
+          need == (over ? 0.5 : 0.8) &&
+          (strstr(auto_line, over ? "more ranks than CPUs" : "a CPU a rank") !=
+           NULL),
+      "cma_auto", "%d decisions: %s", auto_lines, auto_line);
 }
 
 static void check_cma(void) {
@@ -120,11 +158,12 @@ static void check_cma(void) {
 
 static int role_sweep(void) {
   int q, rc, sparse = getenv("UVCCL_MESH_MAX") != NULL;
-  int cma = getenv("UVCCL_SHM_CMA") != NULL;
+  const char *cmav = getenv("UVCCL_SHM_CMA");
+  int cma = cmav != NULL && strcmp(cmav, "1") == 0, cma_auto = cmav == NULL;
   if (tcp_rank(R)) setenv("UVCCL_TRANSPORT", "tcp", 1);
-  if (cma) {
+  if (cma || cma_auto) {
     uvccl_log_set_sink(cma_sink, NULL);
-    uvccl_log_set_level(UVCCL_LOG_DEBUG);
+    uvccl_log_set_level(cma ? UVCCL_LOG_DEBUG : UVCCL_LOG_INFO);
   }
   rank_init(30000);
 
@@ -318,6 +357,7 @@ static int role_sweep(void) {
     rep(rc == 0, "barrier", "%s %s", ename(rc), w.msg);
   }
   if (cma) check_cma();
+  if (cma_auto) check_cma_auto();
   return rank_destroy();
 }
 
@@ -396,6 +436,7 @@ static int devshm_entries(void) {
   return n;
 }
 
+/* cma: 0 rings only, 1 single copy from 4 KiB, 2 auto (the default) */
 static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   proc_t p;
   char tool[4096], nstr[8], tag[64];
@@ -403,8 +444,10 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   static char e_tcp[64];
   const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp,
                        "UVCCL_SMALL_TREE=1",
-                       cma ? "UVCCL_SHM_CMA=1" : "UVCCL_T_NONE=",
-                       cma ? "UVCCL_SHM_CMA_MIN=4096" : "UVCCL_T_NONE=",
+                       cma == 1 ? "UVCCL_SHM_CMA=1"
+                       : cma == 0 ? "UVCCL_SHM_CMA=0"
+                                  : "UVCCL_T_NONE=",
+                       cma == 1 ? "UVCCL_SHM_CMA_MIN=4096" : "UVCCL_T_NONE=",
                        sparse ? "UVCCL_MESH_MAX=0" : NULL, NULL};
   unsigned all = (1u << n) - 1;
   double t0 = now_s();
@@ -412,7 +455,8 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   snprintf(nstr, sizeof(nstr), "%d", n);
   snprintf(e_tcp, sizeof(e_tcp), "UVCCL_T_TCP_RANKS=%s",
            tcp_ranks ? tcp_ranks : "");
-  snprintf(tag, sizeof(tag), "%s%s W=%d", cma ? "g: single copy, " : "",
+  snprintf(tag, sizeof(tag), "%s%s W=%d",
+           cma == 1 ? "g: single copy, " : cma == 2 ? "h: single copy auto, " : "",
            sparse ? "f: sparse" : tcp_ranks ? "b: mixed" : "a:", n);
   scenario_failed = 0;
   if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
@@ -441,7 +485,10 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
       "%s: a ring of 2.5 MiB sends and small ones behind them", tag);
   agg(&p, 1, "barrier", all, "%s: barrier", tag);
   agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);
-  if (cma)
+  if (cma == 2)
+    agg(&p, 1, "cma_auto", all, "%s: one decision a rank, as its own figures "
+        "call for", tag);
+  if (cma == 1)
     agg(&p, 1, "cma", all, "%s: every rank read a frame from each "
         "shared-memory peer's memory", tag);
   if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
@@ -508,6 +555,10 @@ int main(int argc, char **argv) {
     scenario_sweep(3, NULL, 0, 1);
     scenario_sweep(4, NULL, 0, 1);
     scenario_sweep(4, "2,3", 0, 1);
+  }
+  if (!only || strchr(only, 'h')) {
+    scenario_sweep(2, NULL, 0, 2);
+    scenario_sweep(4, NULL, 0, 2);
   }
   if (!only || strchr(only, 'e')) {
     scenario_stress(2);

@@ -122,7 +122,7 @@ static void run_spoilers(const char *tag, const spoiler_t *sp, int n,
   for (k = 0; k < n; k++) {
     if (sp[k].cma) setenv("UVCCL_SHM_CMA", "1", 1);
     rc = world_init(&W, &L, 2, NULL);
-    unsetenv("UVCCL_SHM_CMA");
+    setenv("UVCCL_SHM_CMA", "0", 1);
     if (!is_int(rc, 0, "%sa world of 2 in one process", tag)) return;
     rc = spoiled_allreduce(&W, sp[k].spoil, msg, sizeof(msg));
     ok(rc != 0 && rc != UV_ETIMEDOUT && strstr(msg, "rank 1") != NULL &&
@@ -155,7 +155,7 @@ static void scenario_cma_revoke(void) {
   uv_loop_init(&L);
   setenv("UVCCL_SHM_CMA", "1", 1);
   rc = world_init(&W, &L, 2, NULL);
-  unsetenv("UVCCL_SHM_CMA");
+  setenv("UVCCL_SHM_CMA", "0", 1);
   if (!is_int(rc, 0, "e: a world of 2 with single copy")) return;
   p0 = ((group_t *)W.pg[0].impl_)->net->peers[1]; /* rank 0's view of 1 */
   p1 = ((group_t *)W.pg[1].impl_)->net->peers[0];
@@ -247,6 +247,9 @@ static void scenario_forget_mid_frame(void) {
 int main(void) {
   tap_alarm(120);
   unsetenv("UVCCL_TRANSPORT");
+  /* rings only, unless a scenario says otherwise (not the default, auto,
+   * which turns single copy on where it measures it paying) */
+  setenv("UVCCL_SHM_CMA", "0", 1);
   scenario_hostile();
   scenario_forget_mid_frame();
   scenario_cma_hostile();

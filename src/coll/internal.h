@@ -587,6 +587,8 @@ int uvccl__net_defer_works(net_t *net);
 void uvccl__net_deadline(net_t *net, uint64_t due_ms);
 void uvccl__net_deadline_off(net_t *net);
 int uvccl__net_poll_fast(net_t *net);
+/* 1 when more ranks run on this host than it has CPUs (decided once). */
+int uvccl__net_oversubscribed(net_t *net);
 void uvccl__net_slice_add(net_t *net, sop_t *op);
 void uvccl__net_slice_remove(net_t *net, sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);

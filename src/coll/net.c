@@ -353,13 +353,18 @@ static uint32_t shm_spin_us(void) {
   return us;
 }
 
+int uvccl__net_oversubscribed(net_t *net) {
+  if (net->spin_check == 0) net->spin_check = 1 + spin_oversubscribed(net);
+  return net->spin_check > 1;
+}
+
 void uvccl__net_kick_spin(net_t *net) {
   uint32_t us;
   if (net->closing || net->inflight == 0) return;
   us = net_busy_us(net);
   if (us == 0 && uvccl__shm_active(net)) us = shm_spin_us();
   if (us == 0) return;
-  if (net->spin_check == 0) net->spin_check = 1 + spin_oversubscribed(net);
+  uvccl__net_oversubscribed(net);
   /* Oversubscribed: TCP does not spin (see above); shared memory spins
    * yielding the CPU each turn (on_spin), so the rank whose answer is
    * awaited runs at once: 4 ranks on 2 cores wait 14 us for a 4 B

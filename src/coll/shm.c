@@ -31,7 +31,7 @@
  * Flow control. A sender whose frame does not fit copies what fits,
  * flags the ring, and waits; the consumer wakes it when it frees room.
  *
- * Single copy (UVCCL_SHM_CMA=1). A frame of at least UVCCL_SHM_CMA_MIN
+ * Single copy (UVCCL_SHM_CMA). A frame of at least UVCCL_SHM_CMA_MIN
  * bytes (256 KiB) is not copied into the ring: the ring carries its header
  * and a descriptor (where the payload lies in the sender, the transfer's
  * number), and the receiver reads the payload with process_vm_readv
@@ -42,10 +42,11 @@
  * it. Whether a rank may read a peer's memory is tried at the exchange
  * (the peer offers the address of its cookie; the kernel's ptrace check,
  * Yama and seccomp decide); without it everything goes through the ring.
- * It is off by default because on the machines measured so far (a KVM
- * guest, kernel 6.18) process_vm_readv copies at a quarter of memcpy's
- * speed in cache and a third out of it, so the ring's two copies, which
- * overlap on two cores, are faster (bench/RESULTS.md). A bad descriptor
+ * By default (auto) a process turns it on only where it measured it
+ * paying (cma_auto_decide): on the machines measured so far (a KVM guest,
+ * kernel 6.18) process_vm_readv copies at a quarter of memcpy's speed in
+ * cache and a third out of it, so the ring's two copies, which overlap on
+ * two cores, are faster there (bench/RESULTS.md). A bad descriptor
  * fails that peer (the kernel checks the address), never this process. A
  * send taken back while being read (its work failed) is redirected to a
  * copy: the sender publishes the copy, revokes the transfer and waits
@@ -53,6 +54,7 @@
  * looks at the other's word). */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,6 +72,7 @@ typedef struct uvccl__shm_net_s {
   uint64_t nqueued;      /* sends waiting for room, all peers */
   sop_list_t lost;       /* sends a dead peer will never take */
   uint64_t cma_min;      /* single copy from this size (0: off) */
+  int cma_auto;          /* on or off when first wanted (cma_auto_decide) */
   char *scratch;         /* single-copy reductions read into this */
 } shm_net_t;
 
@@ -124,13 +127,21 @@ int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
   ring = (ring + UVCCL__SHM_PAGE - 1) / UVCCL__SHM_PAGE * UVCCL__SHM_PAGE;
   sn = uvccl__calloc(1, sizeof(*sn));
   if (sn == NULL) return UV_ENOMEM;
-  /* UVCCL_SHM_CMA=1: single copy (off by default: see the top); its
-   * threshold UVCCL_SHM_CMA_MIN, in bytes. */
-  sn->cma_min = 0;
+  /* UVCCL_SHM_CMA: single copy "1" on, "0" off, "auto" (the default) on
+   * where it pays (cma_auto_decide); its threshold UVCCL_SHM_CMA_MIN, in
+   * bytes. */
+  sn->cma_min = CMA_DEFAULT_MIN;
   {
     const char *v = getenv("UVCCL_SHM_CMA");
     const char *m = getenv("UVCCL_SHM_CMA_MIN");
-    if (v != NULL && strcmp(v, "1") == 0) sn->cma_min = CMA_DEFAULT_MIN;
+    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0) {
+      sn->cma_auto = 1;
+    } else if (strcmp(v, "0") == 0) {
+      sn->cma_min = 0;
+    } else if (strcmp(v, "1") != 0) {
+      LOG_WARN("coll", "UVCCL_SHM_CMA=%s: not 0, 1 or auto; auto", v);
+      sn->cma_auto = 1;
+    }
     if (sn->cma_min != 0 && m != NULL && *m != '\0') {
       char *end;
       unsigned long long n = strtoull(m, &end, 10);
@@ -374,12 +385,56 @@ static int tx_cma(peer_t *p, sop_t *op) {
   return 2;
 }
 
+/* UVCCL_SHM_CMA=auto, the first time a frame could go as a single copy:
+ * whether to. The ring costs two copies that overlap (the sender fills
+ * while the receiver empties), so with a core per rank it moves data at
+ * about memcpy's speed, and single copy pays only where process_vm_readv
+ * comes close to that (CMA_AUTO_RATIO); with more ranks than CPUs the
+ * copies compete for the CPUs and one copy instead of two pays from half
+ * memcpy's speed (CMA_AUTO_RATIO_OVER). Measured once a process (a few
+ * milliseconds), decided once a net. */
+#define CMA_AUTO_RATIO 0.8
+#define CMA_AUTO_RATIO_OVER 0.5
+static int cma_refused;
+static double cma_gbps, cpy_gbps;
+static pthread_once_t cma_measured = PTHREAD_ONCE_INIT;
+
+static void cma_measure(void) {
+  cma_refused = uvccl__shm_cma_speed(&cma_gbps, &cpy_gbps);
+}
+
+static void cma_auto_decide(net_t *net) {
+  shm_net_t *sn = net->shm;
+  double need, ratio;
+  int over;
+  pthread_once(&cma_measured, cma_measure);
+  sn->cma_auto = 0;
+  if (cma_refused != 0) {
+    sn->cma_min = 0;
+    LOG_INFO("coll", "rank %d: single copy off: process_vm_readv on itself "
+             "failed (%s)", net->rank, uv_strerror(cma_refused));
+    return;
+  }
+  over = uvccl__net_oversubscribed(net);
+  need = over ? CMA_AUTO_RATIO_OVER : CMA_AUTO_RATIO;
+  ratio = cma_gbps / cpy_gbps;
+  if (ratio < need) sn->cma_min = 0;
+  LOG_INFO("coll", "rank %d: single copy %s: process_vm_readv copies %.2f "
+           "GB/s, memcpy %.2f (ratio %.2f; on from %.2f, %s)", net->rank,
+           sn->cma_min ? "on" : "off", cma_gbps, cpy_gbps, ratio, need,
+           over ? "more ranks than CPUs" : "a CPU a rank");
+}
+
 /* The next frame into the ring: 1 all in (the send is done), 2 in as a
  * descriptor (done at its acknowledgement), 0 not (all) in yet, -1 a
  * corrupted ring. */
 static int tx_frame(peer_t *p, sop_t *op) {
-  uint64_t min = p->net->shm->cma_min;
-  if (p->cma_tx && min != 0 && op->s != NULL && op->len >= min && op->got == 0)
+  shm_net_t *sn = p->net->shm;
+  if (p->cma_tx && sn->cma_auto && sn->cma_min != 0 && op->s != NULL &&
+      op->len >= sn->cma_min && op->got == 0)
+    cma_auto_decide(p->net);
+  if (p->cma_tx && sn->cma_min != 0 && op->s != NULL &&
+      op->len >= sn->cma_min && op->got == 0)
     return tx_cma(p, op);
   return tx_fill(p->shm_out, op);
 }
