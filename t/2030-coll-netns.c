@@ -10,6 +10,17 @@
  * cannot be made (a container without CAP_SYS_ADMIN). The namespaces are
  * removed at exit, on failure, on the test's alarm and on SIGTERM/SIGINT.
  *
+ *
+ * Two worlds in turn:
+ *   a) the three ranks share the host's PID namespace: every pair talks
+ *      through shared memory (one host, whatever the network namespaces);
+ *   b) rank 2 runs in a PID namespace of its own (`unshare --pid`, as a
+ *      container would): it cannot reach the others' memory (nor they its:
+ *      the process ID it offers names another process here, whose memory
+ *      fails the cookie check), so it talks TCP over the bridge to ranks 0
+ *      and 1, which keep shared memory between them: a mixed world, same
+ *      exact results.
+ *
  * The binary is also the rank program (UVCCL_T_ROLE=netns), started with
  * `ip netns exec NS`; it prints "@check RANK OK NAME | detail" lines that
  * the parent turns into TAP. */
@@ -18,6 +29,7 @@
 #include "uvccl.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -31,6 +43,7 @@
 #include "ranks.h"
 #include "netns.h"
 #define NET NET_PREFIX
+#define UNSHARE "/usr/bin/unshare"
 
 /* ======================================================================== */
 /* Rank side                                                                */
@@ -61,6 +74,23 @@ static int rank_main(void) {
       "uvccl_pg_init_url(env://) with MASTER_ADDR=%s: %s %s",
       getenv("MASTER_ADDR"), ename(rc), w.msg);
   if (rc != 0) return 1;
+
+  /* which transport reaches whom (b: rank $UVCCL_T_ALONE has its own PID
+   * namespace) */
+  {
+    const char *a = getenv("UVCCL_T_ALONE");
+    int alone = a != NULL && *a ? atoi(a) : -1, q, bad = 0;
+    char d[200] = "";
+    for (q = 0; q < P; q++) {
+      const char *t = uvccl_pg_peer_transport(&pg, q);
+      const char *want = q == R ? "self"
+                         : q == alone || R == alone ? "tcp" : "shm";
+      size_t l = strlen(d);
+      snprintf(d + l, sizeof(d) - l, "%s%d=%s", q ? " " : "", q, t);
+      if (strcmp(t, want) != 0) bad++;
+    }
+    rep(bad == 0, "transport", "%s", d);
+  }
 
   /* who is where: every address in 10.213.0.0/24, rank q at .q+1 */
   {
@@ -141,9 +171,15 @@ static int rank_main(void) {
 
 static int any_failed;
 
-static void agg_ns(proc_t *ps, const char *name, const char *desc) {
-  char det[512];
+static void agg_ns(proc_t *ps, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void agg_ns(proc_t *ps, const char *name, const char *fmt, ...) {
+  char det[512], desc[256];
   int r, okv, all = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(desc, sizeof(desc), fmt, ap);
+  va_end(ap);
   for (r = 0; r < NRANKS; r++) {
     find_check(ps, NRANKS, r, name, &okv, det, sizeof(det));
     if (okv != 1) all = 0;
@@ -158,35 +194,22 @@ static void agg_ns(proc_t *ps, const char *name, const char *desc) {
   if (!all) any_failed = 1;
 }
 
-int main(void) {
+/* One world of NRANKS ranks, one a namespace; b (alone): rank 2 in a PID
+ * namespace of its own. 9 tests. */
+static void run_world(int alone) {
   proc_t ps[NRANKS];
-  char err[1024] = "";
-  const char *role = getenv("UVCCL_T_ROLE");
-  ssize_t l;
+  const char *tag = alone ? "b: " : "a: ";
+  static char e_alone[] = "UVCCL_T_ALONE=2", e_pidns[] = "UVCCL_T_PIDNS=1",
+              e_none[] = "UVCCL_T_ALONE=";
+  const char *extra[] = {e_alone, e_pidns, NULL};
+  const char *extra_all[] = {e_alone, NULL}, *extra_none[] = {e_none, NULL};
   int i;
   double t0;
-
-  if (role != NULL && strcmp(role, "netns") == 0) return rank_main();
-
-  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
-  self[l] = '\0';
-  if (ns_prepare(NRANKS, err, sizeof(err)) != 0) skip_all("%s", err);
-  signal(SIGPIPE, SIG_IGN);
-  alarm(60);
-
-  if (ns_setup(err, sizeof(err)) != 0) {
-    ns_cleanup();
-    skip_all("cannot build the network namespaces: %s", err);
-  }
-  plan(10);
-  note("namespaces %s %s %s (ranks 0-2, " NET "1-3/24) on a bridge in %s",
-       ns[0], ns[1], ns[2], ns[3]);
-  ok(1, "3 network namespaces joined by veth pairs to a bridge");
-
+  any_failed = 0;
   t0 = now_s();
   for (i = 0; i < NRANKS; i++)
-    if (ns_spawn_rank(&ps[i], i, "netns", NULL) != 0)
+    if (ns_spawn_rank(&ps[i], i, "netns",
+                      !alone ? extra_none : i == 2 ? extra : extra_all) != 0)
       note("spawning rank %d failed", i);
   /* all ranks done with their collectives, or one of them gone */
   while (now_s() - t0 < 30) {
@@ -206,24 +229,81 @@ int main(void) {
     if (now_s() - t0 > 45)
       for (i = 0; i < NRANKS; i++)
         if (!ps[i].exited) kill(ps[i].pid, SIGKILL);
-  note("world in %.2f s", now_s() - t0);
+  note("%sworld in %.2f s", tag, now_s() - t0);
 
   agg_ns(ps, "init",
-      "every rank creates the group over env:// (store on " NET "1)");
+         "%severy rank creates the group over env:// (store on " NET "1)",
+         tag);
+  agg_ns(ps, "transport",
+         alone ? "%sranks 0 and 1 through shared memory, rank 2 (its own PID "
+                 "namespace) through TCP"
+               : "%severy pair through shared memory (one host, one PID "
+                 "namespace)", tag);
   agg_ns(ps, "peers",
-      "every rank reaches peer q at " NET "q+1 (its veth address, not "
-      "loopback)");
-  agg_ns(ps, "self", "every rank picked its own veth address to listen on");
-  agg_ns(ps, "allreduce_small", "allreduce float32 SUM (1000) exact everywhere");
-  agg_ns(ps, "allreduce_big", "allreduce float32 SUM (4 MiB) exact everywhere");
-  agg_ns(ps, "allgather", "allgather int64 exact everywhere");
-  agg_ns(ps, "destroy", "destroy completes and uv_loop_close returns 0");
+         "%severy rank reaches peer q at " NET "q+1 (its veth address, not "
+         "loopback)", tag);
+  agg_ns(ps, "self", "%severy rank picked its own veth address to listen on",
+         tag);
+  agg_ns(ps, "allreduce_small",
+         "%sallreduce float32 SUM (1000) exact everywhere", tag);
+  agg_ns(ps, "allreduce_big",
+         "%sallreduce float32 SUM (4 MiB) exact everywhere", tag);
+  agg_ns(ps, "allgather", "%sallgather int64 exact everywhere", tag);
+  agg_ns(ps, "destroy", "%sdestroy completes and uv_loop_close returns 0",
+         tag);
   if (!ok(ps[0].status == 0 && ps[1].status == 0 && ps[2].status == 0,
-          "every rank exits 0 (exit %d, %d, %d)", ps[0].status, ps[1].status,
-          ps[2].status))
+          "%severy rank exits 0 (exit %d, %d, %d)", tag, ps[0].status,
+          ps[1].status, ps[2].status))
     any_failed = 1;
   if (any_failed) dump_procs(ps, NRANKS);
   procs_free(ps, NRANKS);
+}
+
+int main(void) {
+  char err[1024] = "";
+  const char *role = getenv("UVCCL_T_ROLE");
+  ssize_t l;
+
+  if (role != NULL && strcmp(role, "netns") == 0) {
+    /* b: this rank moves into a PID namespace of its own first */
+    const char *pidns = getenv("UVCCL_T_PIDNS");
+    if (pidns != NULL && strcmp(pidns, "1") == 0) {
+      char *argv2[] = {"unshare", "--pid", "--fork", "--kill-child", self,
+                       NULL};
+      l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+      if (l <= 0) return 127;
+      self[l] = '\0';
+      setenv("UVCCL_T_PIDNS", "2", 1);
+      execv(UNSHARE, argv2);
+      printf("@check %s 0 init | cannot exec " UNSHARE ": %s\n",
+             getenv("RANK"), strerror(errno));
+      return 127;
+    }
+    return rank_main();
+  }
+
+  l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (l <= 0) skip_all("cannot find this binary (/proc/self/exe)");
+  self[l] = '\0';
+  if (ns_prepare(NRANKS, err, sizeof(err)) != 0) skip_all("%s", err);
+  signal(SIGPIPE, SIG_IGN);
+  alarm(60);
+
+  if (ns_setup(err, sizeof(err)) != 0) {
+    ns_cleanup();
+    skip_all("cannot build the network namespaces: %s", err);
+  }
+  plan(20);
+  note("namespaces %s %s %s (ranks 0-2, " NET "1-3/24) on a bridge in %s",
+       ns[0], ns[1], ns[2], ns[3]);
+  ok(1, "3 network namespaces joined by veth pairs to a bridge");
+
+  run_world(0);
+  if (access(UNSHARE, X_OK) == 0)
+    run_world(1);
+  else
+    skip(9, "b: no " UNSHARE " (util-linux) to give a rank its own PID "
+         "namespace");
 
   ns_cleanup();
   ok(!ns_leftovers(), "the namespaces are gone after the cleanup");
