@@ -220,7 +220,7 @@ static inline int ns_spawn_rank(proc_t *p, int r, const char *role,
   close(in[0]);
   p->pid = pid;
   live_set(pid, 1);
-  snprintf(p->name, sizeof(p->name), "rank %d in %.16s", r, ns[r]);
+  snprintf(p->name, sizeof(p->name), "rank %d in %.24s", r, ns[r]);
   p->out = o[0];
   p->err = e[0];
   p->in = in[1];

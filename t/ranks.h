@@ -233,7 +233,7 @@ typedef struct {
   int exited;
   int status;        /* exit code, or 128 + signal */
   double t_exit;
-  char name[32];
+  char name[48];
 } proc_t;
 
 #ifndef MAXP
