@@ -137,6 +137,29 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   return fin;
 }
 
+/* Two ranks, small: each sends its input and reduces the other's into the
+ * result as it arrives: buf = src op (what came), no copy and no scratch;
+ * the same orientation as recursive doubling's reduce (own op other's), so
+ * the same bits. In place, buf changes only once its send has left. */
+static uint32_t allreduce_pair(sched_t *s, const char *src, char *buf,
+                               size_t n, uint32_t dep0) {
+  int peer = 1 - s->g->rank;
+  uint32_t snd = uvccl__sop_send(s, peer, 1, src, n), rcv, last, fin;
+  uvccl__sop_dep(s, dep0, snd);
+  rcv = uvccl__sop_recv_red_from(s, peer, 1, buf, src, n);
+  uvccl__sop_dep(s, dep0, rcv);
+  if (src == buf) uvccl__sop_dep(s, snd, rcv);
+  last = rcv;
+  if (s->divisor > 1 || s->scale != 1.0) {
+    uint32_t sc = uvccl__sop_scale(s, buf, n);
+    uvccl__sop_dep(s, last, sc);
+    last = sc;
+  }
+  fin = join(s, last);
+  uvccl__sop_dep(s, snd, fin);
+  return fin;
+}
+
 /* Binomial reduce into rank 0 (children reduced into buf as they come),
  * then a binomial broadcast back: 2(P - 1) messages in all and about two
  * wake-ups a rank, against recursive doubling's P log2 P messages (see
@@ -275,6 +298,8 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
                                 size_t count, uint32_t dep0) {
   group_t *g = s->g;
   size_t n = count * s->esize;
+  if (g->size == 2 && count > 0 && n <= g->small_max)
+    return allreduce_pair(s, src, buf, n, dep0);
   if (src != buf && count > 0 && (g->size == 1 || n <= g->small_max)) {
     uint32_t cp = uvccl__sop_copy(s, buf, src, n);
     uvccl__sop_dep(s, dep0, cp);
