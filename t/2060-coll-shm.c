@@ -19,8 +19,8 @@
  *      ($UVCCL_SHM_CMA=1, from 4 KiB): the same results, and every rank
  *      read a frame from each shared-memory peer's memory (its debug log);
  *   h) a) at 2 and 4 with single copy left to UVCCL_SHM_CMA's default,
- *      auto: the same results, and each rank took one decision, the one
- *      its measured figures call for (on exactly when process_vm_readv
+ *      auto: the same results, and each rank took one decision (once the
+ *      figures are in from their thread), the one its figures call for (on exactly when process_vm_readv
  *      reaches 0.8 of memcpy's speed, 0.5 with more ranks than CPUs);
  *   (a, b and f set UVCCL_SHM_CMA=0: the rings carry every byte)
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
@@ -114,6 +114,30 @@ static void cma_sink(uvccl_log_level_t level, const char *component,
     snprintf(auto_line, sizeof(auto_line), "%s", m);
   }
   if (level <= UVCCL_LOG_WARN) fprintf(stderr, "%s\n", line);
+}
+
+/* h: the figures come from a thread of their own, some milliseconds after
+ * the first large frame: 1 MiB allreduces until every rank has decided
+ * (every rank runs as many: whether all have is itself agreed) */
+static void await_cma_decisions(void) {
+  size_t n = (1u << 20) / sizeof(float);
+  float *a = calloc(n, sizeof(float));
+  int32_t all = 0;
+  int it;
+  for (it = 0; !all && a != NULL && it < 2000; it++) {
+    uvccl_work_t w = {0}, w2 = {0};
+    cbres_t c = {0}, c2 = {0};
+    int rc;
+    w.data = &c;
+    rc = uvccl_allreduce(&pg, &w, a, a, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    if (wait_ok(&w, &c, rc) != 0) break;
+    all = auto_lines > 0 || tcp_rank(R);
+    w2.data = &c2;
+    rc = uvccl_allreduce(&pg, &w2, &all, &all, 1, UVCCL_INT32, UVCCL_MIN,
+                         on_work);
+    if (wait_ok(&w2, &c2, rc) != 0) break;
+  }
+  free(a);
 }
 
 /* h: one decision, taken at the first large frame, and the one its own
@@ -357,7 +381,10 @@ static int role_sweep(void) {
     rep(rc == 0, "barrier", "%s %s", ename(rc), w.msg);
   }
   if (cma) check_cma();
-  if (cma_auto) check_cma_auto();
+  if (cma_auto) {
+    await_cma_decisions();
+    check_cma_auto();
+  }
   return rank_destroy();
 }
 

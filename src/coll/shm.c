@@ -55,6 +55,8 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -391,23 +393,53 @@ static int tx_cma(peer_t *p, sop_t *op) {
  * about memcpy's speed, and single copy pays only where process_vm_readv
  * comes close to that (CMA_AUTO_RATIO); with more ranks than CPUs the
  * copies compete for the CPUs and one copy instead of two pays from half
- * memcpy's speed (CMA_AUTO_RATIO_OVER). Measured once a process (a few
- * milliseconds), decided once a net. */
+ * memcpy's speed (CMA_AUTO_RATIO_OVER). Measured once a process, on a
+ * thread of its own (a few milliseconds the loop does not wait for:
+ * frames take the ring meanwhile), decided once a net when it is in. */
 #define CMA_AUTO_RATIO 0.8
 #define CMA_AUTO_RATIO_OVER 0.5
+enum { CMA_UNMEASURED, CMA_MEASURING, CMA_MEASURED };
+static _Atomic int cma_state;
 static int cma_refused;
 static double cma_gbps, cpy_gbps;
-static pthread_once_t cma_measured = PTHREAD_ONCE_INIT;
 
-static void cma_measure(void) {
+static void *cma_measure(void *arg) {
+  (void)arg;
   cma_refused = uvccl__shm_cma_speed(&cma_gbps, &cpy_gbps);
+  atomic_store_explicit(&cma_state, CMA_MEASURED, memory_order_release);
+  return NULL;
+}
+
+/* 1 once the figures are in; the first call starts their measurement. */
+static int cma_measured(void) {
+  int st = atomic_load_explicit(&cma_state, memory_order_acquire);
+  if (st == CMA_UNMEASURED &&
+      atomic_compare_exchange_strong(&cma_state, &st, CMA_MEASURING)) {
+    pthread_t t;
+    pthread_attr_t a;
+    sigset_t all, old;
+    int rc;
+    /* every signal blocked in it: the host's signals stay the host's */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &a, cma_measure, NULL);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+      cma_refused = -rc;
+      atomic_store_explicit(&cma_state, CMA_MEASURED, memory_order_release);
+    }
+    return 0;
+  }
+  return st == CMA_MEASURED;
 }
 
 static void cma_auto_decide(net_t *net) {
   shm_net_t *sn = net->shm;
   double need, ratio;
   int over;
-  pthread_once(&cma_measured, cma_measure);
   sn->cma_auto = 0;
   if (cma_refused != 0) {
     sn->cma_min = 0;
@@ -425,17 +457,25 @@ static void cma_auto_decide(net_t *net) {
            over ? "more ranks than CPUs" : "a CPU a rank");
 }
 
+/* 1 when op goes to p as a single copy. */
+static int use_cma(peer_t *p, const sop_t *op) {
+  shm_net_t *sn = p->net->shm;
+  if (!p->cma_tx || sn->cma_min == 0 || op->s == NULL ||
+      op->len < sn->cma_min || op->got != 0)
+    return 0;
+  if (sn->cma_auto) {
+    if (!cma_measured()) return 0; /* the ring until the figures are in */
+    cma_auto_decide(p->net);
+    return sn->cma_min != 0 && op->len >= sn->cma_min;
+  }
+  return 1;
+}
+
 /* The next frame into the ring: 1 all in (the send is done), 2 in as a
  * descriptor (done at its acknowledgement), 0 not (all) in yet, -1 a
  * corrupted ring. */
 static int tx_frame(peer_t *p, sop_t *op) {
-  shm_net_t *sn = p->net->shm;
-  if (p->cma_tx && sn->cma_auto && sn->cma_min != 0 && op->s != NULL &&
-      op->len >= sn->cma_min && op->got == 0)
-    cma_auto_decide(p->net);
-  if (p->cma_tx && sn->cma_min != 0 && op->s != NULL &&
-      op->len >= sn->cma_min && op->got == 0)
-    return tx_cma(p, op);
+  if (use_cma(p, op)) return tx_cma(p, op);
   return tx_fill(p->shm_out, op);
 }
 
