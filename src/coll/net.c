@@ -1128,9 +1128,9 @@ static void op_recv_done(peer_t *p, sop_t *op) {
  * A frame that arrives before its receive is posted is copied into a stage
  * buffer. That is the common case for pipelined collectives (a peer a step
  * ahead), and a large buffer from malloc is fresh pages each time (glibc
- * maps and unmaps it): a page fault per 4 KiB cost more than the copy
- * (4 ranks on 2 cores: 1 MiB allreduce 0.8 ms, 0.45 ms with buffers kept).
- * So the net keeps a few freed buffers of STAGE_SPARE_MIN bytes or more
+ * maps and unmaps it): a page fault per 4 KiB, about a tenth of a rank's
+ * time in a 1 MiB allreduce of 4 ranks on 2 cores (bench/RESULTS.md: that
+ * allreduce 1.2-1.5x faster with buffers kept). So the net keeps a few freed buffers of STAGE_SPARE_MIN bytes or more
  * for the next frames, STAGE_SPARE_N of them and STAGE_SPARE_BYTES in all,
  * until it closes; smaller ones are malloc's business. */
 #define STAGE_SPARE_MIN ((uint64_t)16 * 1024)
