@@ -38,6 +38,16 @@ static uint32_t join(sched_t *s, uint32_t a) {
   return j;
 }
 
+/* AVG and PREMUL_SUM: buf[0..n) scaled once, after `last`; returns the
+ * op that ends it (last itself for the other reductions). */
+static uint32_t then_scale(sched_t *s, char *buf, size_t n, uint32_t last) {
+  uint32_t sc;
+  if (s->divisor <= 1 && s->scale == 1.0) return last;
+  sc = uvccl__sop_scale(s, buf, n);
+  uvccl__sop_dep(s, last, sc);
+  return sc;
+}
+
 static int check_count(size_t count, size_t esize, const void *p) {
   if (esize == 0) return UV_EINVAL;
   if (count > SIZE_MAX / esize / 64) return UV_EINVAL;
@@ -123,11 +133,7 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
     uvccl__sop_dep(s, snd, red);
     last = red;
   }
-  if (s->divisor > 1 || s->scale != 1.0) {
-    uint32_t sc = uvccl__sop_scale(s, buf, n);
-    uvccl__sop_dep(s, last, sc);
-    last = sc;
-  }
+  last = then_scale(s, buf, n, last);
   fin = join(s, last);
   if (r < 2 * rem) {
     snd = uvccl__sop_send(s, r - 1, 0xffff, buf, n);
@@ -144,18 +150,12 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
 static uint32_t allreduce_pair(sched_t *s, const char *src, char *buf,
                                size_t n, uint32_t dep0) {
   int peer = 1 - s->g->rank;
-  uint32_t snd = uvccl__sop_send(s, peer, 1, src, n), rcv, last, fin;
+  uint32_t snd = uvccl__sop_send(s, peer, 1, src, n), rcv, fin;
   uvccl__sop_dep(s, dep0, snd);
   rcv = uvccl__sop_recv_red_from(s, peer, 1, buf, src, n);
   uvccl__sop_dep(s, dep0, rcv);
   if (src == buf) uvccl__sop_dep(s, snd, rcv);
-  last = rcv;
-  if (s->divisor > 1 || s->scale != 1.0) {
-    uint32_t sc = uvccl__sop_scale(s, buf, n);
-    uvccl__sop_dep(s, last, sc);
-    last = sc;
-  }
-  fin = join(s, last);
+  fin = join(s, then_scale(s, buf, n, rcv));
   uvccl__sop_dep(s, snd, fin);
   return fin;
 }
@@ -184,11 +184,7 @@ static uint32_t allreduce_tree(sched_t *s, char *buf, size_t n,
     }
     mask <<= 1;
   }
-  if (up == NONE && (s->divisor > 1 || s->scale != 1.0)) {
-    uint32_t sc = uvccl__sop_scale(s, buf, n); /* once, at the root */
-    uvccl__sop_dep(s, end, sc);
-    end = sc;
-  }
+  if (up == NONE) end = then_scale(s, buf, n, end); /* once, at the root */
   /* back down: receive (after our own send left) from the parent, pass on
    * to the children */
   fin = uvccl__sop_nop(s);
@@ -251,15 +247,10 @@ static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
   /* The chunk this rank finished reducing: r + 1. Scale it once. */
   for (k = 0; k < nseg; k++) {
     uint32_t last = rs_recv[(uint32_t)(P - 2) * nseg + k];
-    if (s->divisor > 1 || s->scale != 1.0) {
-      size_t o, l;
-      int c = mod(r + 1, P);
-      uint32_t sc;
-      seg_range(CHUNK_LEN(c), nseg, k, &o, &l);
-      sc = uvccl__sop_scale(s, buf + (CHUNK_OFF(c) + o) * es, l * es);
-      uvccl__sop_dep(s, last, sc);
-      last = sc;
-    }
+    size_t o, l;
+    int c = mod(r + 1, P);
+    seg_range(CHUNK_LEN(c), nseg, k, &o, &l);
+    last = then_scale(s, buf + (CHUNK_OFF(c) + o) * es, l * es, last);
     fin_k[k] = last;
     uvccl__sop_dep(s, last, fin);
   }
@@ -308,10 +299,9 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
   if (g->size == 1 || count == 0) {
     uint32_t j = uvccl__sop_nop(s);
     uvccl__sop_dep(s, dep0, j);
-    if (count > 0 && (s->divisor > 1 || s->scale != 1.0)) {
-      uint32_t sc = uvccl__sop_scale(s, buf, n);
-      uvccl__sop_dep(s, j, sc);
-      return join(s, sc);
+    if (count > 0) {
+      uint32_t sc = then_scale(s, buf, n, j);
+      if (sc != j) return join(s, sc);
     }
     return j;
   }
