@@ -205,8 +205,14 @@ def helper_main(argv):
         dist.all_gather(g, torch.tensor([float(rank * 7)]))
         print("all_gather=%s" % ",".join("%g" % x.item() for x in g),
               flush=True)
+        # where a helper that hangs at the end stopped (its output is in
+        # the failure's detail): once rank 0 of PyTorch 2.6 sat here until
+        # its alarm, in one CI run of many
+        print("stage=barrier", flush=True)
         dist.barrier()
+        print("stage=destroy", flush=True)
         dist.destroy_process_group()
+        print("stage=destroyed", flush=True)
     else:
         raise SystemExit("unknown helper mode " + mode)
     print("done=1", flush=True)
