@@ -93,8 +93,11 @@ for p in $(seq 1 "$PASSES"); do
       for impl in $order; do
         bin=$NOW
         [ "$impl" = before ] && bin=$OLD
-        run "$bin" "$w" "$mode" | sed "s/^{/{\"build\":\"$impl\",\"mode\":\"$mode\",\"pass\":$p,/" \
-          >> "$TMP/rows.jsonl"
+        # not in a pipe: a subshell would keep port's increment and
+        # run's exit on a failed rank to itself
+        run "$bin" "$w" "$mode" > "$TMP/run.jsonl"
+        sed "s/^{/{\"build\":\"$impl\",\"mode\":\"$mode\",\"pass\":$p,/" \
+          "$TMP/run.jsonl" >> "$TMP/rows.jsonl"
       done
     done
   done
