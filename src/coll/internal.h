@@ -160,7 +160,7 @@ struct sched_s {
   uint32_t nops, opcap;
   sedge_t *edges;
   uint32_t nedges, edgecap;
-  uint32_t *succ;
+  uint32_t *succ, succcap; /* succcap: kept with the schedule */
   uint32_t remaining;    /* ops not yet done */
   uint32_t ready_head, ready_tail;
   int running;           /* inside the executor loop */
@@ -400,6 +400,8 @@ struct net_s {
   stage_t *stage_spare;  /* freed stage buffers kept for reuse (net.c) */
   uint32_t stage_spare_n;
   uint64_t stage_spare_bytes;
+  stage_t *stage_small;  /* and small ones (STAGE_SMALL bytes each) */
+  uint32_t stage_small_n;
   /* busy polling */
   uv_idle_t spin;
   int spin_open;
@@ -425,6 +427,7 @@ struct net_s {
    * sleeping first when the check's turn has passed). */
   uv_timer_t deadline;
   uint64_t deadline_due;  /* loop ms it is set for; 0: not set */
+  int deadline_idle;      /* set but unreferenced: nothing in flight */
   uv_check_t deliver_chk;
   uv_idle_t deliver_idle;
   int works_open;

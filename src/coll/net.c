@@ -119,6 +119,8 @@ int uvccl__net_peer_ok(net_t *net, int r, char *msg, size_t len) {
   }
   if (r == net->rank) return 0;
   p = net->peers[r];
+  /* the usual case first: a connected peer nobody reported */
+  if (p != NULL && p->state == PEER_UP && net->fails[r].rank < 0) return 0;
   if (awaiting_verdict(net, r)) return 1;
   if (net->fails[r].rank >= 0) {
     snprintf(msg, len, "rank %d (%s) failed: %s", r, uvccl__net_addr(net, r),
@@ -268,6 +270,10 @@ static void on_deadline(uv_timer_t *t) {
 void uvccl__net_deadline(net_t *net, uint64_t due_ms) {
   uint64_t now;
   if (!net->works_open || due_ms == 0) return;
+  if (net->deadline_idle) {
+    uv_ref((uv_handle_t *)&net->deadline);
+    net->deadline_idle = 0;
+  }
   if (net->deadline_due != 0 && net->deadline_due <= due_ms) return;
   now = uv_now(net->loop);
   net->deadline_due = due_ms;
@@ -275,18 +281,28 @@ void uvccl__net_deadline(net_t *net, uint64_t due_ms) {
                  0);
 }
 
+/* Nothing in flight. The timer stays set (the next collective is due
+ * later than the last, so it would only be set again: a heap insert and
+ * removal for every small collective); it merely stops keeping the loop
+ * alive, and if it fires first it finds nothing due. */
 void uvccl__net_deadline_off(net_t *net) {
-  if (!net->works_open || net->deadline_due == 0) return;
-  net->deadline_due = 0;
-  uv_timer_stop(&net->deadline);
+  if (!net->works_open || net->deadline_due == 0 || net->deadline_idle) return;
+  uv_unref((uv_handle_t *)&net->deadline);
+  net->deadline_idle = 1;
 }
 
 int uvccl__net_poll_fast(net_t *net) {
-  if (net->closing || !uvccl__shm_active(net) || net->spin_check != 1 ||
+  if (net->closing || !uvccl__shm_active(net) ||
+      (net->spin_check != 1 && net->spin_check != 2) ||
       !uv_is_active((uv_handle_t *)&net->spin) ||
       uv_is_active((uv_handle_t *)&net->slicer))
     return 0;
-  uvccl__shm_poll(net);
+  /* Oversubscribed (up to 2 ranks a CPU): give the CPU away when nothing
+   * moved, as on_spin does, but without the loop turn around it (an
+   * epoll_wait, the timers, the handles): with ranks taking turns on a
+   * CPU, a turn's length is the latency, and that system call was half
+   * of a turn's system calls. */
+  if (!uvccl__shm_poll(net) && net->spin_check == 2) sched_yield();
   return 1;
 }
 
@@ -1136,9 +1152,26 @@ static void op_recv_done(peer_t *p, sop_t *op) {
 #define STAGE_SPARE_MIN ((uint64_t)16 * 1024)
 #define STAGE_SPARE_N 8u
 #define STAGE_SPARE_BYTES ((uint64_t)16 * 1024 * 1024)
+/* Small frames (a small collective's, whose peer is a step ahead) are
+ * staged in buffers of STAGE_SMALL bytes, STAGE_SMALL_N of them kept: no
+ * malloc and free for every early 4-byte allreduce. */
+#define STAGE_SMALL ((uint64_t)256)
+#define STAGE_SMALL_N 16u
 
 static stage_t *stage_alloc(net_t *net, uint64_t len) {
   stage_t **pp, **best = NULL, *st;
+  if (len <= STAGE_SMALL) {
+    if ((st = net->stage_small) != NULL) {
+      net->stage_small = st->next;
+      net->stage_small_n--;
+    } else {
+      st = uvccl__malloc(sizeof(*st) + (size_t)STAGE_SMALL);
+      if (st == NULL) return NULL;
+    }
+    memset(st, 0, sizeof(*st));
+    st->cap = STAGE_SMALL;
+    return st;
+  }
   if (len >= STAGE_SPARE_MIN)
     for (pp = &net->stage_spare; *pp != NULL; pp = &(*pp)->next)
       if ((*pp)->cap >= len && (best == NULL || (*pp)->cap < (*best)->cap))
@@ -1162,6 +1195,12 @@ static stage_t *stage_alloc(net_t *net, uint64_t len) {
 }
 
 static void stage_free(net_t *net, stage_t *st) {
+  if (st->cap == STAGE_SMALL && net->stage_small_n < STAGE_SMALL_N) {
+    st->next = net->stage_small;
+    net->stage_small = st;
+    net->stage_small_n++;
+    return;
+  }
   if (st->cap >= STAGE_SPARE_MIN && net->stage_spare_n < STAGE_SPARE_N &&
       net->stage_spare_bytes + st->cap <= STAGE_SPARE_BYTES) {
     st->next = net->stage_spare;
@@ -2457,6 +2496,11 @@ static void net_free(net_t *net) {
     ctl_drop(p);
     uvccl__free(p->rbuf);
     uvccl__free(p);
+  }
+  while (net->stage_small != NULL) {
+    stage_t *st = net->stage_small;
+    net->stage_small = st->next;
+    uvccl__free(st);
   }
   while (net->stage_spare != NULL) {
     stage_t *st = net->stage_spare;

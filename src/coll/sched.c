@@ -41,7 +41,7 @@ sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
     sop_t *ops = s->ops;
     sedge_t *edges = s->edges;
     uint32_t *succ = s->succ;
-    uint32_t opcap = s->opcap, edgecap = s->edgecap;
+    uint32_t opcap = s->opcap, edgecap = s->edgecap, succcap = s->succcap;
     char *tmp = s->tmp;
     size_t tmpcap = s->tmpcap;
     memset(s, 0, sizeof(*s));
@@ -50,6 +50,7 @@ sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
     s->succ = succ;
     s->opcap = opcap;
     s->edgecap = edgecap;
+    s->succcap = succcap;
     s->tmp = tmp;
     s->tmpcap = tmpcap;
   }
@@ -518,9 +519,16 @@ static void sched_run(sched_t *s) {
 /* Builds successor lists (CSR) from the edge list. */
 static int sched_link(sched_t *s) {
   uint32_t i, *pos;
-  uvccl__free(s->succ);
-  s->succ = uvccl__malloc((s->nedges ? s->nedges : 1) * sizeof(uint32_t));
-  if (s->succ == NULL) return UV_ENOMEM;
+  if (s->nedges > s->succcap || s->succ == NULL) {
+    /* as large as the edge list may grow: a kept schedule then never
+     * allocates here again */
+    uint32_t cap = s->edgecap > s->nedges ? s->edgecap : s->nedges;
+    uvccl__free(s->succ);
+    s->succcap = 0;
+    s->succ = uvccl__malloc((cap ? cap : 1) * sizeof(uint32_t));
+    if (s->succ == NULL) return UV_ENOMEM;
+    s->succcap = cap;
+  }
   for (i = 0; i < s->nops; i++) {
     s->ops[i].nsucc = 0;
     s->ops[i].deps = 0;
@@ -897,10 +905,11 @@ static void sched_progress(uvccl_work_t *w) {
   uint64_t until = 0;
   uint32_t i;
   /* the clock from the 32nd look on: most waits end before (a clock read
-   * is a sizeable part of a small collective here) */
+   * is a sizeable part of a small collective here); at every look where
+   * a look that finds nothing yields the CPU (net.c, oversubscribed) */
   for (i = 1; uvccl__work_is_live(w); i++) {
     if (!uvccl__net_poll_fast(net)) return;
-    if ((i & 31) == 0) {
+    if ((i & 31) == 0 || net->spin_check == 2) {
       uint64_t now = uv_hrtime();
       if (until == 0) until = now + PROGRESS_NS;
       else if (now > until) return;
