@@ -28,7 +28,18 @@
  *      every one finishes (a lost wake-up or an unread ring would stall
  *      one; such races are timing-dependent: t/2057's sweeps at 3 and 5
  *      ranks found the one fixed in shm_seg.c's publish, this did not).
- * (Hostile bytes in a ring: t/2061.)
+ *   i) boxes (small allreduces and barriers of a world linked through
+ *      shared memory, one round, src/coll/shm.c) at 2, 3, 4 and 8 ranks:
+ *      every rank says it takes them; float32 SUM of 1, 7 and 256
+ *      elements (the largest a box holds) is bitwise the fold of every
+ *      rank's input in rank order, 257 (messages again) within rounding,
+ *      and every rank holds the same bits; int32 SUM, int64 MAX and MIN,
+ *      bfloat16 PRODUCT exact (16-bit floats folded in float32), float64
+ *      AVG within 1e-12, in place and out of place; 64 collectives started before
+ *      any is waited for (sizes, barriers, a coalesced one) all exact;
+ *      and at 4 with one rank saying UVCCL_SHM_BOXES=0: no rank takes
+ *      boxes (the world agrees), the results are the same.
+ * (Hostile bytes in a ring or a box: t/2061.)
  * The test binary is also the rank program (UVCCL_T_ROLE), as in t/2020. */
 #define _GNU_SOURCE
 #include "tap.h"
@@ -436,6 +447,162 @@ static int role_stress(void) {
   return rank_destroy();
 }
 
+/* i: boxes */
+static uint16_t to_bf16(float f) { /* round to nearest even (no NaNs here) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float box_in(int r, size_t i) {
+  return 0.1f * (float)(r + 1) + 1e-3f * (float)i + 1e-7f * (float)(r * r);
+}
+
+static int wait_all(cbres_t *c, int *rc, int n) {
+  int k, bad = 0;
+  for (k = 0; k < n; k++) {
+    int x = finish_work(&c[k], rc[k], 20000);
+    if (x != 0) bad = x;
+  }
+  return bad;
+}
+
+static int role_boxes(void) {
+  const char *want = getenv("UVCCL_T_BOXES");
+  int boxes = want != NULL && strcmp(want, "1") == 0;
+  static const size_t sizes[4] = {1, 7, 256, 257};
+  float in[257], out[257], fold[257], all[257 * MAXP];
+  int k, r, rc = 0, bits = 1, same = 1, other = 1, burst = 1;
+  size_t i;
+  rank_init(30000);
+  for (k = 0; k < 4 && rc == 0; k++) {
+    size_t n = sizes[k];
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    for (i = 0; i < n; i++) {
+      in[i] = box_in(R, i);
+      fold[i] = box_in(0, i);
+      for (r = 1; r < P; r++) fold[i] += box_in(r, i);
+    }
+    w.data = &c;
+    /* in place for odd k */
+    if (k % 2) memcpy(out, in, n * sizeof(float));
+    rc = finish_work(&c, uvccl_allreduce(&pg, &w, k % 2 ? out : in, out, n,
+                                         UVCCL_FLOAT32, UVCCL_SUM, on_work),
+                     20000);
+    for (i = 0; i < n && rc == 0; i++) {
+      if (n <= 256 && boxes && memcmp(&out[i], &fold[i], 4) != 0) bits = 0;
+      if (out[i] - fold[i] > 1e-5f || fold[i] - out[i] > 1e-5f) bits = 0;
+    }
+    memset(&w, 0, sizeof(w));
+    memset(&c, 0, sizeof(c));
+    w.data = &c;
+    if (rc == 0)
+      rc = finish_work(&c, uvccl_allgather(&pg, &w, out, all, n, UVCCL_INT32,
+                                           on_work), 20000);
+    for (r = 1; r < P && rc == 0; r++)
+      if (memcmp(all, all + (size_t)r * n, n * 4) != 0) same = 0;
+  }
+  rep(rc == 0 && bits && same, "box_f32",
+      "float32 SUM of 1, 7, 256, 257: %s%s (%s)",
+      bits ? (boxes ? "the rank-order fold, bitwise, to 256" : "within 1e-5")
+           : "WRONG",
+      same ? "; the same bits on every rank" : "; DIFFERENT bits", ename(rc));
+  {
+    /* other types and reductions, 5 elements, in place */
+    int32_t a32[5];
+    int64_t mx[5], mn[5];
+    double avg[5];
+    uint16_t bf[5];
+    uvccl_work_t w[5];
+    cbres_t c[5];
+    int rcs[5];
+    memset(w, 0, sizeof(w));
+    memset(c, 0, sizeof(c));
+    for (i = 0; i < 5; i++) {
+      a32[i] = R * 1000 + (int32_t)i;
+      mx[i] = mn[i] = (int64_t)((R * 7919 + (int)i * 31) % 101) - 50;
+      avg[i] = (double)(R + 1) * 0.5 + (double)i;
+      /* 1, 1.5 or 2: a product of 8 still fits a float32 exactly */
+      bf[i] = to_bf16(1.0f + 0.5f * (float)((R + (int)i) % 3));
+    }
+    for (k = 0; k < 5; k++) w[k].data = &c[k];
+    rcs[0] = uvccl_allreduce(&pg, &w[0], a32, a32, 5, UVCCL_INT32, UVCCL_SUM,
+                             on_work);
+    rcs[1] = uvccl_allreduce(&pg, &w[1], mx, mx, 5, UVCCL_INT64, UVCCL_MAX,
+                             on_work);
+    rcs[2] = uvccl_allreduce(&pg, &w[2], mn, mn, 5, UVCCL_INT64, UVCCL_MIN,
+                             on_work);
+    rcs[3] = uvccl_allreduce(&pg, &w[3], avg, avg, 5, UVCCL_FLOAT64,
+                             UVCCL_AVG, on_work);
+    rcs[4] = uvccl_allreduce(&pg, &w[4], bf, bf, 5, UVCCL_BFLOAT16,
+                             UVCCL_PRODUCT, on_work);
+    rc = wait_all(c, rcs, 5);
+    for (i = 0; i < 5 && rc == 0; i++) {
+      int64_t s32 = 0, emx = -1000, emn = 1000;
+      double eavg = 0, eprod = 1;
+      for (r = 0; r < P; r++) {
+        int64_t v = (int64_t)((r * 7919 + (int)i * 31) % 101) - 50;
+        s32 += r * 1000 + (int64_t)i;
+        if (v > emx) emx = v;
+        if (v < emn) emn = v;
+        eavg += (double)(r + 1) * 0.5 + (double)i;
+        eprod *= 1.0 + 0.5 * (double)((r + (int)i) % 3);
+      }
+      if (a32[i] != s32 || mx[i] != emx || mn[i] != emn ||
+          avg[i] - eavg / P > 1e-12 || eavg / P - avg[i] > 1e-12 ||
+          bf[i] != to_bf16((float)eprod))
+        other = 0;
+    }
+    rep(rc == 0 && other, "box_types", "int32 SUM, int64 MAX and MIN, "
+        "float64 AVG (within 1e-12), bfloat16 PRODUCT: %s (%s)", other ? "exact" : "WRONG",
+        ename(rc));
+  }
+  {
+    /* 64 started before any is waited for */
+    enum { B = 64 };
+    static int32_t v[B][300];
+    static int32_t cb1[3], cb2[4];
+    uvccl_buf_t bufs[2] = {{(char *)cb1, sizeof(cb1)}, {(char *)cb2,
+                                                        sizeof(cb2)}};
+    uvccl_work_t w[B];
+    cbres_t c[B];
+    int rcs[B];
+    memset(w, 0, sizeof(w));
+    memset(c, 0, sizeof(c));
+    for (i = 0; i < 3; i++) cb1[i] = R + 1;
+    for (i = 0; i < 4; i++) cb2[i] = 10 * (R + 1);
+    for (k = 0; k < B; k++) {
+      size_t n = (size_t)(1 + (k * 37) % 300), j;
+      w[k].data = &c[k];
+      for (j = 0; j < n; j++) v[k][j] = R + k + (int)j;
+      if (k % 9 == 4)
+        rcs[k] = uvccl_barrier(&pg, &w[k], on_work);
+      else if (k == 33)
+        rcs[k] = uvccl_allreduce_coalesced(&pg, &w[k], bufs, 2, UVCCL_INT32,
+                                           UVCCL_SUM, on_work);
+      else
+        rcs[k] = uvccl_allreduce(&pg, &w[k], v[k], v[k], n, UVCCL_INT32,
+                                 UVCCL_SUM, on_work);
+    }
+    rc = wait_all(c, rcs, B);
+    for (k = 0; k < B && rc == 0; k++) {
+      size_t n = (size_t)(1 + (k * 37) % 300), j;
+      if (k % 9 == 4 || k == 33) continue;
+      for (j = 0; j < n; j++)
+        if (v[k][j] != P * (k + (int)j) + P * (P - 1) / 2) burst = 0;
+    }
+    for (i = 0; i < 3; i++)
+      if (cb1[i] != P * (P + 1) / 2) burst = 0;
+    for (i = 0; i < 4; i++)
+      if (cb2[i] != 10 * P * (P + 1) / 2) burst = 0;
+    rep(rc == 0 && burst, "box_burst", "64 collectives started at once "
+        "(allreduces of 4 B to 1.2 KiB, barriers, a coalesced one): %s (%s)",
+        burst ? "exact" : "WRONG", ename(rc));
+  }
+  return rank_destroy();
+}
+
 static int rank_main(const char *role) {
   const char *r = getenv("RANK"), *s = getenv("WORLD_SIZE");
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -446,6 +613,7 @@ static int rank_main(const char *role) {
   P = s ? atoi(s) : 0;
   if (strcmp(role, "sweep") == 0) return role_sweep();
   if (strcmp(role, "stress") == 0) return role_stress();
+  if (strcmp(role, "boxes") == 0) return role_boxes();
   fprintf(stderr, "unknown role %s\n", role);
   return 2;
 }
@@ -550,6 +718,51 @@ static void scenario_stress(int n) {
   procs_free(&p, 1);
 }
 
+/* i: boxes at n ranks; off_rank >= 0 says UVCCL_SHM_BOXES=0 there */
+static void scenario_boxes(int n, int off_rank) {
+  proc_t p;
+  char tool[4096], nstr[8], tag[64];
+  char *argv[] = {tool, "-n", nstr, "--", "/bin/sh", "-c",
+                  "[ \"$RANK\" = \"$UVCCL_T_OFF\" ] && "
+                  "export UVCCL_SHM_BOXES=0; exec \"$0\"", self, NULL};
+  static char e_off[32], e_want[32];
+  const char *env[] = {"UVCCL_T_ROLE=boxes", "UVCCL_LOG=info", e_off, e_want,
+                       "UVCCL_SHM_CMA=0", NULL};
+  unsigned all = (1u << n) - 1;
+  int r, said = 0;
+  snprintf(tool, sizeof(tool), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
+  snprintf(nstr, sizeof(nstr), "%d", n);
+  snprintf(e_off, sizeof(e_off), "UVCCL_T_OFF=%d", off_rank);
+  snprintf(e_want, sizeof(e_want), "UVCCL_T_BOXES=%d", off_rank < 0);
+  snprintf(tag, sizeof(tag), "i: W=%d%s", n,
+           off_rank >= 0 ? ", one rank without boxes" : "");
+  scenario_failed = 0;
+  if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
+    ok(0, "%s uvccl-run starts", tag);
+    return;
+  }
+  finish_all(&p, 1, 90);
+  for (r = 0; r < n; r++) {
+    char line[96];
+    snprintf(line, sizeof(line), "rank %d: small allreduces and barriers of "
+             "%d ranks through shared-memory boxes", r, n);
+    if (strstr(p.ebuf, line) != NULL) said++;
+  }
+  if (!ok(said == (off_rank < 0 ? n : 0), "%s: %d of %d ranks take boxes "
+          "(%s)", tag, said, n, off_rank < 0 ? "all" : "none: they agree"))
+    scenario_failed = 1;
+  agg(&p, 1, "box_f32", all, "%s: float32 SUM, exact as said, the same bits "
+      "everywhere", tag);
+  agg(&p, 1, "box_types", all, "%s: int32, int64, float64 AVG, bfloat16 "
+      "PRODUCT, exact", tag);
+  agg(&p, 1, "box_burst", all, "%s: 64 collectives started at once, exact",
+      tag);
+  agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);
+  if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
+  if (scenario_failed) dump_procs(&p, 1);
+  procs_free(&p, 1);
+}
+
 int main(int argc, char **argv) {
   const char *role = getenv("UVCCL_T_ROLE");
   const char *only = getenv("UVCCL_T_ONLY");
@@ -586,6 +799,13 @@ int main(int argc, char **argv) {
   if (!only || strchr(only, 'h')) {
     scenario_sweep(2, NULL, 0, 2);
     scenario_sweep(4, NULL, 0, 2);
+  }
+  if (!only || strchr(only, 'i')) {
+    scenario_boxes(2, -1);
+    scenario_boxes(3, -1);
+    scenario_boxes(4, -1);
+    scenario_boxes(8, -1);
+    scenario_boxes(4, 2);
   }
   if (!only || strchr(only, 'e')) {
     scenario_stress(2);

@@ -16,7 +16,11 @@
  *   e) a send taken back (cancelled) after its descriptor went and before
  *      the receiver read it: the sender's buffer is the caller's again at
  *      once (the test scribbles over it), and the receiver still gets the
- *      bytes as they were (from the copy the sender made), whole. */
+ *      bytes as they were (from the copy the sender made), whole;
+ * boxes (small collectives of a world linked through shared memory):
+ *   f) a box holding a number its peer cannot have written yet: rank 0's
+ *      allreduce fails naming rank 1 and the box, as in a) and b).
+ * (a to e set $UVCCL_SHM_BOXES=0: their allreduce goes through the ring.) */
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
@@ -99,6 +103,14 @@ static void spoil_cma_at(peer_t *p, uint64_t addr) {
 }
 
 static void spoil_cma_bad_addr(peer_t *p) { spoil_cma_at(p, 4096); }
+
+static void spoil_box(peer_t *p) {
+  /* rank 0's first box collective is number 0 (box 0, which then says 1
+   * when rank 1's part is in): a number from far ahead instead */
+  uvccl__shm_box_t *b =
+      (uvccl__shm_box_t *)((char *)p->shm_in.ring + UVCCL__SHM_BOX_OFF);
+  atomic_store(&b->seq, 1000);
+}
 static void spoil_cma_valid(peer_t *p) {
   static char mem[65536];
   spoil_cma_at(p, (uint64_t)(uintptr_t)mem);
@@ -111,6 +123,7 @@ typedef struct {
   void (*spoil)(peer_t *p);
   const char *name, *expect;
   int cma;
+  int boxes;
 } spoiler_t;
 
 static void run_spoilers(const char *tag, const spoiler_t *sp, int n,
@@ -121,8 +134,10 @@ static void run_spoilers(const char *tag, const spoiler_t *sp, int n,
   uv_loop_init(&L);
   for (k = 0; k < n; k++) {
     if (sp[k].cma) setenv("UVCCL_SHM_CMA", "1", 1);
+    if (sp[k].boxes) unsetenv("UVCCL_SHM_BOXES");
     rc = world_init(&W, &L, 2, NULL);
     setenv("UVCCL_SHM_CMA", "0", 1);
+    setenv("UVCCL_SHM_BOXES", "0", 1);
     if (!is_int(rc, 0, "%sa world of 2 in one process", tag)) return;
     rc = spoiled_allreduce(&W, sp[k].spoil, msg, sizeof(msg));
     ok(rc != 0 && rc != UV_ETIMEDOUT && strstr(msg, "rank 1") != NULL &&
@@ -137,9 +152,9 @@ static void run_spoilers(const char *tag, const spoiler_t *sp, int n,
 static void scenario_cma_hostile(void) {
   static const spoiler_t sp[2] = {
       {spoil_cma_valid, "a single-copy descriptor from a rank not allowed one",
-       "may not send", 0},
+       "may not send", 0, 0},
       {spoil_cma_bad_addr, "a single-copy descriptor with an unmapped address",
-       "from its memory", 1}};
+       "from its memory", 1, 0}};
   run_spoilers("d: ", sp, 2, "d: the loop closes cleanly");
 }
 
@@ -197,9 +212,15 @@ static void scenario_cma_revoke(void) {
 
 static void scenario_hostile(void) {
   static const spoiler_t sp[2] = {
-      {spoil_index, "an impossible ring index", "shared-memory", 0},
-      {spoil_frame, "a ring holding no frame", "shared-memory", 0}};
+      {spoil_index, "an impossible ring index", "shared-memory", 0, 0},
+      {spoil_frame, "a ring holding no frame", "shared-memory", 0, 0}};
   run_spoilers("", sp, 2, "the loop closes cleanly (nothing leaked)");
+}
+
+static void scenario_box_hostile(void) {
+  static const spoiler_t sp[1] = {
+      {spoil_box, "a box from the future", "collective box", 0, 1}};
+  run_spoilers("f: ", sp, 1, "f: the loop closes cleanly (nothing leaked)");
 }
 
 /* c) A group forgotten (broken, shrunk, destroyed) while a frame of it is
@@ -250,9 +271,11 @@ int main(void) {
   /* rings only, unless a scenario says otherwise (not the default, auto,
    * which turns single copy on where it measures it paying) */
   setenv("UVCCL_SHM_CMA", "0", 1);
+  setenv("UVCCL_SHM_BOXES", "0", 1);
   scenario_hostile();
   scenario_forget_mid_frame();
   scenario_cma_hostile();
   scenario_cma_revoke();
+  scenario_box_hostile();
   return done_testing();
 }

@@ -289,6 +289,12 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
                                 size_t count, uint32_t dep0) {
   group_t *g = s->g;
   size_t n = count * s->esize;
+  if (g->box_ok && count > 0 && n <= UVCCL__SHM_BOX_MAX) {
+    /* every rank's part through shared memory, one round (shm.c) */
+    uint32_t bx = uvccl__sop_box(s, src, buf, n);
+    uvccl__sop_dep(s, dep0, bx);
+    return join(s, then_scale(s, buf, n, bx));
+  }
   if (g->size == 2 && count > 0 && n <= g->small_max)
     return allreduce_pair(s, src, buf, n, dep0);
   if (src != buf && count > 0 && (g->size == 1 || n <= g->small_max)) {
@@ -947,6 +953,11 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   s = uvccl__sched_new(g, "barrier", 0);
   if (s == NULL) return UV_ENOMEM;
   s->ordered = 1;
+  if (g->box_ok) {
+    /* every rank's (empty) part through shared memory (shm.c) */
+    uvccl__sop_box(s, NULL, NULL, 0);
+    return uvccl__sched_start(s, work, cb);
+  }
   if (g->small_tree && g->size > 2) {
     /* (group_t.small_tree) an empty allreduce: up the tree, down again */
     allreduce_tree(s, NULL, 0, NONE);

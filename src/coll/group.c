@@ -39,8 +39,15 @@ static int group_waiting(void *ctx, uint64_t id, int *ranks, int max) {
   for (s = g->pend_head; s != NULL; s = s->next) {
     if (s->fid != id) continue;
     for (i = 0; i < s->nops && n < max; i++) {
-      const sop_t *op = &s->ops[i];
+      sop_t *op = &s->ops[i];
       int r;
+      if (op->state == SOP_ACTIVE && op->type == SOP_BOX) {
+        /* every rank whose part has not come */
+        for (r = 0; r < g->net->size && n < max; r++)
+          if (r != g->net->rank && uvccl__shm_box_needs(g->net, op, r))
+            ranks[n++] = g->inv[r];
+        continue;
+      }
       if (op->state != SOP_ACTIVE ||
           (op->type != SOP_RECV && op->type != SOP_RECV_RED))
         continue;

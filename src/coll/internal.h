@@ -111,6 +111,9 @@ typedef enum {
   SOP_REDUCE,     /* buf = buf op src (len bytes) */
   SOP_SCALE,      /* AVG / PREMUL_SUM on buf (len bytes) */
   SOP_CALL,       /* fn(sched, op): glue (sizes known only at run time) */
+  SOP_BOX,        /* the world's small allreduce (barrier: len 0) through
+                     shared-memory boxes: buf = every rank's src reduced
+                     in rank order (shm.c) */
   SOP_NOP
 } sop_type_t;
 
@@ -138,6 +141,7 @@ struct sop_s {
   uint32_t ready_next;  /* executor's ready queue (index + 1) */
   int source;           /* RECV: the world rank it came from */
   uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
+  uint64_t slot_t;      /* BOX: the world's box collective number */
   unsigned char hdr[UVCCL__FRAME_HDR];
   uvccl__wreq_t wreq;
 };
@@ -158,6 +162,7 @@ struct sched_s {
                             2 all (monitored_barrier) */
   sop_t *ops;
   uint32_t nops, opcap;
+  uint32_t nbox;         /* SOP_BOX ops among them */
   sedge_t *edges;
   uint32_t nedges, edgecap;
   uint32_t *succ, succcap; /* succcap: kept with the schedule */
@@ -458,6 +463,9 @@ struct group_s {
    * context switch ($UVCCL_SMALL_TREE=1; uvccl-run sets it when it starts
    * more than 4 ranks a CPU). Every rank must choose alike. */
   int small_tree;
+  int box_ok;             /* the world's small allreduces and barriers go
+                             through shared-memory boxes (shm.c) */
+  uint64_t box_seq;       /* the next box collective's number */
   size_t segment;
   char *tag;              /* find-or-create tag */
   sched_t *pend_head, *pend_tail; /* pending schedules, start order */
@@ -656,6 +664,13 @@ void uvccl__shm_kick(peer_t *p);
 /* One look at the rings that moved and the blocked sends; 1 when
  * something moved. */
 int uvccl__shm_poll(net_t *net);
+/* Boxes, for the world's small collectives (at most this many ranks). */
+#define UVCCL__SHM_BOX_WORLD 8
+void uvccl__shm_boxes_offer(net_t *net);
+int uvccl__shm_boxes_agreed(net_t *net);
+void uvccl__shm_box_start(net_t *net, sop_t *op);
+void uvccl__shm_box_remove(net_t *net, sop_t *op);
+int uvccl__shm_box_needs(net_t *net, sop_t *op, int world_rank);
 /* 1 when shared memory carries traffic of this net. */
 int uvccl__shm_active(net_t *net);
 void uvccl__shm_net_close(net_t *net);
@@ -693,6 +708,7 @@ uint32_t uvccl__sop_reduce(sched_t *s, void *dst, const void *src,
 uint32_t uvccl__sop_scale(sched_t *s, void *buf, size_t len);
 uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *));
 uint32_t uvccl__sop_nop(sched_t *s);
+uint32_t uvccl__sop_box(sched_t *s, const void *src, void *buf, size_t len);
 /* b runs after a. */
 void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 /* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */

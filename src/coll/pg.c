@@ -254,6 +254,12 @@ static void boot_done(boot_t *b) {
   group_t *g = b->g;
   b->dead = 1;
   g->boot = NULL;
+  if (!b->sparse && g->size == g->net->size &&
+      uvccl__shm_boxes_agreed(g->net)) {
+    g->box_ok = 1;
+    LOG_INFO("coll", "rank %d: small allreduces and barriers of %d ranks "
+             "through shared-memory boxes", g->rank, g->size);
+  }
   /* a world that owns its store client watches it for dump requests */
   if (g->own_store != NULL && g->net->twatch == NULL)
     g->net->twatch = uvccl__trace_watch_start(
@@ -334,6 +340,8 @@ static void boot_maybe_barrier(boot_t *b) {
     boot_done(b);
     return;
   }
+  /* said before the barrier, read after it (shm.c, "Boxes") */
+  uvccl__shm_boxes_offer(b->g->net);
   snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
   rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);
   if (rc != 0) {

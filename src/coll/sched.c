@@ -220,6 +220,16 @@ uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *)) {
 
 uint32_t uvccl__sop_nop(sched_t *s) { return sop_add(s, SOP_NOP); }
 
+uint32_t uvccl__sop_box(sched_t *s, const void *src, void *buf, size_t len) {
+  uint32_t i = sop_add(s, SOP_BOX);
+  if (i == UINT32_MAX) return i;
+  s->ops[i].src = src;
+  s->ops[i].buf = buf;
+  s->ops[i].len = len;
+  s->nbox++;
+  return i;
+}
+
 void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b) {
   if (a == UINT32_MAX || b == UINT32_MAX) return;
   if (s->nedges == s->edgecap) {
@@ -470,6 +480,9 @@ static void start_op(sched_t *s, sop_t *op) {
     }
     uvccl__sched_slice(op);
     break;
+  case SOP_BOX:
+    uvccl__shm_box_start(net, op); /* op_done when every part is in */
+    return;
   case SOP_CALL:
     rc = op->fn(s, op);
     if (rc != 0) {
@@ -687,6 +700,11 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
   }
   s->w = w;
   s->remaining = s->nops;
+  /* Box collectives are numbered when they are sure to run, in the order
+   * of the calls (the same on every rank) */
+  if (s->nbox > 0)
+    for (i = 0; i < s->nops; i++)
+      if (s->ops[i].type == SOP_BOX) s->ops[i].slot_t = g->box_seq++;
   s->prev = g->pend_tail;
   s->next = NULL;
   if (g->pend_tail) g->pend_tail->next = s;
@@ -718,6 +736,9 @@ static void sched_detach(sched_t *s, int status) {
       op->state = SOP_DONE;
     } else if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
       uvccl__net_unpost(net, op);
+      op->state = SOP_DONE;
+    } else if (op->type == SOP_BOX) {
+      uvccl__shm_box_remove(net, op);
       op->state = SOP_DONE;
     } else if (op->type == SOP_SEND && op->writing) {
       /* The rest of the frame goes from a copy: the connection stays in
@@ -781,6 +802,9 @@ static void sched_detach_soft(sched_t *s) {
     } else if (op->type == SOP_RECV || op->type == SOP_RECV_RED) {
       uvccl__net_unpost(net, op);
       op->state = SOP_DONE;
+    } else if (op->type == SOP_BOX) {
+      uvccl__shm_box_remove(net, op);
+      op->state = SOP_DONE;
     }
   }
 }
@@ -838,7 +862,22 @@ static void timeout_why(sched_t *s, char *buf, size_t len) {
   uint32_t i;
   buf[0] = '\0';
   for (i = 0; i < s->nops; i++) {
-    const sop_t *op = &s->ops[i];
+    sop_t *op = &s->ops[i];
+    if (op->state == SOP_ACTIVE && op->type == SOP_BOX) {
+      int r;
+      for (r = 0; r < net->size && n < 4 && off < len; r++) {
+        if (r == net->rank || !uvccl__shm_box_needs(net, op, r)) continue;
+        n++;
+        off += (size_t)snprintf(
+            buf + off, len - off, "%srank %d (%s), which has not sent its "
+            "part of box collective %llu through shared memory (0 of %zu "
+            "bytes arrived)", n > 1 ? "; " : "waiting for ", s->g->inv[r],
+            uvccl__net_addr(net, r), (unsigned long long)op->slot_t,
+            op->len);
+      }
+      if (n > 0) return;
+      continue;
+    }
     if (op->state != SOP_ACTIVE ||
         (op->type != SOP_RECV && op->type != SOP_RECV_RED))
       continue;
@@ -955,12 +994,15 @@ static void sched_abandon(uvccl_work_t *w, int status) {
     sched_complete(s, s->fail_status);
     return;
   }
-  for (i = 0; i < s->nops; i++) {
+  for (i = 0; i < s->nops && waiting < 0; i++) {
     sop_t *op = &s->ops[i];
     if (op->state == SOP_ACTIVE &&
         (op->type == SOP_RECV || op->type == SOP_RECV_RED)) {
       waiting = op->peer;
-      break;
+    } else if (op->state == SOP_ACTIVE && op->type == SOP_BOX) {
+      int r;
+      for (r = 0; r < net->size && waiting < 0; r++)
+        if (r != net->rank && uvccl__shm_box_needs(net, op, r)) waiting = r;
     }
   }
   if (status == UV_ETIMEDOUT && s->list_waiting && waiting >= 0) {
@@ -1022,6 +1064,13 @@ static int sched_needs(sched_t *s, int world_rank) {
   for (i = 0; i < s->nops; i++) {
     sop_t *op = &s->ops[i];
     if (op->state == SOP_DONE) continue;
+    if (op->type == SOP_BOX) {
+      /* every rank's part, until it is here */
+      if (op->state == SOP_WAITING ||
+          uvccl__shm_box_needs(s->g->net, op, world_rank))
+        return 1;
+      continue;
+    }
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
         op->peer == world_rank &&

@@ -475,3 +475,48 @@ void uvccl__shm_release(uvccl__shm_in_t *in, uvccl__shm_out_t *back) {
      * prepare step looks at its blocked sends after setting the flag. */
     wake(back->peer, back->bellfd);
 }
+
+/* ---- boxes ------------------------------------------------------------------ */
+
+void uvccl__shm_set_boxes_ok(uvccl__shm_inbox_t *ib, int ok) {
+  atomic_store_explicit(&ib->hdr->boxes_ok, ok ? 1u : 0u,
+                        memory_order_relaxed);
+  atomic_thread_fence(memory_order_seq_cst);
+}
+
+int uvccl__shm_boxes_ok(const uvccl__shm_inbox_hdr_t *h) {
+  return atomic_load_explicit(&((uvccl__shm_inbox_hdr_t *)h)->boxes_ok,
+                              memory_order_acquire) == 1;
+}
+
+static uvccl__shm_box_t *box_at(uvccl__shm_ring_hdr_t *ring, uint64_t t) {
+  return (uvccl__shm_box_t *)((char *)ring + UVCCL__SHM_BOX_OFF +
+                              (t & 1) * UVCCL__SHM_BOX_STRIDE);
+}
+
+/* The bytes, then the number that says they are there; a sleeping
+ * consumer is woken as publish does (no dirty bit: a consumer with a box
+ * to wait for looks at its boxes on every turn). */
+void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, const void *src,
+                        size_t n) {
+  uvccl__shm_box_t *b = box_at(o->ring, t);
+  if (n > 0) memcpy(b->data, src, n);
+  atomic_store_explicit(&b->seq, t + 1, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  wake(o->peer, o->bellfd);
+}
+
+/* 1: part t is there (data points at it), 0: not yet, -1: the box holds
+ * a number its producer cannot have written yet (it would need our part
+ * of t first): the memory is not what the protocol wrote. */
+int uvccl__shm_box_get(const uvccl__shm_in_t *in, uint64_t t,
+                       const char **data) {
+  uvccl__shm_box_t *b = box_at(in->ring, t);
+  uint64_t seq = atomic_load_explicit(&b->seq, memory_order_acquire);
+  if (seq == t + 1) {
+    *data = b->data;
+    return 1;
+  }
+  if (seq > t + 1) return -1;
+  return 0;
+}

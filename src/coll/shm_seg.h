@@ -32,7 +32,11 @@ typedef struct {
   uint32_t nslots;
   uint64_t cookie;
   uint64_t ring_size;
-  char pad0[40];
+  /* 1: the owner links every peer of its world through shared memory and
+   * takes small collectives through boxes (shm.c, "Boxes"); written
+   * before creation's store barrier, read after it */
+  _Atomic uint32_t boxes_ok;
+  char pad0[36];
   _Atomic uint32_t sleeping; /* the owner's loop is about to block */
   char pad1[60];
   /* Which rings have news: producer s sets bit s after it publishes, the
@@ -64,6 +68,24 @@ typedef struct {
 } uvccl__shm_ring_hdr_t;
 
 /* What a rank tells each peer (the FRAME_SHM payload). */
+/* Boxes: in each ring slot's first page, after the ring's header, two
+ * boxes where that slot's producer leaves its part of the world's small
+ * collectives (number t in box t % 2): the number t + 1, then the bytes
+ * in the same and the following lines (shm.c, "Boxes"). */
+#define UVCCL__SHM_BOX_OFF 512u
+#define UVCCL__SHM_BOX_MAX 1024u
+#define UVCCL__SHM_BOX_STRIDE 1088u
+typedef struct {
+  _Atomic uint64_t seq;
+  char data[UVCCL__SHM_BOX_MAX];
+} uvccl__shm_box_t;
+_Static_assert(sizeof(uvccl__shm_ring_hdr_t) <= UVCCL__SHM_BOX_OFF,
+               "ring header overlaps the boxes");
+_Static_assert(sizeof(uvccl__shm_box_t) <= UVCCL__SHM_BOX_STRIDE &&
+                   UVCCL__SHM_BOX_OFF + 2 * UVCCL__SHM_BOX_STRIDE <=
+                       UVCCL__SHM_PAGE,
+               "boxes past the slot's first page");
+
 enum { UVCCL__SHM_INFO = 1, UVCCL__SHM_ATTACHED = 2, UVCCL__SHM_REFUSED = 3 };
 typedef struct {
   uint32_t magic;
@@ -161,6 +183,13 @@ int uvccl__shm_nonempty(const uvccl__shm_in_t *in);
 /* Producer: tells the consumer to look at this slot (no bytes: for
  * example a single-copy transfer acknowledged through the ring's header). */
 void uvccl__shm_nudge(uvccl__shm_out_t *o);
+
+void uvccl__shm_set_boxes_ok(uvccl__shm_inbox_t *ib, int ok);
+int uvccl__shm_boxes_ok(const uvccl__shm_inbox_hdr_t *h);
+void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, const void *src,
+                        size_t n);
+int uvccl__shm_box_get(const uvccl__shm_in_t *in, uint64_t t,
+                       const char **data);
 
 /* Single copy. Reads n bytes at `remote` in process pid into dst: 0, or a
  * negative errno (a peer's bad address is an error, never a fault here). */
