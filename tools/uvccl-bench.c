@@ -21,7 +21,13 @@
  *    the min over the timed iterations.
  *  - iterations: cap = clamp(256 MiB / size, 10, 1000) (1000 for barrier);
  *    warmup = clamp(cap / 10, 2, 20); iters = clamp(budget / mean warmup
- *    time (MAX over ranks), 10, cap). -n and -w override.
+ *    time (MAX over ranks), 10, cap). -n and -w override. The first size
+ *    of a run warms up for at least SETTLE_S first (batches of warmup
+ *    iterations until the MAX over ranks of the time spent passes it):
+ *    processes just started are still being placed on the CPUs, which
+ *    made the first cells of 4 ranks on 2 cores twice the later ones.
+ *    bench/coll/mpi_bench.c and gloo_bench.py do the same; -w turns it
+ *    off.
  *  - check: inputs are small integers, exact in the dtype, that depend on
  *    the rank and the index; before the last timed iteration the outputs
  *    are poisoned, after it every rank compares its output with values
@@ -202,6 +208,7 @@ static struct {
   uint64_t min_bytes, max_bytes;
   uint64_t factor;
   int iters, warmup;
+  int settled;           /* the first size's settling warm-up is done */
   int selected[OP_COUNT];
   int nselected;
   int order[OP_COUNT];
@@ -955,6 +962,8 @@ static void gpu_sync(int to_device)
     die_op("uvccl_gpu_memcpy", rc, NULL);
 }
 
+#define SETTLE_S 0.3 /* seconds of warm-up before the first size */
+
 /* One row: op at `bytes` (already rounded), n elements (per block). */
 static void run_size(int op, size_t bytes, size_t n)
 {
@@ -972,6 +981,20 @@ static void run_size(int op, size_t bytes, size_t n)
   warm = B.warmup > 0 ? B.warmup : clampi(cap / 10, 2, 20);
   fill_inputs(op, n);
   gpu_sync(1);
+
+  if (!B.settled && B.warmup == 0) {
+    double spent = 0;
+    uint64_t s0 = uv_hrtime();
+    B.settled = 1;
+    while (spent < SETTLE_S) {
+      for (i = 0; i < warm; i++) {
+        barrier();
+        finish(what, start_op(op, &w, n), &w);
+      }
+      spent = (double) (uv_hrtime() - s0) * 1e-9;
+      allreduce_max(&spent, 1);
+    }
+  }
 
   for (i = 0; i < warm; i++) {
     barrier();

@@ -17,6 +17,8 @@ Same rules as tools/uvccl-bench.c and bench/coll/mpi_bench.c:
   * a barrier (not timed) before every iteration; every iteration timed on
     every rank (time.perf_counter around the call, which waits for the
     work); per iteration the MAX over ranks; rows show median and min.
+  * the first size warms up for at least SETTLE_S (0.3 s) first, as
+    tools/uvccl-bench.c does (-w turns it off)
   * cap = clamp(256 MiB / size, 10, 1000) (barrier 1000); warmup =
     clamp(cap/10, 2, 20); iters = clamp(budget / mean warmup time (MAX over
     ranks), 10, cap); -n / -w override.
@@ -41,6 +43,8 @@ import os
 import socket
 import sys
 import time
+
+SETTLE_S = 0.3  # seconds of warm-up before the first size
 
 OPS = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
        "alltoall", "gather", "scatter", "barrier"]
@@ -221,6 +225,7 @@ def worker(rank, w, port, a):
         sys.stdout.flush()
 
     failed = False
+    settled = False
     for op in a.ops:
         for nbytes, n in sizes(a, op, w):
             call, fill, poison, verify = setup(op, n)
@@ -237,6 +242,18 @@ def worker(rank, w, port, a):
                 break
             cap = 1000 if op == "barrier" else clamp((256 << 20) // max(nbytes, 1), 10, 1000)
             warm = a.warmup_iters if a.warmup_iters > 0 else clamp(cap // 10, 2, 20)
+            if not settled and a.warmup_iters == 0:
+                # the first size settles first, as tools/uvccl-bench.c does
+                settled = True
+                s0 = time.perf_counter()
+                while True:
+                    for _ in range(warm):
+                        dist.barrier()
+                        call()
+                    spent = torch.tensor([time.perf_counter() - s0], dtype=torch.float64)
+                    dist.all_reduce(spent, op=dist.ReduceOp.MAX)
+                    if spent.item() >= SETTLE_S:
+                        break
             tot = 0.0
             for _ in range(warm):
                 dist.barrier()

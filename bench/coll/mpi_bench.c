@@ -14,6 +14,8 @@
  *  - MPI_Barrier (not timed) before every iteration; every iteration timed
  *    on every rank with MPI_Wtime; per iteration the MAX over ranks; rows
  *    show the median and min.
+ *  - the first size warms up for at least SETTLE_S first (see
+ *    tools/uvccl-bench.c); -w turns it off
  *  - cap = clamp(256 MiB / size, 10, 1000) (barrier: 1000); warmup =
  *    clamp(cap / 10, 2, 20); iters = clamp(budget / mean warmup time (MAX
  *    over ranks), 10, cap).
@@ -42,7 +44,9 @@ static const char *const names[NOPS] = {
 static const int blocks[NOPS] = {0, 0, 0, 1, 1, 1, 1, 1, 0};
 
 static int rank, world, root, inplace, check = 1, json, iters_opt,
-           warm_opt;
+           warm_opt, settled;
+/* seconds of warm-up before the first size (as tools/uvccl-bench.c) */
+#define SETTLE_S 0.3
 static double budget = 0.5;
 static const char *label = "mpi";
 static float *sbuf, *rbuf;
@@ -300,6 +304,19 @@ static void bench(int op, size_t bytes, size_t n)
                                1000);
   warm = warm_opt > 0 ? warm_opt : clampi(cap / 10, 2, 20);
   fill(op, n);
+  if (!settled && warm_opt == 0) {
+    double s0 = MPI_Wtime(), spent = 0;
+    settled = 1;
+    while (spent < SETTLE_S) {
+      for (i = 0; i < warm; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        run(op, n);
+      }
+      spent = MPI_Wtime() - s0;
+      MPI_Allreduce(MPI_IN_PLACE, &spent, 1, MPI_DOUBLE, MPI_MAX,
+                    MPI_COMM_WORLD);
+    }
+  }
   for (i = 0; i < warm; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
