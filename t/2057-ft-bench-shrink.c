@@ -108,6 +108,10 @@ static void run_bench(proc_t *p, int n, const char *kills) {
   argv[a++] = (char *)"16";
   argv[a++] = (char *)"--budget";
   argv[a++] = (char *)"0.15";
+  /* the usual warm-up, without the first size's settling time: the kills
+   * are placed at fractions of c's sweep */
+  argv[a++] = (char *)"-w";
+  argv[a++] = (char *)"20";
   argv[a++] = (char *)"--heartbeat";
   argv[a++] = (char *)"3";
   argv[a++] = (char *)"--shrink-on-failure";

@@ -26,8 +26,8 @@
  *    iterations until the MAX over ranks of the time spent passes it):
  *    processes just started are still being placed on the CPUs, which
  *    made the first cells of 4 ranks on 2 cores twice the later ones.
- *    bench/coll/mpi_bench.c and gloo_bench.py do the same; -w turns it
- *    off.
+ *    bench/coll/mpi_bench.c and gloo_bench.py do the same; -w or -n turn
+ *    it off (a job of -n 1 at 1,024 ranks is timed whole).
  *  - check: inputs are small integers, exact in the dtype, that depend on
  *    the rank and the index; before the last timed iteration the outputs
  *    are poisoned, after it every rank compares its output with values
@@ -982,7 +982,7 @@ static void run_size(int op, size_t bytes, size_t n)
   fill_inputs(op, n);
   gpu_sync(1);
 
-  if (!B.settled && B.warmup == 0) {
+  if (!B.settled && B.warmup == 0 && B.iters == 0) {
     double spent = 0;
     uint64_t s0 = uv_hrtime();
     B.settled = 1;

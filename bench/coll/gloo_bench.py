@@ -18,7 +18,7 @@ Same rules as tools/uvccl-bench.c and bench/coll/mpi_bench.c:
     every rank (time.perf_counter around the call, which waits for the
     work); per iteration the MAX over ranks; rows show median and min.
   * the first size warms up for at least SETTLE_S (0.3 s) first, as
-    tools/uvccl-bench.c does (-w turns it off)
+    tools/uvccl-bench.c does (-w or -n turn it off)
   * cap = clamp(256 MiB / size, 10, 1000) (barrier 1000); warmup =
     clamp(cap/10, 2, 20); iters = clamp(budget / mean warmup time (MAX over
     ranks), 10, cap); -n / -w override.
@@ -242,7 +242,7 @@ def worker(rank, w, port, a):
                 break
             cap = 1000 if op == "barrier" else clamp((256 << 20) // max(nbytes, 1), 10, 1000)
             warm = a.warmup_iters if a.warmup_iters > 0 else clamp(cap // 10, 2, 20)
-            if not settled and a.warmup_iters == 0:
+            if not settled and a.warmup_iters == 0 and a.iters == 0:
                 # the first size settles first, as tools/uvccl-bench.c does
                 settled = True
                 s0 = time.perf_counter()

@@ -15,7 +15,7 @@
  *    on every rank with MPI_Wtime; per iteration the MAX over ranks; rows
  *    show the median and min.
  *  - the first size warms up for at least SETTLE_S first (see
- *    tools/uvccl-bench.c); -w turns it off
+ *    tools/uvccl-bench.c); -w or -n turn it off
  *  - cap = clamp(256 MiB / size, 10, 1000) (barrier: 1000); warmup =
  *    clamp(cap / 10, 2, 20); iters = clamp(budget / mean warmup time (MAX
  *    over ranks), 10, cap).
@@ -304,7 +304,7 @@ static void bench(int op, size_t bytes, size_t n)
                                1000);
   warm = warm_opt > 0 ? warm_opt : clampi(cap / 10, 2, 20);
   fill(op, n);
-  if (!settled && warm_opt == 0) {
+  if (!settled && warm_opt == 0 && iters_opt == 0) {
     double s0 = MPI_Wtime(), spent = 0;
     settled = 1;
     while (spent < SETTLE_S) {
