@@ -192,7 +192,7 @@ static int role_kill(void) {
   float *b = malloc(n * sizeof(float));
   uvccl_work_t w = {0};
   cbres_t c;
-  int it, rc = 0, fail_it = -1;
+  int it, rc = 0, fail_it = -1, at_call = 0;
   double t_start = 0, t_fail = 0;
 
   rank_init(30000);
@@ -209,6 +209,7 @@ static int role_kill(void) {
     w.data = &c;
     t_start = now_s();
     rc = uvccl_allreduce(&pg, &w, b, b, n, UVCCL_FLOAT32, UVCCL_SUM, on_work);
+    at_call = rc != 0;
     if (rc == 0 && R == 2 && it == 1) {
       /* Die a few milliseconds into the second iteration: data in flight
        * both ways. */
@@ -229,10 +230,15 @@ static int role_kill(void) {
     return 1;
   }
   val("fail_t", t_fail);
-  rep(fail_it >= 0 && rc == UVCCL_EPEER && w.state == UVCCL_WORK_FAILED,
-      "epeer", "iteration %d failed with %s (state %s) after %.3f s: %s",
-      fail_it, ename(rc), uvccl_work_state_name(w.state), t_fail - t_start,
-      w.msg);
+  /* pending when the failure came (the work fails), or started after it
+   * was known (refused at the call: the work is untouched, its message
+   * says why) */
+  rep(fail_it >= 0 && rc == UVCCL_EPEER &&
+          (at_call || w.state == UVCCL_WORK_FAILED),
+      "epeer", "iteration %d failed with %s (%s) after %.3f s: %s", fail_it,
+      ename(rc), at_call ? "refused at the call"
+                         : uvccl_work_state_name(w.state),
+      t_fail - t_start, w.msg);
   rep(strstr(w.msg, "rank 2") != NULL, "names2", "message: %s", w.msg);
   rep(strstr(w.msg, "protocol") == NULL, "cause", "message: %s", w.msg);
   /* Later collectives fail too: at the call, or promptly in the callback. */
@@ -556,7 +562,8 @@ static void scenario_kill(int cma) {
   agg(ps, 3, "transport", 0x7,
       "%s: the ranks (of one host) talk through shared memory", b);
   agg(ps, 3, "epeer", 0x3,
-      "%s: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER", b);
+      "%s: ranks 0 and 1: the pending allreduce fails with UVCCL_EPEER "
+      "(or the next is refused with it at the call)", b);
   agg(ps, 3, "names2", 0x3, "%s: ranks 0 and 1: the message names \"rank 2\"",
       b);
   agg(ps, 3, "cause", 0x3, "%s: ranks 0 and 1: ... and no protocol violation "
