@@ -1314,6 +1314,37 @@ static void split_release(sched_t *s) {
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
                            const size_t *lens);
 
+/* After the allgather, a barrier of the parent (dissemination, tags of its
+ * own) before the subgroup is made. Why: a member that dies during the
+ * allgather may have sent its part to some ranks and not to others, so the
+ * allgather can end here and fail there. A rank whose allgather ended then
+ * waits in this barrier for the ranks whose allgather failed, and fails
+ * with them once it learns of the death (the parent's pending schedules
+ * fail with it), instead of making a subgroup its peers never make and
+ * waiting there until its timeout. (A death inside the barrier itself can
+ * still split the outcome; that window is one message wide.) */
+static void split_confirm(sched_t *s) {
+  group_t *g = s->g;
+  uint32_t built = s->nops, join, last, i;
+  int dist, k = 0;
+  if (g->size < 2) return;
+  join = uvccl__sop_nop(s);
+  for (i = 0; i < built; i++) uvccl__sop_dep(s, i, join);
+  last = join;
+  for (dist = 1; dist < g->size; dist <<= 1, k++) {
+    uint32_t tag = 0xffff0000u + (uint32_t)k;
+    uint32_t snd = uvccl__sop_send(s, (g->rank + dist) % g->size, tag, NULL, 0);
+    uint32_t rcv = uvccl__sop_recv(
+        s, (g->rank - dist % g->size + g->size) % g->size, tag, NULL, 0);
+    uint32_t j = uvccl__sop_nop(s);
+    uvccl__sop_dep(s, last, snd);
+    uvccl__sop_dep(s, last, rcv);
+    uvccl__sop_dep(s, snd, j);
+    uvccl__sop_dep(s, rcv, j);
+    last = j;
+  }
+}
+
 int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
                    uvccl_work_t *work, uvccl_work_cb cb) {
   if (UVCCL__IS_NCCL(parent))
@@ -1355,6 +1386,8 @@ int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
   rc = uvccl__allgather_build(s, sp->mine, bufs, lens);
   uvccl__free(bufs);
   uvccl__free(lens);
+  if (rc == 0) split_confirm(s);
+  if (rc == 0 && s->status != 0) rc = s->status;
   if (rc != 0) {
     uvccl__sched_free(s);
     return rc;
