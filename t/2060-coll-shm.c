@@ -28,15 +28,18 @@
  *      every one finishes (a lost wake-up or an unread ring would stall
  *      one; such races are timing-dependent: t/2057's sweeps at 3 and 5
  *      ranks found the one fixed in shm_seg.c's publish, this did not).
- *   i) boxes (small allreduces and barriers of a world linked through
+ *   i) boxes (small collectives and barriers of a world linked through
  *      shared memory, one round, src/coll/shm.c) at 2, 3, 4 and 8 ranks:
  *      every rank says it takes them; float32 SUM of 1, 7 and 256
  *      elements (the largest a box holds) is bitwise the fold of every
  *      rank's input in rank order, 257 (messages again) within rounding,
  *      and every rank holds the same bits; int32 SUM, int64 MAX and MIN,
  *      bfloat16 PRODUCT exact (16-bit floats folded in float32), float64
- *      AVG within 1e-12, in place and out of place; 64 collectives started before
- *      any is waited for (sizes, barriers, a coalesced one) all exact;
+ *      AVG within 1e-12, in place and out of place; broadcast from every
+ *      root, allgather (in place too), reduce_scatter (int32 exact;
+ *      float32 the rank-order fold bitwise) and alltoall at 1, 7, 256 and
+ *      257 int32 per part; 64 collectives started before any is waited
+ *      for (sizes, broadcasts, barriers, a coalesced one) all exact;
  *      and at 4 with one rank saying UVCCL_SHM_BOXES=0: no rank takes
  *      boxes (the world agrees), the results are the same.
  * (Hostile bytes in a ring or a box: t/2061.)
@@ -562,6 +565,99 @@ static int role_boxes(void) {
         ename(rc));
   }
   {
+    /* broadcast (every root, in place), allgather (out of place and in
+     * place), reduce_scatter (int32 SUM; float32 SUM: the rank-order fold
+     * bitwise where boxes carry it) and alltoall, at 1, 7, 256 int32 per
+     * part (256: the most a box holds) and 257 (messages again) */
+    static int32_t a[257 * MAXP], b[257 * MAXP];
+    static float fa[257 * MAXP], fb[257];
+    int kinds = 1, bad_step = -1;
+    for (k = 0; k < 4 && rc == 0; k++) {
+      size_t n = sizes[k], j;
+      int root;
+      for (root = 0; root < P && rc == 0; root++) {
+        uvccl_work_t w = {0};
+        cbres_t c = {0};
+        w.data = &c;
+        for (i = 0; i < n; i++) a[i] = R == root ? root * 1000 + (int)i : -1;
+        rc = finish_work(&c, uvccl_broadcast(&pg, &w, a, n, UVCCL_INT32, root,
+                                             on_work), 20000);
+        for (i = 0; i < n && rc == 0; i++)
+          if (a[i] != root * 1000 + (int)i) kinds = 0, bad_step = bad_step < 0 ? 0 : bad_step;
+      }
+      for (j = 0; j < 2 && rc == 0; j++) {
+        uvccl_work_t w = {0};
+        cbres_t c = {0};
+        int32_t *src = j ? b + (size_t)R * n : a;
+        w.data = &c;
+        memset(b, 0xff, sizeof(b));
+        for (i = 0; i < n; i++) src[i] = R * 1000 + (int)i;
+        rc = finish_work(&c, uvccl_allgather(&pg, &w, src, b, n, UVCCL_INT32,
+                                             on_work), 20000);
+        for (r = 0; r < P && rc == 0; r++)
+          for (i = 0; i < n; i++)
+            if (b[(size_t)r * n + i] != r * 1000 + (int)i)
+              kinds = 0, bad_step = bad_step < 0 ? 1 : bad_step;
+      }
+      if (rc == 0) {
+        uvccl_work_t w = {0};
+        cbres_t c = {0};
+        w.data = &c;
+        for (j = 0; j < (size_t)P * n; j++) a[j] = R * 100000 + (int)j;
+        rc = finish_work(&c, uvccl_reduce_scatter(&pg, &w, a, b, n,
+                                                  UVCCL_INT32, UVCCL_SUM,
+                                                  on_work), 20000);
+        for (i = 0; i < n && rc == 0; i++) {
+          int32_t e = 0;
+          for (r = 0; r < P; r++) e += r * 100000 + (int)((size_t)R * n + i);
+          if (b[i] != e) kinds = 0, bad_step = bad_step < 0 ? 2 : bad_step;
+        }
+      }
+      if (rc == 0) {
+        uvccl_work_t w = {0};
+        cbres_t c = {0};
+        w.data = &c;
+        for (j = 0; j < (size_t)P * n; j++) fa[j] = box_in(R, j);
+        rc = finish_work(&c, uvccl_reduce_scatter(&pg, &w, fa, fb, n,
+                                                  UVCCL_FLOAT32, UVCCL_SUM,
+                                                  on_work), 20000);
+        for (i = 0; i < n && rc == 0; i++) {
+          size_t at = (size_t)R * n + i;
+          float e = box_in(0, at);
+          for (r = 1; r < P; r++) e += box_in(r, at);
+          if (n <= 256 && boxes && memcmp(&fb[i], &e, 4) != 0)
+            kinds = 0, bad_step = bad_step < 0 ? 3 : bad_step;
+          if (fb[i] - e > 1e-4f || e - fb[i] > 1e-4f) kinds = 0, bad_step = bad_step < 0 ? 3 : bad_step;
+        }
+      }
+      if (rc == 0) {
+        uvccl_work_t w = {0};
+        cbres_t c = {0};
+        w.data = &c;
+        for (r = 0; r < P; r++)
+          for (i = 0; i < n; i++)
+            a[(size_t)r * n + i] = R * 10000 + r * 100 + (int)i;
+        rc = finish_work(&c, uvccl_alltoall(&pg, &w, a, b, n, UVCCL_INT32,
+                                            on_work), 20000);
+        for (r = 0; r < P && rc == 0; r++)
+          for (i = 0; i < n; i++)
+            if (b[(size_t)r * n + i] != r * 10000 + R * 100 + (int)i)
+              kinds = 0, bad_step = bad_step < 0 ? 4 : bad_step;
+      }
+    }
+    /* (a wrong result stops nothing: every rank runs the same sequence) */
+    rep(rc == 0 && kinds, "box_kinds", "broadcast from every root, "
+        "allgather (in place too), reduce_scatter (int32; float32 %s), "
+        "alltoall of 1, 7, 256, 257 int32: %s%s (%s)",
+        boxes ? "the rank-order fold, bitwise, to 256" : "within 1e-4",
+        kinds ? "exact" : "WRONG at ",
+        kinds ? "" : (const char *[]){"broadcast", "allgather",
+                                      "reduce_scatter int32",
+                                      "reduce_scatter float32",
+                                      "alltoall"}[bad_step < 0 ? 0 : bad_step],
+        ename(rc));
+  }
+  {
     /* 64 started before any is waited for */
     enum { B = 64 };
     static int32_t v[B][300];
@@ -581,6 +677,9 @@ static int role_boxes(void) {
       for (j = 0; j < n; j++) v[k][j] = R + k + (int)j;
       if (k % 9 == 4)
         rcs[k] = uvccl_barrier(&pg, &w[k], on_work);
+      else if (k % 9 == 7)
+        rcs[k] = uvccl_broadcast(&pg, &w[k], v[k], n, UVCCL_INT32, k % P,
+                                 on_work);
       else if (k == 33)
         rcs[k] = uvccl_allreduce_coalesced(&pg, &w[k], bufs, 2, UVCCL_INT32,
                                            UVCCL_SUM, on_work);
@@ -593,14 +692,17 @@ static int role_boxes(void) {
       size_t n = (size_t)(1 + (k * 37) % 300), j;
       if (k % 9 == 4 || k == 33) continue;
       for (j = 0; j < n; j++)
-        if (v[k][j] != P * (k + (int)j) + P * (P - 1) / 2) burst = 0;
+        if (v[k][j] != (k % 9 == 7 ? k % P + k + (int)j
+                                   : P * (k + (int)j) + P * (P - 1) / 2))
+          burst = 0;
     }
     for (i = 0; i < 3; i++)
       if (cb1[i] != P * (P + 1) / 2) burst = 0;
     for (i = 0; i < 4; i++)
       if (cb2[i] != 10 * P * (P + 1) / 2) burst = 0;
     rep(rc == 0 && burst, "box_burst", "64 collectives started at once "
-        "(allreduces of 4 B to 1.2 KiB, barriers, a coalesced one): %s (%s)",
+        "(allreduces of 4 B to 1.2 KiB, broadcasts, barriers, a coalesced "
+        "one): %s (%s)",
         burst ? "exact" : "WRONG", ename(rc));
   }
   return rank_destroy();
@@ -747,7 +849,7 @@ static void scenario_boxes(int n, int off_rank) {
   finish_all(&p, 1, 90);
   for (r = 0; r < n; r++) {
     char line[96];
-    snprintf(line, sizeof(line), "rank %d: small allreduces and barriers of "
+    snprintf(line, sizeof(line), "rank %d: small collectives and barriers of "
              "%d ranks through shared-memory boxes", r, n);
     if (strstr(p.ebuf, line) != NULL) said++;
   }
@@ -758,6 +860,8 @@ static void scenario_boxes(int n, int off_rank) {
       "everywhere", tag);
   agg(&p, 1, "box_types", all, "%s: int32, int64, float64 AVG, bfloat16 "
       "PRODUCT, exact", tag);
+  agg(&p, 1, "box_kinds", all, "%s: broadcast, allgather, reduce_scatter, "
+      "alltoall, exact", tag);
   agg(&p, 1, "box_burst", all, "%s: 64 collectives started at once, exact",
       tag);
   agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);

@@ -283,6 +283,11 @@ out:
   return fin;
 }
 
+/* A world collective of n > 0 bytes per part that boxes carry (shm.c). */
+static int box_fits(const group_t *g, size_t n) {
+  return g->box_ok && n > 0 && n <= UVCCL__SHM_BOX_MAX;
+}
+
 /* From src into buf (count elements; src may be buf); returns the op that
  * ends it. */
 static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
@@ -291,7 +296,7 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
   size_t n = count * s->esize;
   if (g->box_ok && count > 0 && n <= UVCCL__SHM_BOX_MAX) {
     /* every rank's part through shared memory, one round (shm.c) */
-    uint32_t bx = uvccl__sop_box(s, src, buf, n);
+    uint32_t bx = uvccl__sop_box(s, UVCCL__BOX_REDUCE, -1, src, buf, n);
     uvccl__sop_dep(s, dep0, bx);
     return join(s, then_scale(s, buf, n, bx));
   }
@@ -479,7 +484,15 @@ static int reduce_scatter_common(uvccl_pg_t *pg, uvccl_work_t *work,
     return UV_ENOMEM;
   }
   rc = uvccl__sched_set_op(s, dtype, op);
-  if (rc == 0) rc = reduce_scatter_build(s, sendbuf, recvbuf, c);
+  if (rc == 0 && counts == NULL && box_fits(g, even * s->esize)) {
+    /* every rank's blocks through shared memory, one round (shm.c) */
+    size_t n = even * s->esize;
+    uint32_t bx = uvccl__sop_box(s, UVCCL__BOX_REDUCE_SCATTER, -1, sendbuf,
+                                 recvbuf, n);
+    then_scale(s, recvbuf, n, bx);
+  } else if (rc == 0) {
+    rc = reduce_scatter_build(s, sendbuf, recvbuf, c);
+  }
   uvccl__sched_describe(s, -1, total, c[g->rank], -1);
   uvccl__free(c);
   if (rc != 0) {
@@ -561,7 +574,10 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
   s = uvccl__sched_new(g, "broadcast", 0);
   if (s == NULL) return UV_ENOMEM;
   n = count * uvccl_dtype_size(dtype);
-  if (g->size > 1) {
+  if (box_fits(g, n)) {
+    /* the root's bytes through shared memory, one round (shm.c) */
+    uvccl__sop_box(s, UVCCL__BOX_PICK, root, buf, buf, n);
+  } else if (g->size > 1) {
     if (n <= g->small_max || g->size == 2)
       bcast_tree(s, buf, n, root, 0, NONE);
     else
@@ -764,7 +780,13 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
   if (rc == 0) rc = check_count(total, es, total ? (void *)1 : NULL);
   s = rc == 0 ? uvccl__sched_new(g, "allgather", 0) : NULL;
   if (rc == 0 && s == NULL) rc = UV_ENOMEM;
-  if (rc == 0) rc = uvccl__allgather_build(s, sendbuf, bufs, lens);
+  if (rc == 0 && recvbufs == NULL && recvcounts == NULL &&
+      box_fits(g, sendcount * es)) {
+    /* every rank's part through shared memory, one round (shm.c) */
+    uvccl__sop_box(s, UVCCL__BOX_CONCAT, -1, sendbuf, recvbuf, sendcount * es);
+  } else if (rc == 0) {
+    rc = uvccl__allgather_build(s, sendbuf, bufs, lens);
+  }
   if (rc == 0) uvccl__sched_describe(s, (int)dtype, sendcount, total, -1);
   uvccl__free(bufs);
   uvccl__free(lens);
@@ -901,6 +923,11 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
     uvccl__free(roff);
     return UV_ENOMEM;
   }
+  if (scounts == NULL && rcounts == NULL && box_fits(g, even * es)) {
+    /* every rank's blocks through shared memory, one round (shm.c) */
+    uvccl__sop_box(s, UVCCL__BOX_ALLTOALL, -1, sendbuf, recvbuf, even * es);
+    P = 0; /* no messages */
+  }
   /* Pairwise order (r+1, r+2, ...) spreads the load over the peers. */
   for (i = 0; i < P; i++) {
     int to = mod(g->rank + i, P), from = mod(g->rank - i, P);
@@ -955,7 +982,7 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   s->ordered = 1;
   if (g->box_ok) {
     /* every rank's (empty) part through shared memory (shm.c) */
-    uvccl__sop_box(s, NULL, NULL, 0);
+    uvccl__sop_box(s, UVCCL__BOX_REDUCE, -1, NULL, NULL, 0);
     return uvccl__sched_start(s, work, cb);
   }
   if (g->small_tree && g->size > 2) {

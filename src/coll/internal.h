@@ -111,13 +111,27 @@ typedef enum {
   SOP_REDUCE,     /* buf = buf op src (len bytes) */
   SOP_SCALE,      /* AVG / PREMUL_SUM on buf (len bytes) */
   SOP_CALL,       /* fn(sched, op): glue (sizes known only at run time) */
-  SOP_BOX,        /* the world's small allreduce (barrier: len 0) through
-                     shared-memory boxes: buf = every rank's src reduced
-                     in rank order (shm.c) */
+  SOP_BOX,        /* one of the world's small collectives through
+                     shared-memory boxes (shm.c): every rank posts its
+                     part, then each uses all P parts as `tag` says
+                     (uvccl__box_kind_t) */
   SOP_NOP
 } sop_type_t;
 
 enum { SOP_WAITING = 0, SOP_ACTIVE, SOP_DONE };
+
+/* What a box collective does with the P parts of len bytes (sop_t.tag).
+ * "Per peer": rank r's part for peer j is src + j * len, else src. */
+typedef enum {
+  UVCCL__BOX_REDUCE = 0, /* allreduce, barrier (len 0): buf = the parts
+                            reduced in rank order */
+  UVCCL__BOX_CONCAT,     /* allgather: buf + r * len = part r */
+  UVCCL__BOX_PICK,       /* broadcast from sop_t.source: buf = its part
+                            (the others post none) */
+  UVCCL__BOX_REDUCE_SCATTER, /* per peer; buf = the parts for us reduced
+                                in rank order */
+  UVCCL__BOX_ALLTOALL    /* per peer; buf + r * len = part r */
+} uvccl__box_kind_t;
 
 struct sop_s {
   uint8_t type;
@@ -708,7 +722,8 @@ uint32_t uvccl__sop_reduce(sched_t *s, void *dst, const void *src,
 uint32_t uvccl__sop_scale(sched_t *s, void *buf, size_t len);
 uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *));
 uint32_t uvccl__sop_nop(sched_t *s);
-uint32_t uvccl__sop_box(sched_t *s, const void *src, void *buf, size_t len);
+uint32_t uvccl__sop_box(sched_t *s, uvccl__box_kind_t kind, int root,
+                        const void *src, void *buf, size_t len);
 /* b runs after a. */
 void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 /* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */

@@ -257,7 +257,7 @@ static void boot_done(boot_t *b) {
   if (!b->sparse && g->size == g->net->size &&
       uvccl__shm_boxes_agreed(g->net)) {
     g->box_ok = 1;
-    LOG_INFO("coll", "rank %d: small allreduces and barriers of %d ranks "
+    LOG_INFO("coll", "rank %d: small collectives and barriers of %d ranks "
              "through shared-memory boxes", g->rank, g->size);
   }
   /* a world that owns its store client watches it for dump requests */

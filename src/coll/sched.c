@@ -220,9 +220,12 @@ uint32_t uvccl__sop_call(sched_t *s, int (*fn)(sched_t *, sop_t *)) {
 
 uint32_t uvccl__sop_nop(sched_t *s) { return sop_add(s, SOP_NOP); }
 
-uint32_t uvccl__sop_box(sched_t *s, const void *src, void *buf, size_t len) {
+uint32_t uvccl__sop_box(sched_t *s, uvccl__box_kind_t kind, int root,
+                        const void *src, void *buf, size_t len) {
   uint32_t i = sop_add(s, SOP_BOX);
   if (i == UINT32_MAX) return i;
+  s->ops[i].tag = (uint32_t)kind;
+  s->ops[i].source = root;
   s->ops[i].src = src;
   s->ops[i].buf = buf;
   s->ops[i].len = len;

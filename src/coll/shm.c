@@ -54,11 +54,15 @@
  * looks at the other's word).
  *
  * Boxes. A world whose every pair of ranks is linked here (and at most
- * UVCCL__SHM_BOX_WORLD ranks) takes its small allreduces and barriers
- * through boxes instead of messages: every rank writes its part into a
- * box beside its ring in each peer's inbox, then waits until every peer's
- * part is in its own inbox, and reduces all P parts in rank order (the
- * same bits on every rank). One round instead of log2(P), no frames to
+ * UVCCL__SHM_BOX_WORLD ranks) takes its small allreduces, broadcasts,
+ * allgathers, reduce-scatters, alltoalls and barriers through boxes
+ * instead of messages: every rank writes its part (reduce_scatter and
+ * alltoall: each peer's own block) into a box beside its ring in each
+ * peer's inbox, then waits until every peer's part is in its own inbox,
+ * and reduces all P parts in rank order (the same bits on every rank) or
+ * places them (uvccl__box_kind_t). A broadcast's other ranks post an
+ * empty part: every rank waits for every part, whatever the kind, which
+ * the reuse below rests on. One round instead of log2(P), no frames to
  * match, and with ranks taking turns on a CPU, one turn each. Collective
  * number t uses box t % 2, so a rank posts t only after it finished t - 1
  * (which needs every rank's part of t - 1, posted after that rank read
@@ -939,18 +943,61 @@ int uvccl__shm_boxes_agreed(net_t *net) {
   return 1;
 }
 
+static int box_per_peer(const sop_t *op) {
+  return op->tag == UVCCL__BOX_REDUCE_SCATTER || op->tag == UVCCL__BOX_ALLTOALL;
+}
+
+/* Our part of op into every peer's box (and our own, kept here: the
+ * caller's buffers may be written before the others' parts are in). A
+ * broadcast's other ranks post no bytes, only the number: every rank
+ * still waits for every part, which is what makes reusing box t % 2 for
+ * t + 2 safe. */
 static void box_post(net_t *net, sop_t *op) {
   shm_net_t *sn = net->shm;
-  int r;
-  if (op->len > 0) memcpy(sn->box_own, op->src, op->len);
+  size_t len = op->len;
+  int r, per_peer = box_per_peer(op);
+  if (op->tag == UVCCL__BOX_PICK && net->rank != op->source) len = 0;
+  if (len > 0 && op->tag != UVCCL__BOX_PICK)
+    memcpy(sn->box_own, per_peer ? op->src + (size_t)net->rank * len : op->src,
+           len);
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank || p == NULL || !p->shm_tx || p->shm_out == NULL ||
         p->shm_out->ring == NULL)
       continue; /* gone: the group fails for it */
-    uvccl__shm_box_put(p->shm_out, op->slot_t, op->src, op->len);
+    uvccl__shm_box_put(p->shm_out, op->slot_t,
+                       per_peer ? op->src + (size_t)r * len : op->src, len);
   }
   sn->box_posted = 1;
+}
+
+static int box_fold_half(sched_t *s, char *buf, const char **parts, int np,
+                         size_t n);
+
+/* Every part is in: the result, the same bits on every rank. */
+static void box_finish(net_t *net, sop_t *op, const char **parts) {
+  sched_t *s = op->s;
+  size_t es = s->esize ? s->esize : 1, n = op->len / es, len = op->len;
+  int r;
+  switch (op->tag) {
+  case UVCCL__BOX_CONCAT:
+  case UVCCL__BOX_ALLTOALL:
+    for (r = 0; r < net->size; r++)
+      if (len > 0) memcpy(op->buf + (size_t)r * len, parts[r], len);
+    return;
+  case UVCCL__BOX_PICK:
+    if (net->rank != op->source && len > 0)
+      memcpy(op->buf, parts[op->source], len);
+    return;
+  default:
+    /* rank order, left to right: the same bits everywhere */
+    if (n > 0 && net->size >= 2 &&
+        !((s->dtype == UVCCL_FLOAT16 || s->dtype == UVCCL_BFLOAT16) &&
+          box_fold_half(s, op->buf, parts, net->size, n))) {
+      s->red3(op->buf, parts[0], parts[1], n);
+      for (r = 2; r < net->size; r++) s->red(op->buf, parts[r], n);
+    }
+  }
 }
 
 /* Every peer's part of op (0: not all here; -1: a peer failed, or its
@@ -1021,18 +1068,9 @@ static int box_pump(net_t *net) {
   if (sn->box_pumping) return 0;
   sn->box_pumping = 1;
   while (!net->closing && (op = box_due(sn)) != NULL) {
-    sched_t *s = op->s;
-    size_t es = s->esize ? s->esize : 1, n = op->len / es;
-    int r;
     if (!sn->box_posted) box_post(net, op);
     if (box_parts(net, op, parts) <= 0) break;
-    /* rank order, left to right: the same bits everywhere */
-    if (n > 0 && net->size >= 2 &&
-        !((s->dtype == UVCCL_FLOAT16 || s->dtype == UVCCL_BFLOAT16) &&
-          box_fold_half(s, op->buf, parts, net->size, n))) {
-      s->red3(op->buf, parts[0], parts[1], n);
-      for (r = 2; r < net->size; r++) s->red(op->buf, parts[r], n);
-    }
+    box_finish(net, op, parts);
     sop_list_remove(&sn->boxq, op);
     sn->box_next++;
     sn->box_posted = 0;
