@@ -483,9 +483,23 @@ static void start_op(sched_t *s, sop_t *op) {
     }
     uvccl__sched_slice(op);
     break;
-  case SOP_BOX:
+  case SOP_BOX: {
+    /* A rank already gone (failed, or left cleanly) fails a box
+     * collective that still needs its part; one that posted its part
+     * before it left does not. (A rank that goes later fails it through
+     * sched_needs.) */
+    int r;
+    for (r = 0; r < net->size; r++) {
+      char msg[120];
+      if (r == net->rank) continue;
+      rc = uvccl__net_peer_ok(net, r, msg, sizeof(msg));
+      if (rc >= 0 || !uvccl__shm_box_needs(net, op, r)) continue;
+      uvccl__sched_fail(s, rc, "%s: %s", s->name, msg);
+      return;
+    }
     uvccl__shm_box_start(net, op); /* op_done when every part is in */
     return;
+  }
   case SOP_CALL:
     rc = op->fn(s, op);
     if (rc != 0) {
