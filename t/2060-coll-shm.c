@@ -23,6 +23,10 @@
  *      figures are in from their thread), the one its figures call for (on exactly when process_vm_readv
  *      reaches 0.8 of memcpy's speed, 0.5 with more ranks than CPUs);
  *   (a, b and f set UVCCL_SHM_CMA=0: the rings carry every byte)
+ *   j) a) at 2 and b) at 4 (rank 3 on TCP) with the helper thread on
+ *      (UVCCL_SHM_HELPER=1, src/coll/par.c: half of each large copy and
+ *      reduction through the rings on a second thread), single copy off:
+ *      every rank says it runs it, every result exact;
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
  *      at 2 and 3 ranks, default mode:
  *      every one finishes (a lost wake-up or an unread ring would stall
@@ -61,11 +65,11 @@
 /* ---- rank side ------------------------------------------------------------ */
 
 /* 1 when rank r runs with $UVCCL_TRANSPORT=tcp ($UVCCL_T_TCP_RANKS="2,3"). */
-static int tcp_rank(int r) {
-  const char *l = getenv("UVCCL_T_TCP_RANKS");
+/* r in the comma-separated list l (NULL: none) */
+static int tcp_rank_in(const char *l, int r) {
   char tok[16];
   snprintf(tok, sizeof(tok), "%d", r);
-  if (l == NULL) return 0;
+  if (l == NULL || *l == '\0') return 0;
   for (;;) {
     size_t n = strcspn(l, ",");
     if (n == strlen(tok) && strncmp(l, tok, n) == 0) return 1;
@@ -73,6 +77,8 @@ static int tcp_rank(int r) {
     l += n + 1;
   }
 }
+
+static int tcp_rank(int r) { return tcp_rank_in(getenv("UVCCL_T_TCP_RANKS"), r); }
 
 /* How many of this process's mappings are named `what` in /proc/self/maps. */
 static int maps_count(const char *what) {
@@ -742,12 +748,15 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   char tool[4096], nstr[8], tag[64];
   char *argv[] = {tool, "-n", nstr, "--", self, NULL};
   static char e_tcp[64];
+  /* cma: 0 off, 1 on, 2 auto; 3 off with the helper thread on (j) */
   const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp,
                        "UVCCL_SMALL_TREE=1",
                        cma == 1 ? "UVCCL_SHM_CMA=1"
-                       : cma == 0 ? "UVCCL_SHM_CMA=0"
-                                  : "UVCCL_T_NONE=",
-                       cma == 1 ? "UVCCL_SHM_CMA_MIN=4096" : "UVCCL_T_NONE=",
+                       : cma == 0 || cma == 3 ? "UVCCL_SHM_CMA=0"
+                                              : "UVCCL_T_NONE=",
+                       cma == 1 ? "UVCCL_SHM_CMA_MIN=4096"
+                       : cma == 3 ? "UVCCL_SHM_HELPER=1" : "UVCCL_T_NONE=",
+                       cma == 3 ? "UVCCL_LOG=info" : "UVCCL_T_NONE=",
                        sparse ? "UVCCL_MESH_MAX=0" : NULL, NULL};
   unsigned all = (1u << n) - 1;
   double t0 = now_s();
@@ -756,7 +765,10 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   snprintf(e_tcp, sizeof(e_tcp), "UVCCL_T_TCP_RANKS=%s",
            tcp_ranks ? tcp_ranks : "");
   snprintf(tag, sizeof(tag), "%s%s W=%d",
-           cma == 1 ? "g: single copy, " : cma == 2 ? "h: single copy auto, " : "",
+           cma == 1   ? "g: single copy, "
+           : cma == 2 ? "h: single copy auto, "
+           : cma == 3 ? "j: helper thread, "
+                      : "",
            sparse ? "f: sparse" : tcp_ranks ? "b: mixed" : "a:", n);
   scenario_failed = 0;
   if (spawn(&p, "uvccl-run", argv, env, 0) != 0) {
@@ -791,6 +803,19 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   if (cma == 1)
     agg(&p, 1, "cma", all, "%s: every rank read a frame from each "
         "shared-memory peer's memory", tag);
+  if (cma == 3) {
+    /* the ranks on shared memory (a TCP-only rank moves nothing there) */
+    int r, said = 0, want = 0;
+    for (r = 0; r < n; r++) {
+      char line[80];
+      snprintf(line, sizeof(line), "rank %d: a helper thread takes half", r);
+      if (strstr(p.ebuf, line) != NULL) said++;
+      if (!tcp_rank_in(tcp_ranks, r)) want++;
+    }
+    if (!ok(said == want, "%s: %d of the %d ranks on shared memory run the "
+            "helper", tag, said, want))
+      scenario_failed = 1;
+  }
   if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
   if (!ok(strcasestr(p.ebuf, "warn") == NULL &&
               strcasestr(p.ebuf, "error") == NULL,
@@ -906,6 +931,10 @@ int main(int argc, char **argv) {
   if (!only || strchr(only, 'h')) {
     scenario_sweep(2, NULL, 0, 2);
     scenario_sweep(4, NULL, 0, 2);
+  }
+  if (!only || strchr(only, 'j')) {
+    scenario_sweep(2, NULL, 0, 3);
+    scenario_sweep(4, "3", 0, 3);
   }
   if (!only || strchr(only, 'i')) {
     scenario_boxes(2, -1);

@@ -678,6 +678,9 @@ void uvccl__shm_kick(peer_t *p);
 /* One look at the rings that moved and the blocked sends; 1 when
  * something moved. */
 int uvccl__shm_poll(net_t *net);
+/* Ranks of the world on this host (by address; a sparse world's share
+ * of those it knows). */
+int uvccl__net_local_ranks(const net_t *net);
 /* Boxes, for the world's small collectives (at most this many ranks). */
 #define UVCCL__SHM_BOX_WORLD 8
 void uvccl__shm_boxes_offer(net_t *net);

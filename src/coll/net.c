@@ -323,13 +323,10 @@ void uvccl__net_spin_now(net_t *net) {
  * slower). So busy polling turns itself off then, unless
  * UVCCL_BUSY_POLL_FORCE=1. Ranks count as local when their published
  * address has our host part. */
-static int spin_oversubscribed(net_t *net) {
+int uvccl__net_local_ranks(const net_t *net) {
   const char *me = net->selfstr, *colon = strrchr(me, ':');
   size_t hl = colon ? (size_t)(colon - me) : strlen(me);
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *force = getenv("UVCCL_BUSY_POLL_FORCE");
   int r, local = 1, known = 1;
-  if (force != NULL && strcmp(force, "1") == 0) return 0;
   for (r = 0; r < net->size; r++) {
     if (r == net->rank || net->addrs[r][0] == '\0') continue;
     known++;
@@ -340,6 +337,15 @@ static int spin_oversubscribed(net_t *net) {
    * whole world is taken to be here. */
   if (known < net->size)
     local = (int)((int64_t)local * net->size / known);
+  return local;
+}
+
+static int spin_oversubscribed(net_t *net) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *force = getenv("UVCCL_BUSY_POLL_FORCE");
+  int local;
+  if (force != NULL && strcmp(force, "1") == 0) return 0;
+  local = uvccl__net_local_ranks(net);
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
            "CPUs (%s; UVCCL_BUSY_POLL_FORCE=1 spins anyway)", local, ncpu,

@@ -73,6 +73,7 @@
  * only if all said yes. A rank missing a link says no, and every rank
  * either misses a link itself or reads that no. */
 #include "internal.h"
+#include "par.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -266,6 +267,11 @@ static void shm_link(peer_t *p, int peer_attached) {
   p->shm_rx = 1;
   p->shm_tx = 1;
   sn->rx[sn->nrx++] = p->rank;
+  if (sn->nrx == 1 && uvccl__par_setup(uvccl__net_local_ranks(net)))
+    LOG_INFO("coll", "rank %d: a helper thread takes half of each large "
+             "copy and reduction through shared memory (%d ranks here; "
+             "UVCCL_SHM_HELPER=0 turns it off)", net->rank,
+             uvccl__net_local_ranks(net));
   /* It may have written before this side linked (its bit was taken and
    * dropped then): look at its ring once. */
   uvccl__shm_mark_dirty(&sn->ib, (uint32_t)p->rank);
@@ -387,6 +393,20 @@ static int tx_fill(uvccl__shm_out_t *o, sop_t *op) {
   }
   uvccl__shm_publish(o);
   return op->got == total;
+}
+
+/* A reduction out of a ring, in parts (par.c): the kernels touch only
+ * [off, off + n) of the op's buffers. */
+typedef struct {
+  net_t *net;
+  sop_t *op;
+  size_t at;
+  const char *in;
+} reduce_job_t;
+
+static void reduce_part(void *ctx, size_t off, size_t n) {
+  reduce_job_t *j = ctx;
+  j->net->up->reduce_in(j->op, j->at + off, j->in + off, n);
 }
 
 static void ring_corrupt(peer_t *p) {
@@ -814,17 +834,20 @@ static int consume(peer_t *p) {
     take = contig < left ? contig : left;
     switch (p->srx.rstate) {
     case RS_DIRECT:
-      memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr, (size_t)take);
+      uvccl__par_memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr,
+                        (size_t)take);
       break;
     case RS_STAGE:
-      memcpy(p->srx.cur_stage->data + p->srx.cur_got, ptr, (size_t)take);
+      uvccl__par_memcpy(p->srx.cur_stage->data + p->srx.cur_got, ptr,
+                        (size_t)take);
       break;
     case RS_REDUCE: {
       sop_t *op = p->srx.cur_op;
       size_t es = op->s->esize ? op->s->esize : 1;
       uint64_t whole = take - take % es;
       if (whole > 0) {
-        p->net->up->reduce_in(op, (size_t)p->srx.cur_got, ptr, (size_t)whole);
+        reduce_job_t j = {p->net, op, (size_t)p->srx.cur_got, ptr};
+        uvccl__par_run(reduce_part, &j, (size_t)whole, es);
         take = whole;
       } else {
         /* One element across the ring's end, or not all of it here yet

@@ -1,6 +1,7 @@
 /* Shared-memory inboxes, slots and rings (see shm_seg.h). */
 #define _GNU_SOURCE
 #include "shm_seg.h"
+#include "par.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -302,8 +303,8 @@ int64_t uvccl__shm_space(uvccl__shm_out_t *o) {
 void uvccl__shm_put(uvccl__shm_out_t *o, const void *src, size_t n) {
   uint64_t off = o->tail % o->size;
   size_t first = n < o->size - off ? n : (size_t)(o->size - off);
-  memcpy(o->data + off, src, first);
-  if (n > first) memcpy(o->data, (const char *)src + first, n - first);
+  uvccl__par_memcpy(o->data + off, src, first);
+  if (n > first) uvccl__par_memcpy(o->data, (const char *)src + first, n - first);
   o->tail += n;
 }
 

@@ -1,0 +1,164 @@
+/* A helper thread for large copies and reductions (see par.h).
+ *
+ * One per process, shared by every group: a job is posted by bumping
+ * `posted` after filling the job fields; the helper runs it and stores
+ * the same number in `finished`. The caller spins for the helper's half
+ * (it is as long as its own), so nothing here sleeps on the loop. The
+ * helper spins a while after each job (large frames come in a burst of
+ * 256 KiB chunks) and then sleeps on a futex, so an idle process costs
+ * nothing. A process that forks has no helper in the child: the helper
+ * is used only by the process that started it. Every signal is blocked
+ * on the helper, so none is delivered there. */
+#define _GNU_SOURCE
+#include "par.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define HELPER_SPIN_NS (200u * 1000) /* after a job, before sleeping */
+
+static struct {
+  pthread_mutex_t setup_mu;
+  int decided;
+  int on;
+  pid_t pid;            /* the process the helper runs in */
+  atomic_flag busy;     /* a caller holds the helper */
+  _Atomic uint32_t posted;
+  _Atomic uint32_t finished;
+  _Atomic uint32_t sleeping;
+  uvccl__par_fn fn;
+  void *ctx;
+  size_t off, n;
+} P = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ATOMIC_FLAG_INIT, 0, 0, 0,
+       NULL, NULL, 0, 0};
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static void *helper(void *arg) {
+  uint32_t seen = 0;
+  (void)arg;
+  for (;;) {
+    uint64_t t0 = now_ns();
+    uint32_t k = 0;
+    /* spin a while for the next job, then sleep until one is posted */
+    while (atomic_load_explicit(&P.posted, memory_order_acquire) == seen) {
+      cpu_relax();
+      if ((++k & 255) != 0) continue;
+      if (now_ns() - t0 < HELPER_SPIN_NS) continue;
+      atomic_store(&P.sleeping, 1);
+      if (atomic_load(&P.posted) == seen)
+        syscall(SYS_futex, &P.posted, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+      atomic_store(&P.sleeping, 0);
+      t0 = now_ns();
+    }
+    seen = atomic_load_explicit(&P.posted, memory_order_acquire);
+    P.fn(P.ctx, P.off, P.n);
+    atomic_store_explicit(&P.finished, seen, memory_order_release);
+  }
+  return NULL;
+}
+
+static int cpus_usable(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+int uvccl__par_setup(int local_ranks) {
+  const char *v = getenv("UVCCL_SHM_HELPER");
+  pthread_mutex_lock(&P.setup_mu);
+  if (!P.decided || P.pid != getpid()) {
+    int want = v != NULL && *v != '\0' ? atoi(v) != 0
+                                       : cpus_usable() >= 2 * local_ranks;
+    P.decided = 1;
+    P.on = 0;
+    if (want) {
+      pthread_t t;
+      pthread_attr_t a;
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_attr_init(&a);
+      pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      /* a fresh start (a forked child's state says nothing) */
+      atomic_store(&P.posted, 0);
+      atomic_store(&P.finished, 0);
+      atomic_flag_clear(&P.busy);
+      if (pthread_create(&t, &a, helper, NULL) == 0) {
+        P.on = 1;
+        P.pid = getpid();
+      }
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
+      pthread_attr_destroy(&a);
+    }
+  }
+  pthread_mutex_unlock(&P.setup_mu);
+  return P.on;
+}
+
+void uvccl__par_run(uvccl__par_fn fn, void *ctx, size_t n, size_t grain) {
+  size_t half;
+  uint32_t job;
+  if (grain == 0) grain = 1;
+  half = n / 2 - (n / 2) % grain;
+  if (!P.on || n < UVCCL__PAR_MIN || half == 0 ||
+      atomic_flag_test_and_set_explicit(&P.busy, memory_order_acquire)) {
+    fn(ctx, 0, n);
+    return;
+  }
+  if (P.pid != getpid()) { /* a forked child: no helper here */
+    atomic_flag_clear_explicit(&P.busy, memory_order_release);
+    fn(ctx, 0, n);
+    return;
+  }
+  P.fn = fn;
+  P.ctx = ctx;
+  P.off = half;
+  P.n = n - half;
+  job = atomic_load_explicit(&P.posted, memory_order_relaxed) + 1;
+  atomic_store(&P.posted, job); /* seq_cst: read with `sleeping` below */
+  if (atomic_load(&P.sleeping))
+    syscall(SYS_futex, &P.posted, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  fn(ctx, 0, half);
+  while (atomic_load_explicit(&P.finished, memory_order_acquire) != job)
+    cpu_relax();
+  atomic_flag_clear_explicit(&P.busy, memory_order_release);
+}
+
+typedef struct {
+  char *dst;
+  const char *src;
+} copy_job_t;
+
+static void copy_part(void *ctx, size_t off, size_t n) {
+  copy_job_t *j = ctx;
+  memcpy(j->dst + off, j->src + off, n);
+}
+
+void uvccl__par_memcpy(void *dst, const void *src, size_t n) {
+  copy_job_t j = {dst, src};
+  if (!P.on || n < UVCCL__PAR_MIN) {
+    memcpy(dst, src, n);
+    return;
+  }
+  uvccl__par_run(copy_part, &j, n, 64);
+}
