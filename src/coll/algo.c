@@ -974,8 +974,7 @@ int uvccl__host_alltoallv(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbu
 int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   group_t *g;
   sched_t *s;
-  int rc = uvccl__pg_check(pg, work, &g), dist, k = 0;
-  uint32_t last = NONE;
+  int rc = uvccl__pg_check(pg, work, &g);
   if (rc != 0) return rc;
   s = uvccl__sched_new(g, "barrier", 0);
   if (s == NULL) return UV_ENOMEM;
@@ -990,12 +989,20 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
     allreduce_tree(s, NULL, 0, NONE);
     return uvccl__sched_start(s, work, cb);
   }
+  uvccl__barrier_build(s, 0, NONE);
+  return uvccl__sched_start(s, work, cb);
+}
+
+uint32_t uvccl__barrier_build(sched_t *s, uint32_t tag0, uint32_t after) {
+  group_t *g = s->g;
+  uint32_t last = after, k = 0;
+  int dist;
   /* Dissemination: round k talks to rank +- 2^k. */
   for (dist = 1; dist < g->size; dist <<= 1, k++) {
-    uint32_t snd = uvccl__sop_send(s, mod(g->rank + dist, g->size),
-                                   (uint32_t)k, NULL, 0);
-    uint32_t rcv = uvccl__sop_recv(s, mod(g->rank - dist, g->size),
-                                   (uint32_t)k, NULL, 0);
+    uint32_t snd = uvccl__sop_send(s, mod(g->rank + dist, g->size), tag0 + k,
+                                   NULL, 0);
+    uint32_t rcv = uvccl__sop_recv(s, mod(g->rank - dist, g->size), tag0 + k,
+                                   NULL, 0);
     uint32_t j = uvccl__sop_nop(s);
     uvccl__sop_dep(s, last, snd);
     uvccl__sop_dep(s, last, rcv);
@@ -1003,7 +1010,7 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
     uvccl__sop_dep(s, rcv, j);
     last = j;
   }
-  return uvccl__sched_start(s, work, cb);
+  return last;
 }
 
 int uvccl__host_monitored_barrier(uvccl_pg_t *pg, uvccl_work_t *work, int wait_all,

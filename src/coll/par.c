@@ -12,7 +12,6 @@
 #define _GNU_SOURCE
 #include "par.h"
 
-#include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -90,6 +89,7 @@ int uvccl__par_setup(int local_ranks) {
     int want = v != NULL && *v != '\0' ? atoi(v) != 0
                                        : cpus_usable() >= 2 * local_ranks;
     P.decided = 1;
+    P.pid = getpid();
     P.on = 0;
     if (want) {
       pthread_t t;
@@ -103,10 +103,7 @@ int uvccl__par_setup(int local_ranks) {
       atomic_store(&P.posted, 0);
       atomic_store(&P.finished, 0);
       atomic_flag_clear(&P.busy);
-      if (pthread_create(&t, &a, helper, NULL) == 0) {
-        P.on = 1;
-        P.pid = getpid();
-      }
+      if (pthread_create(&t, &a, helper, NULL) == 0) P.on = 1;
       pthread_sigmask(SIG_SETMASK, &old, NULL);
       pthread_attr_destroy(&a);
     }

@@ -1324,25 +1324,11 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
  * waiting there until its timeout. (A death inside the barrier itself can
  * still split the outcome; that window is one message wide.) */
 static void split_confirm(sched_t *s) {
-  group_t *g = s->g;
-  uint32_t built = s->nops, join, last, i;
-  int dist, k = 0;
-  if (g->size < 2) return;
+  uint32_t built = s->nops, join, i;
+  if (s->g->size < 2) return;
   join = uvccl__sop_nop(s);
   for (i = 0; i < built; i++) uvccl__sop_dep(s, i, join);
-  last = join;
-  for (dist = 1; dist < g->size; dist <<= 1, k++) {
-    uint32_t tag = 0xffff0000u + (uint32_t)k;
-    uint32_t snd = uvccl__sop_send(s, (g->rank + dist) % g->size, tag, NULL, 0);
-    uint32_t rcv = uvccl__sop_recv(
-        s, (g->rank - dist % g->size + g->size) % g->size, tag, NULL, 0);
-    uint32_t j = uvccl__sop_nop(s);
-    uvccl__sop_dep(s, last, snd);
-    uvccl__sop_dep(s, last, rcv);
-    uvccl__sop_dep(s, snd, j);
-    uvccl__sop_dep(s, rcv, j);
-    last = j;
-  }
+  uvccl__barrier_build(s, 0xffff0000u, join);
 }
 
 int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
