@@ -294,7 +294,7 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
                                 size_t count, uint32_t dep0) {
   group_t *g = s->g;
   size_t n = count * s->esize;
-  if (g->box_ok && count > 0 && n <= UVCCL__SHM_BOX_MAX) {
+  if (box_fits(g, n)) {
     /* every rank's part through shared memory, one round (shm.c) */
     uint32_t bx = uvccl__sop_box(s, UVCCL__BOX_REDUCE, -1, src, buf, n);
     uvccl__sop_dep(s, dep0, bx);

@@ -1372,8 +1372,7 @@ int uvccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
   rc = uvccl__allgather_build(s, sp->mine, bufs, lens);
   uvccl__free(bufs);
   uvccl__free(lens);
-  if (rc == 0) split_confirm(s);
-  if (rc == 0 && s->status != 0) rc = s->status;
+  if (rc == 0) split_confirm(s); /* out of memory: sched_start says so */
   if (rc != 0) {
     uvccl__sched_free(s);
     return rc;

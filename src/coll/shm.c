@@ -267,11 +267,13 @@ static void shm_link(peer_t *p, int peer_attached) {
   p->shm_rx = 1;
   p->shm_tx = 1;
   sn->rx[sn->nrx++] = p->rank;
-  if (sn->nrx == 1 && uvccl__par_setup(uvccl__net_local_ranks(net)))
-    LOG_INFO("coll", "rank %d: a helper thread takes half of each large "
-             "copy and reduction through shared memory (%d ranks here; "
-             "UVCCL_SHM_HELPER=0 turns it off)", net->rank,
-             uvccl__net_local_ranks(net));
+  if (sn->nrx == 1) {
+    int here = uvccl__net_local_ranks(net);
+    if (uvccl__par_setup(here))
+      LOG_INFO("coll", "rank %d: a helper thread takes half of each large "
+               "copy and reduction through shared memory (%d ranks here; "
+               "UVCCL_SHM_HELPER=0 turns it off)", net->rank, here);
+  }
   /* It may have written before this side linked (its bit was taken and
    * dropped then): look at its ring once. */
   uvccl__shm_mark_dirty(&sn->ib, (uint32_t)p->rank);
