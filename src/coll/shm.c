@@ -440,15 +440,18 @@ static int tx_cma(peer_t *p, sop_t *op) {
 
 /* UVCCL_SHM_CMA=auto, the first time a frame could go as a single copy:
  * whether to. The ring costs two copies that overlap (the sender fills
- * while the receiver empties), so with a core per rank it moves data at
- * about memcpy's speed, and single copy pays only where process_vm_readv
- * comes close to that (CMA_AUTO_RATIO); with more ranks than CPUs the
- * copies compete for the CPUs and one copy instead of two pays from half
- * memcpy's speed (CMA_AUTO_RATIO_OVER). Measured once a process, on a
- * thread of its own (a few milliseconds the loop does not wait for:
- * frames take the ring meanwhile), decided once a net when it is in. */
+ * while the receiver empties), so it moves data at about memcpy's speed,
+ * and single copy pays only where process_vm_readv comes close to that
+ * (CMA_AUTO_RATIO). That holds with more ranks than CPUs too: at 4 ranks
+ * on 2 CPUs, where process_vm_readv runs at 0.3-0.5 of memcpy, single
+ * copy was slower in 14 of 16 cells of 256 KiB-16 MiB allreduce,
+ * allgather, reduce_scatter and broadcast, up to 4.5x (bench/RESULTS.md),
+ * against the guess that one copy instead of two pays from half memcpy's
+ * speed there. Measured once a
+ * process, on a thread of its own (about a millisecond the loop
+ * does not wait for: frames take the ring meanwhile), decided once a net
+ * when it is in. */
 #define CMA_AUTO_RATIO 0.8
-#define CMA_AUTO_RATIO_OVER 0.5
 enum { CMA_UNMEASURED, CMA_MEASURING, CMA_MEASURED };
 static _Atomic int cma_state;
 static int cma_refused;
@@ -489,7 +492,7 @@ static int cma_measured(void) {
 
 static void cma_auto_decide(net_t *net) {
   shm_net_t *sn = net->shm;
-  double need, ratio;
+  double ratio;
   int over;
   sn->cma_auto = 0;
   if (cma_refused != 0) {
@@ -499,12 +502,12 @@ static void cma_auto_decide(net_t *net) {
     return;
   }
   over = uvccl__net_oversubscribed(net);
-  need = over ? CMA_AUTO_RATIO_OVER : CMA_AUTO_RATIO;
   ratio = cma_gbps / cpy_gbps;
-  if (ratio < need) sn->cma_min = 0;
+  if (ratio < CMA_AUTO_RATIO) sn->cma_min = 0;
   LOG_INFO("coll", "rank %d: single copy %s: process_vm_readv copies %.2f "
            "GB/s, memcpy %.2f (ratio %.2f; on from %.2f, %s)", net->rank,
-           sn->cma_min ? "on" : "off", cma_gbps, cpy_gbps, ratio, need,
+           sn->cma_min ? "on" : "off", cma_gbps, cpy_gbps, ratio,
+           CMA_AUTO_RATIO,
            over ? "more ranks than CPUs" : "a CPU a rank");
 }
 
