@@ -27,6 +27,10 @@
  *      (UVCCL_SHM_HELPER=1, src/coll/par.c: half of each large copy and
  *      reduction through the rings on a second thread), single copy off:
  *      every rank says it runs it, every result exact;
+ *   k) a) at 3 and b) at 4 (rank 3 on TCP, the helper on) with every
+ *      collective's output written around the cache ($UVCCL_STREAM_MIN=1:
+ *      non-temporal stores, par.c, whatever the size; by default from
+ *      8 MiB): every result exact;
  *   e) 3000 barriers, small allreduces and 16 KiB allgathers back to back
  *      at 2 and 3 ranks, default mode:
  *      every one finishes (a lost wake-up or an unread ring would stall
@@ -748,15 +752,19 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
   char tool[4096], nstr[8], tag[64];
   char *argv[] = {tool, "-n", nstr, "--", self, NULL};
   static char e_tcp[64];
-  /* cma: 0 off, 1 on, 2 auto; 3 off with the helper thread on (j) */
+  /* cma: 0 off, 1 on, 2 auto; 3 off with the helper thread on (j); 4
+   * off, every output written with non-temporal stores (k), 5 the same
+   * with the helper on */
   const char *env[] = {"UVCCL_T_ROLE=sweep", e_tcp,
                        "UVCCL_SMALL_TREE=1",
                        cma == 1 ? "UVCCL_SHM_CMA=1"
-                       : cma == 0 || cma == 3 ? "UVCCL_SHM_CMA=0"
-                                              : "UVCCL_T_NONE=",
+                       : cma == 2 ? "UVCCL_T_NONE="
+                                  : "UVCCL_SHM_CMA=0",
                        cma == 1 ? "UVCCL_SHM_CMA_MIN=4096"
-                       : cma == 3 ? "UVCCL_SHM_HELPER=1" : "UVCCL_T_NONE=",
+                       : cma == 3 || cma == 5 ? "UVCCL_SHM_HELPER=1"
+                                              : "UVCCL_T_NONE=",
                        cma == 3 ? "UVCCL_LOG=info" : "UVCCL_T_NONE=",
+                       cma >= 4 ? "UVCCL_STREAM_MIN=1" : "UVCCL_T_NONE=",
                        sparse ? "UVCCL_MESH_MAX=0" : NULL, NULL};
   unsigned all = (1u << n) - 1;
   double t0 = now_s();
@@ -768,6 +776,8 @@ static void scenario_sweep(int n, const char *tcp_ranks, int sparse, int cma) {
            cma == 1   ? "g: single copy, "
            : cma == 2 ? "h: single copy auto, "
            : cma == 3 ? "j: helper thread, "
+           : cma == 4 ? "k: streaming stores, "
+           : cma == 5 ? "k: streaming stores and the helper, "
                       : "",
            sparse ? "f: sparse" : tcp_ranks ? "b: mixed" : "a:", n);
   scenario_failed = 0;
@@ -935,6 +945,10 @@ int main(int argc, char **argv) {
   if (!only || strchr(only, 'j')) {
     scenario_sweep(2, NULL, 0, 3);
     scenario_sweep(4, "3", 0, 3);
+  }
+  if (!only || strchr(only, 'k')) {
+    scenario_sweep(3, NULL, 0, 4);
+    scenario_sweep(4, "3", 0, 5);
   }
   if (!only || strchr(only, 'i')) {
     scenario_boxes(2, -1);

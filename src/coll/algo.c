@@ -340,6 +340,7 @@ int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbu
     return rc;
   }
   allreduce_build(s, sendbuf, recvbuf, count, NONE);
+  uvccl__sched_stream(s, count * s->esize);
   uvccl__sched_describe(s, -1, count, count, -1);
   return uvccl__sched_start(s, work, cb);
 }
@@ -583,6 +584,7 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
     else
       bcast_chain(s, buf, n, root);
   }
+  uvccl__sched_stream(s, n);
   uvccl__sched_describe(s, (int)dtype, count, count, root);
   return uvccl__sched_start(s, work, cb);
 }
@@ -787,7 +789,10 @@ static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
   } else if (rc == 0) {
     rc = uvccl__allgather_build(s, sendbuf, bufs, lens);
   }
-  if (rc == 0) uvccl__sched_describe(s, (int)dtype, sendcount, total, -1);
+  if (rc == 0) {
+    uvccl__sched_stream(s, total * es);
+    uvccl__sched_describe(s, (int)dtype, sendcount, total, -1);
+  }
   uvccl__free(bufs);
   uvccl__free(lens);
   if (rc != 0) {

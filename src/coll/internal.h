@@ -196,6 +196,8 @@ struct sched_s {
   uvccl__reduce_fn red;
   uvccl__reduce3_fn red3;
   size_t esize;
+  int stream;            /* bytes land in the user's buffers through
+                            non-temporal stores (uvccl__sched_stream) */
   double scale;          /* SOP_SCALE factor; 0 = divide by divisor */
   int64_t divisor;
   char *tmp;             /* scratch owned by the schedule */
@@ -733,6 +735,7 @@ void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 void *uvccl__sched_tmp(sched_t *s, size_t len);
 /* What the flight recorder says of s: dtype (-1: none, or already set by
  * set_op), element counts in and out, root (group rank or -1). */
+void uvccl__sched_stream(sched_t *s, size_t out_bytes);
 void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
                            uint64_t count_out, int root);
 /* Checks the reduce op and sets the kernel and final scaling. */

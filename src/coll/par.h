@@ -31,4 +31,9 @@ void uvccl__par_run(uvccl__par_fn fn, void *ctx, size_t n, size_t grain);
 /* memcpy through uvccl__par_run. */
 void uvccl__par_memcpy(void *dst, const void *src, size_t n);
 
+/* The same with non-temporal stores (x86-64; memcpy elsewhere): for a
+ * destination too large to stay in the cache and not read again soon.
+ * dst and src must not overlap. */
+void uvccl__par_memcpy_stream(void *dst, const void *src, size_t n);
+
 #endif

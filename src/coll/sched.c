@@ -9,6 +9,7 @@
  * Schedule objects (and their arrays and scratch) are recycled per group,
  * so a steady stream of collectives allocates nothing. */
 #include "internal.h"
+#include "par.h"
 
 #include <stdio.h>
 
@@ -64,6 +65,24 @@ sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
   s->desc.root = -1;
   s->desc.peer = -1;
   return s;
+}
+
+/* A collective whose output is this large (UVCCL_STREAM_MIN bytes)
+ * writes it around the cache (par.h: uvccl__par_memcpy_stream): what
+ * arrives from shared memory and the local copies into the user's
+ * buffers. Such an output does not fit in the cache anyway, and the
+ * plain stores' reads of every line cost memory bandwidth. */
+void uvccl__sched_stream(sched_t *s, size_t out_bytes) {
+  static size_t min;
+  static int have;
+  if (!have) {
+    const char *v = getenv("UVCCL_STREAM_MIN");
+    char *end;
+    unsigned long long n = v != NULL ? strtoull(v, &end, 10) : 0;
+    min = v != NULL && *end == '\0' ? (size_t)n : (size_t)8 << 20;
+    have = 1;
+  }
+  s->stream = min > 0 && out_bytes >= min;
 }
 
 void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
@@ -520,7 +539,12 @@ int uvccl__sched_slice(sop_t *op) {
   if (n > UVCCL__SLICE) n = UVCCL__SLICE; /* a multiple of every esize */
   switch (op->type) {
   case SOP_COPY:
-    if (op->buf != op->src && n > 0) memmove(op->buf + off, op->src + off, n);
+    if (op->buf == op->src || n == 0) break;
+    if (s->stream && (op->buf + off + n <= op->src + off ||
+                      op->src + off + n <= op->buf + off))
+      uvccl__par_memcpy_stream(op->buf + off, op->src + off, n);
+    else
+      memmove(op->buf + off, op->src + off, n);
     break;
   case SOP_REDUCE:
     uvccl__sched_reduce(s, op->buf + off, op->src + off, n);

@@ -839,8 +839,12 @@ static int consume(peer_t *p) {
     take = contig < left ? contig : left;
     switch (p->srx.rstate) {
     case RS_DIRECT:
-      uvccl__par_memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr,
-                        (size_t)take);
+      if (p->srx.cur_op->s != NULL && p->srx.cur_op->s->stream)
+        uvccl__par_memcpy_stream(p->srx.cur_op->buf + p->srx.cur_got, ptr,
+                                 (size_t)take);
+      else
+        uvccl__par_memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr,
+                          (size_t)take);
       break;
     case RS_STAGE:
       uvccl__par_memcpy(p->srx.cur_stage->data + p->srx.cur_got, ptr,
