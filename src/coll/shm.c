@@ -444,13 +444,13 @@ static int tx_cma(peer_t *p, sop_t *op) {
  * and single copy pays only where process_vm_readv comes close to that
  * (CMA_AUTO_RATIO). That holds with more ranks than CPUs too: at 4 ranks
  * on 2 CPUs, where process_vm_readv runs at 0.3-0.5 of memcpy, single
- * copy was slower in 14 of 16 cells of 256 KiB-16 MiB allreduce,
- * allgather, reduce_scatter and broadcast, up to 4.5x (bench/RESULTS.md),
- * against the guess that one copy instead of two pays from half memcpy's
- * speed there. Measured once a
- * process, on a thread of its own (about a millisecond the loop
- * does not wait for: frames take the ring meanwhile), decided once a net
- * when it is in. */
+ * copy was slower in 13 of 16 cells of 256 KiB-16 MiB allreduce,
+ * allgather, reduce_scatter and broadcast, down to 0.26x the rings'
+ * bandwidth (bench/RESULTS.md), against the guess that one copy instead
+ * of two pays from half memcpy's speed there. Measured once a process,
+ * on a thread of its own (about a millisecond the loop does not wait
+ * for: frames take the ring meanwhile), decided once a net when it is
+ * in. */
 #define CMA_AUTO_RATIO 0.8
 enum { CMA_UNMEASURED, CMA_MEASURING, CMA_MEASURED };
 static _Atomic int cma_state;
