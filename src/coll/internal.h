@@ -733,9 +733,11 @@ uint32_t uvccl__sop_box(sched_t *s, uvccl__box_kind_t kind, int root,
 void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 /* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */
 void *uvccl__sched_tmp(sched_t *s, size_t len);
+/* Whether s writes its output of out_bytes with non-temporal stores
+ * (from $UVCCL_STREAM_MIN bytes; sched.c). */
+void uvccl__sched_stream(sched_t *s, size_t out_bytes);
 /* What the flight recorder says of s: dtype (-1: none, or already set by
  * set_op), element counts in and out, root (group rank or -1). */
-void uvccl__sched_stream(sched_t *s, size_t out_bytes);
 void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
                            uint64_t count_out, int root);
 /* Checks the reduce op and sets the kernel and final scaling. */

@@ -540,8 +540,8 @@ int uvccl__sched_slice(sop_t *op) {
   switch (op->type) {
   case SOP_COPY:
     if (op->buf == op->src || n == 0) break;
-    if (s->stream && (op->buf + off + n <= op->src + off ||
-                      op->src + off + n <= op->buf + off))
+    if (s->stream && ((uintptr_t)op->buf + n <= (uintptr_t)op->src ||
+                      (uintptr_t)op->src + n <= (uintptr_t)op->buf))
       uvccl__par_memcpy_stream(op->buf + off, op->src + off, n);
     else
       memmove(op->buf + off, op->src + off, n);

@@ -368,8 +368,8 @@ int uvccl__shm_cma_probe(uint32_t pid, uint64_t addr, uint64_t expect) {
 }
 
 /* The two copies are timed side by side in each round (1 MiB, one
- * process_vm_readv, in cache as the rings' copies mostly are), and the round whose ratio is the
- * median gives the figures. A ratio of two times taken a moment apart
+ * process_vm_readv, in cache as the rings' copies mostly are), and the
+ * round whose ratio is the median gives the figures. A ratio of two times taken a moment apart
  * drifts little when the host is busy (with more ranks than CPUs, every
  * rank measures at once), and a round where a preemption landed in one
  * of the two falls to either end of the order. Best-of-4 of each copy
