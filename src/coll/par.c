@@ -155,13 +155,15 @@ static void copy_part(void *ctx, size_t off, size_t n) {
   memcpy(j->dst + off, j->src + off, n);
 }
 
-void uvccl__par_memcpy(void *dst, const void *src, size_t n) {
+/* A copy through part, split with the helper where it pays. */
+static void par_copy(void *dst, const void *src, size_t n, uvccl__par_fn part) {
   copy_job_t j = {dst, src};
-  if (!P.on || n < UVCCL__PAR_MIN) {
-    memcpy(dst, src, n);
-    return;
-  }
-  uvccl__par_run(copy_part, &j, n, 64);
+  if (!P.on || n < UVCCL__PAR_MIN) part(&j, 0, n);
+  else uvccl__par_run(part, &j, n, 64);
+}
+
+void uvccl__par_memcpy(void *dst, const void *src, size_t n) {
+  par_copy(dst, src, n, copy_part);
 }
 
 /* memcpy with non-temporal stores: the destination's lines are written
@@ -204,10 +206,5 @@ static void stream_part(void *ctx, size_t off, size_t n) {
 }
 
 void uvccl__par_memcpy_stream(void *dst, const void *src, size_t n) {
-  copy_job_t j = {dst, src};
-  if (!P.on || n < UVCCL__PAR_MIN) {
-    copy_stream(dst, src, n);
-    return;
-  }
-  uvccl__par_run(stream_part, &j, n, 64);
+  par_copy(dst, src, n, stream_part);
 }
