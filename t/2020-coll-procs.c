@@ -11,7 +11,8 @@
  *      copy ($UVCCL_SHM_CMA=1): still "rank 2", and not a protocol error;
  *   c) a rank that never joins an allreduce: UV_ETIMEDOUT after the work's
  *      own 300 ms timeout, naming the missing rank;
- *   d) uvccl_pg_abort with a receive pending: UVCCL_EABORTED at once;
+ *   d) uvccl_pg_abort with a receive pending: UVCCL_EABORTED at once; the
+ *      4 others' receives fail with its reason;
  *   e) monitored_barrier naming the rank that did not arrive;
  *   f) a clean shutdown: every rank exits 0, nothing on stderr, and no TCP
  *      reset (counted in a private network namespace when we may make one).
@@ -305,6 +306,8 @@ static int role_timeout(void) {
 }
 
 /* ---- d) abort with a receive pending -------------------------------------- */
+#define ABORT_W 5 /* the abort's notice reaches 4 ranks, one after another */
+#define ABORT_ALL ((1u << ABORT_W) - 1)
 static uv_timer_t abort_timer;
 static double t_abort;
 static int cb_before_abort_returned;
@@ -322,9 +325,11 @@ static int role_abort(void) {
   uvccl_work_t w = {0};
   int rc;
   rank_init(10000);
-  if (R == 1) {
+  if (R != 0) {
     /* Rank 0 never sends either: its abort closes the connections, so this
-     * fails as a peer failure instead of waiting for the timeout. */
+     * fails as a peer failure instead of waiting for the timeout, with the
+     * abort's reason (told to every rank before any connection closes:
+     * not "exited" on the ranks told last). */
     cbres_t c = {0};
     double t0 = now_s();
     w.data = &c;
@@ -334,6 +339,8 @@ static int role_abort(void) {
     rep(rc == UVCCL_EPEER && strstr(w.msg, "rank 0") != NULL, "peer_epeer",
         "recv from the aborting rank 0: %s after %.3f s: %s", ename(rc),
         (c.done ? c.t : now_s()) - t0, w.msg);
+    rep(strstr(w.msg, "test abort") != NULL, "peer_reason",
+        "... with the abort's reason: %s", w.msg);
     return rank_destroy();
   }
   w.data = &abort_c;
@@ -617,27 +624,31 @@ static void scenario_timeout(void) {
 }
 
 static void scenario_abort(void) {
-  proc_t ps[2];
+  proc_t ps[ABORT_W];
   double t0 = now_s();
+  int r, good = 1;
   scenario_failed = 0;
-  spawn_world(ps, 2, "abort", 0);
-  finish_all(ps, 2, 30);
+  spawn_world(ps, ABORT_W, "abort", 0);
+  finish_all(ps, ABORT_W, 30);
   note("d: abort world in %.2f s", now_s() - t0);
-  agg(ps, 2, "eaborted", 0x1,
+  agg(ps, ABORT_W, "eaborted", 0x1,
       "d: uvccl_pg_abort fails the pending recv with UVCCL_EABORTED");
-  agg(ps, 2, "prompt", 0x1,
+  agg(ps, ABORT_W, "prompt", 0x1,
       "d: ... from the loop, within 0.5 s of the abort");
-  agg(ps, 2, "later", 0x1,
+  agg(ps, ABORT_W, "later", 0x1,
       "d: a collective after the abort is refused at the call (EABORTED)");
-  agg(ps, 2, "peer_epeer", 0x2,
-      "d: the peer's pending recv fails with UVCCL_EPEER naming rank 0 (no "
-      "wait for its timeout)");
-  agg(ps, 2, "destroy", 0x3, "d: both ranks destroy cleanly");
-  if (!ok(ps[0].status == 0 && ps[1].status == 0,
-          "d: both ranks exit 0 (exit %d, %d)", ps[0].status, ps[1].status))
+  agg(ps, ABORT_W, "peer_epeer", ABORT_ALL & ~1u,
+      "d: the %d others' pending recvs fail with UVCCL_EPEER naming rank 0 "
+      "(no wait for their timeout)", ABORT_W - 1);
+  agg(ps, ABORT_W, "peer_reason", ABORT_ALL & ~1u,
+      "d: ... every one with the abort's reason");
+  agg(ps, ABORT_W, "destroy", ABORT_ALL, "d: every rank destroys cleanly");
+  for (r = 0; r < ABORT_W; r++)
+    if (ps[r].status != 0) good = 0;
+  if (!ok(good, "d: every rank exits 0"))
     scenario_failed = 1;
-  if (scenario_failed) dump_procs(ps, 2);
-  procs_free(ps, 2);
+  if (scenario_failed) dump_procs(ps, ABORT_W);
+  procs_free(ps, ABORT_W);
 }
 
 static void scenario_mbarrier(void) {
@@ -683,7 +694,7 @@ int main(int argc, char **argv) {
   only = getenv("UVCCL_T_ONLY");
   if (only == NULL || *only == '\0') {
     only = NULL;
-    plan(48);
+    plan(49);
   }
   if (isolated) note("running in a private network namespace");
   else note("no private network namespace (%s): using the host's loopback", why);

@@ -231,9 +231,10 @@ static void link_write_locked(link_t *k, const void *p, size_t len) {
   k->pend_len += len - (size_t)n;
 }
 
-static void link_send(link_t *k, int kind, uint32_t a, uint32_t b, uint32_t c,
-                      const void *payload, size_t plen) {
-  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+/* Lays out a frame in buf (LF_HDR + LF_MAX_PAYLOAD bytes); its length. */
+static size_t frame_build(unsigned char *buf, int kind, uint32_t a,
+                          uint32_t b, uint32_t c, const void *payload,
+                          size_t plen) {
   lf_hdr_t h;
   memset(&h, 0, sizeof(h));
   h.kind = (uint8_t)kind;
@@ -243,9 +244,32 @@ static void link_send(link_t *k, int kind, uint32_t a, uint32_t b, uint32_t c,
   h.c = c;
   memcpy(buf, &h, LF_HDR);
   if (plen) memcpy(buf + LF_HDR, payload, plen);
+  return LF_HDR + plen;
+}
+
+static void link_send(link_t *k, int kind, uint32_t a, uint32_t b, uint32_t c,
+                      const void *payload, size_t plen) {
+  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t len = frame_build(buf, kind, a, b, c, payload, plen);
   uv_mutex_lock(&k->l->lock);
-  link_write_locked(k, buf, LF_HDR + plen);
+  link_write_locked(k, buf, len);
   uv_mutex_unlock(&k->l->lock);
+}
+
+/* The application's frame to every rank it has a link to, all under one
+ * hold of the lock. One at a time, the first rank told could answer
+ * before the last is: told that this rank failed (an abort), it says so
+ * back, and this monitor, fencing itself, closes the links the others
+ * were still to hear it on. They would see only the connections close. */
+static void send_to_all(uvccl__live_t *l, int kind, const void *payload,
+                        size_t plen) {
+  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t len = frame_build(buf, kind, 0, 0, 0, payload, plen);
+  int r;
+  uv_mutex_lock(&l->lock);
+  for (r = 0; r < l->size; r++)
+    if (l->links[r] != NULL) link_write_locked(l->links[r], buf, len);
+  uv_mutex_unlock(&l->lock);
 }
 
 static void wire_fail(wire_fail_t *w, const uvccl__fail_t *f) {
@@ -1398,33 +1422,20 @@ void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
 void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
                            const char *detail) {
   uvccl__fail_t f;
-  int r;
+  wire_fail_t w;
   if (l == NULL || l->app_closed) return;
   fail_set(&f, l->rank, l->rank, cause, err, "%s", detail);
-  for (r = 0; r < l->size; r++) {
-    link_t *k;
-    uv_mutex_lock(&l->lock);
-    k = l->links[r];
-    uv_mutex_unlock(&l->lock);
-    if (k != NULL) send_dead(k, &f);
-  }
+  wire_fail(&w, &f);
+  send_to_all(l, LF_DEAD, &w, sizeof(w));
 }
 
 void uvccl__live_bye(uvccl__live_t *l) {
-  int r;
   if (l == NULL || l->app_closed) return;
-  for (r = 0; r < l->size; r++) {
-    link_t *k;
-    uv_mutex_lock(&l->lock);
-    k = l->links[r];
-    uv_mutex_unlock(&l->lock);
-    if (k != NULL) link_send(k, LF_BYE, 0, 0, 0, NULL, 0);
-  }
+  send_to_all(l, LF_BYE, NULL, 0);
 }
 
 void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n) {
   wire_notice_t w;
-  int r;
   if (l == NULL || l->app_closed) return;
   memset(&w, 0, sizeof(w));
   w.what = n->what;
@@ -1435,13 +1446,7 @@ void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n) {
   w.err = n->err;
   memcpy(w.detail, n->detail, sizeof(w.detail));
   w.detail[sizeof(w.detail) - 1] = '\0';
-  for (r = 0; r < l->size; r++) {
-    link_t *k;
-    uv_mutex_lock(&l->lock);
-    k = l->links[r];
-    uv_mutex_unlock(&l->lock);
-    if (k != NULL) link_send(k, LF_NOTICE, 0, 0, 0, &w, sizeof(w));
-  }
+  send_to_all(l, LF_NOTICE, &w, sizeof(w));
 }
 
 /* The monitor's CLOSED event: the thread is done; join it, then let the

@@ -41,6 +41,13 @@ def note(msg):
         print("# " + line, flush=True)
 
 
+def diag(msg):
+    """Like note, on stderr: prove shows it (the ranks' output on a
+    failure; a CI log then says what went wrong)."""
+    for line in str(msg).splitlines():
+        print("# " + line, file=sys.stderr, flush=True)
+
+
 # ---- the table, as table.h documents it ----------------------------------
 M64 = (1 << 64) - 1
 
@@ -207,7 +214,7 @@ def main():
     svc = Service(["--refresh-mb", "4", "--refresh-ms", "200"])
     if not ok(svc.port is not None, "4 ranks: rank 0 prints 'listening on "
               "HOST:P'"):
-        note("\n".join(svc.err[-20:]))
+        diag("\n".join(svc.err[-20:]))
         svc.stop()
         print(f"1..{n_test}")
         return 1
@@ -455,7 +462,12 @@ def main():
     ok(not leftovers, "no sanitizer report" +
        (": " + leftovers[0] if leftovers else ""))
     if failed:
-        note("\n".join(svc.err[-40:]))
+        # a sanitizer's report whole (it may be longer than the tail)
+        first = next((i for i, l in enumerate(svc.err) if "Sanitizer" in l
+                      or "runtime error" in l), None)
+        if first is not None:
+            diag("\n".join(svc.err[max(0, first - 5):first + 80]))
+        diag("\n".join(svc.err[-40:]))
     print(f"1..{n_test}")
     return 0
 
