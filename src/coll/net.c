@@ -2272,8 +2272,13 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     /* Being cut off explains everything that came before it too (a peer
      * closing on us, say): it becomes the cause everywhere. */
     net->first = *f;
-    LOG_ERROR("coll", "rank %d: declared failed by rank %d: %s", net->rank,
-              f->origin, f->detail);
+    if (net->aborted && f->origin == net->rank)
+      /* our own abort, said back by a rank it reached: nothing new */
+      LOG_DEBUG("coll", "rank %d: the others hold this rank failed: %s",
+                net->rank, f->detail);
+    else
+      LOG_ERROR("coll", "rank %d: declared failed by rank %d: %s", net->rank,
+                f->origin, f->detail);
     for (q = 0; q < net->size; q++) {
       p = net->peers[q];
       if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
