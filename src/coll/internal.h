@@ -483,6 +483,8 @@ struct group_s {
                              through shared-memory boxes (shm.c) */
   uint64_t box_seq;       /* the next box collective's number */
   size_t segment;
+  size_t stream_min;      /* outputs this large are written around the
+                             cache ($UVCCL_STREAM_MIN; 0: never) */
   char *tag;              /* find-or-create tag */
   sched_t *pend_head, *pend_tail; /* pending schedules, start order */
   sop_list_t p2p;         /* posted p2p receives */
@@ -734,7 +736,7 @@ void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b);
 /* Reserves scratch (owned by s, freed with it). NULL on ENOMEM. */
 void *uvccl__sched_tmp(sched_t *s, size_t len);
 /* Whether s writes its output of out_bytes with non-temporal stores
- * (from $UVCCL_STREAM_MIN bytes; sched.c). */
+ * (from its group's stream_min bytes; sched.c). */
 void uvccl__sched_stream(sched_t *s, size_t out_bytes);
 /* What the flight recorder says of s: dtype (-1: none, or already set by
  * set_op), element counts in and out, root (group rank or -1). */
@@ -863,6 +865,10 @@ uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
  * uses it. */
 #define UVCCL__FP_TAG 0xfff0u
 #define UVCCL__SEGMENT (512u * 1024)
+/* From this many bytes of output a collective writes it with non-temporal
+ * stores (uvccl__sched_stream): measured on the 2-core VM, below it they
+ * lose (the ring forwards data still in the cache). */
+#define UVCCL__STREAM_MIN ((size_t)8 << 20)
 #define UVCCL__RBUF (256u * 1024)
 /* Bytes read at a frame boundary (header plus the start of the payload). */
 #define UVCCL__HDR_READ (UVCCL__FRAME_HDR + 4096u)

@@ -72,6 +72,8 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
   if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
   g->small_tree = env_u64("UVCCL_SMALL_TREE") == 1;
   if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
+  g->stream_min = getenv("UVCCL_STREAM_MIN") ? env_u64("UVCCL_STREAM_MIN")
+                                              : UVCCL__STREAM_MIN;
 }
 
 static void group_sched_gone(group_t *g);

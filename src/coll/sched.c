@@ -67,22 +67,14 @@ sched_t *uvccl__sched_new(group_t *g, const char *name, int p2p) {
   return s;
 }
 
-/* A collective whose output is this large (UVCCL_STREAM_MIN bytes)
- * writes it around the cache (par.h: uvccl__par_memcpy_stream): what
- * arrives from shared memory and the local copies into the user's
- * buffers. Such an output does not fit in the cache anyway, and the
- * plain stores' reads of every line cost memory bandwidth. */
+/* A collective whose output is this large (its group's stream_min,
+ * $UVCCL_STREAM_MIN) writes it around the cache (par.h:
+ * uvccl__par_memcpy_stream): what arrives from shared memory and the
+ * local copies into the user's buffers. Such an output does not fit in
+ * the cache anyway, and the plain stores' reads of every line cost
+ * memory bandwidth. */
 void uvccl__sched_stream(sched_t *s, size_t out_bytes) {
-  static size_t min;
-  static int have;
-  if (!have) {
-    const char *v = getenv("UVCCL_STREAM_MIN");
-    char *end;
-    unsigned long long n = v != NULL ? strtoull(v, &end, 10) : 0;
-    min = v != NULL && *end == '\0' ? (size_t)n : (size_t)8 << 20;
-    have = 1;
-  }
-  s->stream = min > 0 && out_bytes >= min;
+  s->stream = s->g->stream_min > 0 && out_bytes >= s->g->stream_min;
 }
 
 void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
