@@ -92,10 +92,11 @@ VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # The chaos benchmark's uvccl rank (bench/chaos/run.sh), the store's
 # load generator (bench/store/run.sh) and the authentication cost at
-# connect (bench/auth/run.sh).
+# connect (bench/auth/run.sh), and the loop lag under large collectives
+# (bench/coll/loop_lag.sh).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
-		 $(BUILD)/bench/uvccl-tls-store-bench
+		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -204,6 +205,11 @@ $(BUILD)/bench/uvccl-tls-store-bench: bench/tls/store_ops.c $(STATIC) $(HEADERS)
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
 
 $(BUILD)/bench/uvccl-create-bench: bench/auth/create_bench.c $(STATIC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+$(BUILD)/bench/uvccl-loop-lag: bench/coll/loop_lag.c $(STATIC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)

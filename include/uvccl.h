@@ -678,7 +678,23 @@ typedef struct {
   const char *tls_key;
   const char *tls_ca;
   int tls_none;
+  /* What one uvccl callback may do on the loop before it returns to it
+   * (see uvccl_pg_loop_stats): move turn_bytes, and run turn_us
+   * microseconds (counted once it has moved 64 KiB; the clock guards
+   * against memory that is slow for a while, as on a busy shared host).
+   * 0 = $UVCCL_TURN_BYTES and $UVCCL_TURN_US, else the defaults below;
+   * turn_us UINT32_MAX: no time limit. Smaller keeps the loop more
+   * responsive, at some cost in throughput. The world's values hold for
+   * its subgroups. */
+  size_t turn_bytes;
+  uint32_t turn_us;
+  /* Time uvccl's callbacks (uvccl_pg_loop_stats): 1 on, -1 off, 0 =
+   * $UVCCL_LOOP_STATS (off unless 1). About 0.5 us a callback. */
+  int loop_stats;
 } uvccl_pg_options_t;
+
+#define UVCCL_TURN_BYTES_DEFAULT ((size_t)1 << 20)
+#define UVCCL_TURN_US_DEFAULT 500
 
 #define UVCCL_BACKEND_TCP 0
 #define UVCCL_BACKEND_NCCL 1
@@ -835,6 +851,40 @@ UVCCL_EXTERN void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
  * group for the group's lifetime (as ncclRedOpCreatePreMulSum). */
 UVCCL_EXTERN int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor,
                                      uvccl_redop_t *op);
+
+/* ---- How long uvccl holds the loop. Every callback uvccl runs on a TCP
+ * group's loop (reading and writing its connections and shared-memory
+ * rings, slices of local copies and reductions, the start of an operation
+ * inside your call) moves at most about turn_bytes (uvccl_pg_options_t)
+ * and returns to the loop, which comes back for the rest, so your timers
+ * and sockets are served between them whatever the collectives' sizes.
+ * These counters say what those callbacks did, per world (subgroups
+ * share their world's); your own callbacks (the works') are not counted.
+ * Times are kept with loop_stats on (an option, or $UVCCL_LOOP_STATS=1):
+ * each callback is then timed on the wall clock and on the loop thread's
+ * CPU clock, whose difference is the time the operating system ran
+ * something else (more ranks than CPUs). */
+#define UVCCL_LOOP_HIST 8 /* under 0.1, 0.25, 0.5, 1, 2, 5, 10 ms; more */
+typedef struct {
+  uint64_t callbacks;       /* uvccl callbacks run on the loop */
+  uint64_t bytes;           /* bytes they moved (copied, reduced, sent,
+                               received), all together */
+  uint64_t max_bytes;       /* the most one callback moved */
+  int timed;                /* loop_stats on: the times below are kept */
+  uint64_t wall_ns;         /* wall-clock time in them, all together */
+  uint64_t cpu_ns;          /* the loop thread's CPU time in them */
+  uint64_t max_wall_ns;     /* the longest callback, wall clock */
+  uint64_t max_cpu_ns;      /* the longest, in CPU time */
+  const char *max_wall_site; /* what the longest did ("read", "write",
+                               "ring", "spin", "slice", "call", ...) */
+  const char *max_cpu_site;
+  uint64_t wall_hist[UVCCL_LOOP_HIST]; /* callbacks by wall time */
+  uint64_t cpu_hist[UVCCL_LOOP_HIST];  /* callbacks by CPU time */
+} uvccl_loop_stats_t;
+/* Fills *stats; reset = 1 starts the counts anew afterwards. UV_EINVAL
+ * for a group that is not a TCP group or is being destroyed. */
+UVCCL_EXTERN int uvccl_pg_loop_stats(uvccl_pg_t *pg, uvccl_loop_stats_t *stats,
+                                     int reset);
 
 /* ---- Collectives. Common errors at the call: UV_EINVAL (bad buffer,
  * count, root, dtype, op/dtype mismatch), UVCCL_EBUSY, UVCCL_ECLOSING,

@@ -87,7 +87,8 @@ void uvccl__group_free(group_t *g) {
     uvccl__free(s->ops);
     uvccl__free(s->edges);
     uvccl__free(s->succ);
-    uvccl__free(s->tmp);
+    if (s->tmpcap >= UVCCL__BIG_MIN) uvccl__big_free(s->tmp);
+    else uvccl__free(s->tmp);
     uvccl__free(s);
   }
   uvccl__free(g->ranks);

@@ -156,6 +156,8 @@ struct sop_s {
   int source;           /* RECV: the world rank it came from */
   uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
   uint64_t slot_t;      /* BOX: the world's box collective number */
+  stage_t *handoff;     /* RECV: staged bytes still being handed over to
+                           it (net.c, "handing over") */
   unsigned char hdr[UVCCL__FRAME_HDR];
   uvccl__wreq_t wreq;
 };
@@ -217,12 +219,15 @@ struct sched_s {
 /* ---- Staging of early arrivals -------------------------------------------- */
 struct stage_s {
   uint8_t kind;
+  uint8_t big;           /* from uvccl__big_alloc */
   uint32_t gid, seq, tag;
   int from;              /* world rank */
   uint64_t len, got;
   uint64_t cap;          /* bytes data[] holds (>= len: buffers are reused) */
   uint64_t arrival;
-  sop_t *claim;          /* a receive waits for the rest */
+  sop_t *claim;          /* a receive waits for the rest, or takes the
+                            bytes (being handed over) */
+  uint64_t upto, done;   /* handing over: bytes to give, given */
   stage_t *next;
   char data[];
 };
@@ -297,6 +302,8 @@ struct peer_s {
   rx_t srx;
   uint32_t srx_pad;      /* ring: padding still to skip after a frame */
   int reading;
+  int read_refused;      /* on_alloc gave an empty buffer: the turn was
+                            spent (on_read gets UV_ENOBUFS) */
   int paused;            /* staging over its limit */
   /* collective receives posted for this peer, in posting order */
   sop_list_t posted;
@@ -436,11 +443,23 @@ struct net_s {
   /* Shared memory with the ranks of this host (shm.c); NULL: off. */
   struct uvccl__shm_net_s *shm;
   int shm_done;          /* peers whose shared-memory exchange is over */
-  /* Local ops larger than a slice run one slice per loop iteration, so a
-   * 256 MiB copy or reduction never blocks the loop for long. */
+  /* Local ops larger than a slice, or met when the turn is spent, run a
+   * turn's worth of slices per loop iteration, so a 256 MiB copy or
+   * reduction never blocks the loop for long. */
   uv_idle_t slicer;
   int slicer_open;
   sop_list_t slices;
+  /* Every callback of the net's on the loop is a turn with a byte budget
+   * (src/loop/turn.c); the tick counts the loop's iterations for it. */
+  uvccl__turn_t turn;
+  uv_prepare_t tick;
+  int tick_open;
+  /* Staged frames being handed over to their receives, in slices
+   * (net.c), by the slicer too. */
+  stage_t *handoffs, *handoffs_tail;
+  /* Large buffers no longer needed, unmapped a few MiB a turn by the
+   * slicer too (src/loop/bigmem.c). */
+  uvccl__big_list_t retired_mem;
   /* The schedules' works (sched.c keeps their timeouts and delivery, see
    * src/loop/work.c): one timer for the earliest deadline, and a check
    * and an idle handle that deliver completed works later in the loop
@@ -656,6 +675,9 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h);
 int uvccl__net_frame_end(peer_t *p, rx_t *rx);
 /* Creation waits for the shared-memory exchange too. */
 void uvccl__net_check_ready(net_t *net);
+/* A large buffer (uvccl__big_alloc) no longer needed: unmapped in the
+ * net's turns, or now when the net is closing (or NULL). */
+void uvccl__net_retire_mem(net_t *net, void *p);
 void uvccl__net_maybe_closed(net_t *net);
 /* The next loop iteration polls without blocking. */
 void uvccl__net_spin_now(net_t *net);

@@ -1,14 +1,18 @@
 /* A helper thread for large copies and reductions (see par.h).
  *
  * One per process, shared by every group: a job is posted by bumping
- * `posted` after filling the job fields; the helper runs it and stores
- * the same number in `finished`. The caller spins for the helper's half
- * (it is as long as its own), so nothing here sleeps on the loop. The
- * helper spins a while after each job (large frames come in a burst of
- * 256 KiB chunks) and then sleeps on a futex, so an idle process costs
- * nothing. A process that forks has no helper in the child: the helper
- * is used only by the process that started it. Every signal is blocked
- * on the helper, so none is delivered there. */
+ * `posted` after filling the job fields; whoever claims it first (moves
+ * `claimed` to its number) runs the second half: the helper, or the
+ * caller once its own half is done and the helper has not come (asleep,
+ * or not given a CPU: the loop must not wait a scheduler's time slice
+ * for it). The helper stores the number in `finished` when it is done;
+ * the caller waits only for a half the helper is running (as long as its
+ * own), so nothing here sleeps on the loop. The helper spins a while
+ * after each job (large frames come in a burst of 256 KiB chunks) and
+ * then sleeps on a futex, so an idle process costs nothing. A process
+ * that forks has no helper in the child: the helper is used only by the
+ * process that started it. Every signal is blocked on the helper, so none
+ * is delivered there. */
 #define _GNU_SOURCE
 #include "par.h"
 
@@ -36,12 +40,13 @@ static struct {
   pid_t pid;            /* the process the helper runs in */
   atomic_flag busy;     /* a caller holds the helper */
   _Atomic uint32_t posted;
+  _Atomic uint32_t claimed;
   _Atomic uint32_t finished;
   _Atomic uint32_t sleeping;
   uvccl__par_fn fn;
   void *ctx;
   size_t off, n;
-} P = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ATOMIC_FLAG_INIT, 0, 0, 0,
+} P = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ATOMIC_FLAG_INIT, 0, 0, 0, 0,
        NULL, NULL, 0, 0};
 
 static uint64_t now_ns(void) {
@@ -74,6 +79,12 @@ static void *helper(void *arg) {
       t0 = now_ns();
     }
     seen = atomic_load_explicit(&P.posted, memory_order_acquire);
+    {
+      uint32_t before = seen - 1;
+      /* the caller may have taken it back meanwhile */
+      if (!atomic_compare_exchange_strong(&P.claimed, &before, seen))
+        continue;
+    }
     P.fn(P.ctx, P.off, P.n);
     atomic_store_explicit(&P.finished, seen, memory_order_release);
   }
@@ -105,6 +116,7 @@ int uvccl__par_setup(int local_ranks) {
       pthread_sigmask(SIG_SETMASK, &all, &old);
       /* a fresh start (a forked child's state says nothing) */
       atomic_store(&P.posted, 0);
+      atomic_store(&P.claimed, 0);
       atomic_store(&P.finished, 0);
       atomic_flag_clear(&P.busy);
       if (pthread_create(&t, &a, helper, NULL) == 0) P.on = 1;
@@ -140,8 +152,14 @@ void uvccl__par_run(uvccl__par_fn fn, void *ctx, size_t n, size_t grain) {
   if (atomic_load(&P.sleeping))
     syscall(SYS_futex, &P.posted, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   fn(ctx, 0, half);
-  while (atomic_load_explicit(&P.finished, memory_order_acquire) != job)
-    cpu_relax();
+  {
+    uint32_t before = job - 1;
+    if (atomic_compare_exchange_strong(&P.claimed, &before, job))
+      fn(ctx, half, n - half); /* the helper did not come: ours too */
+    else
+      while (atomic_load_explicit(&P.finished, memory_order_acquire) != job)
+        cpu_relax();
+  }
   atomic_flag_clear_explicit(&P.busy, memory_order_release);
 }
 

@@ -76,6 +76,37 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
                                               : UVCCL__STREAM_MIN;
 }
 
+/* The world's turns on the loop (src/loop/turn.c): the budget and
+ * whether they are timed. A malformed variable is named in the log and
+ * the default holds. */
+#define TURN_BYTES_MIN ((size_t)64 * 1024)
+static uint64_t env_count(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  char *end;
+  unsigned long long x;
+  if (v == NULL || *v == '\0') return dflt;
+  x = strtoull(v, &end, 10);
+  if (*end != '\0' || x == 0 || v[0] == '-') {
+    LOG_WARN("coll", "%s=%s is not a positive whole number: %llu used", name,
+             v, (unsigned long long)dflt);
+    return dflt;
+  }
+  return (uint64_t)x;
+}
+
+static void apply_turn_options(net_t *net, const uvccl_pg_options_t *o) {
+  uint64_t bytes = o->turn_bytes, us = o->turn_us;
+  int timing = o->loop_stats > 0;
+  const char *v;
+  if (bytes == 0) bytes = env_count("UVCCL_TURN_BYTES", UVCCL_TURN_BYTES_DEFAULT);
+  if (bytes < TURN_BYTES_MIN) bytes = TURN_BYTES_MIN;
+  if (us == 0) us = env_count("UVCCL_TURN_US", UVCCL_TURN_US_DEFAULT);
+  if (us >= UINT32_MAX) us = 0; /* no limit */
+  if (o->loop_stats == 0 && (v = getenv("UVCCL_LOOP_STATS")) != NULL)
+    timing = strcmp(v, "1") == 0;
+  uvccl__turn_init(&net->turn, (size_t)bytes, us * 1000, timing);
+}
+
 static void group_sched_gone(group_t *g);
 
 /* ---- creation over a store -------------------------------------------------- */
@@ -796,6 +827,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     return rc;
   }
   net->up = &uvccl__sched_upcalls;
+  apply_turn_options(net, o);
   uvccl__shrink_attach(net);
   if (o->size > 1 && o->size > mesh_max()) {
     lookup_t *lk = NULL;
@@ -1253,6 +1285,16 @@ void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us) {
   }
   group_t *g = pg ? pg->impl_ : NULL;
   if (g) g->busy_us = us == UINT32_MAX ? 0 : us;
+}
+
+int uvccl_pg_loop_stats(uvccl_pg_t *pg, uvccl_loop_stats_t *stats,
+                        int reset) {
+  group_t *g;
+  if (pg == NULL || UVCCL__IS_NCCL(pg) || (g = pg->impl_) == NULL ||
+      g->net == NULL || g->net->closing)
+    return UV_EINVAL;
+  uvccl__turn_stats(&g->net->turn, stats, reset);
+  return 0;
 }
 
 int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op) {

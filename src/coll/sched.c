@@ -85,12 +85,19 @@ void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
   s->desc.root = root;
 }
 
+/* Scratch of UVCCL__BIG_MIN bytes or more is a large buffer (bigmem.c):
+ * unmapped by the net's slicer, a few MiB a turn. */
+static void tmp_release(net_t *net, char *tmp, size_t cap) {
+  if (cap < UVCCL__BIG_MIN) uvccl__free(tmp);
+  else uvccl__net_retire_mem(net, tmp);
+}
+
 static void sched_destroy(sched_t *s) {
   uvccl__free(s->fps);
   uvccl__free(s->ops);
   uvccl__free(s->edges);
   uvccl__free(s->succ);
-  uvccl__free(s->tmp);
+  tmp_release(s->g->net, s->tmp, s->tmpcap);
   uvccl__free(s);
 }
 
@@ -264,11 +271,14 @@ void uvccl__sop_dep(sched_t *s, uint32_t a, uint32_t b) {
 void *uvccl__sched_tmp(sched_t *s, size_t len) {
   if (len == 0) len = 1;
   if (len > s->tmpcap) {
-    char *t = uvccl__realloc(s->tmp, len);
+    /* (scratch: what it held need not be kept) */
+    char *t = len >= UVCCL__BIG_MIN ? uvccl__big_alloc(len)
+                                    : uvccl__malloc(len);
     if (t == NULL) {
       s->status = UV_ENOMEM;
       return NULL;
     }
+    tmp_release(s->g->net, s->tmp, s->tmpcap);
     s->tmp = t;
     s->tmpcap = len;
   }
@@ -488,11 +498,12 @@ static void start_op(sched_t *s, sop_t *op) {
   case SOP_REDUCE:
   case SOP_SCALE:
     op->got = 0;
-    if (op->len > UVCCL__SLICE) {
+    /* Large, or the turn is spent: later turns do it, in slices. */
+    if (op->len > UVCCL__SLICE || uvccl__turn_spent(&net->turn) ||
+        !uvccl__sched_slice(op)) {
       uvccl__net_slice_add(net, op); /* on_slice finishes it */
       return;
     }
-    uvccl__sched_slice(op);
     break;
   case SOP_BOX: {
     /* A rank already gone (failed, or left cleanly) fails a box
@@ -525,10 +536,19 @@ static void start_op(sched_t *s, sop_t *op) {
   uvccl__sched_op_done(op);
 }
 
+/* The least a slice moves (a multiple of every esize). */
+#define SLICE_STEP (64u * 1024)
+
 int uvccl__sched_slice(sop_t *op) {
   sched_t *s = op->s;
+  uvccl__turn_t *turn = &s->g->net->turn;
   size_t off = (size_t)op->got, n = op->len - off;
   if (n > UVCCL__SLICE) n = UVCCL__SLICE; /* a multiple of every esize */
+  if (n > SLICE_STEP) {
+    n = uvccl__turn_allow(turn, n, SLICE_STEP);
+    n -= n % SLICE_STEP;
+  }
+  uvccl__turn_charge(turn, n);
   switch (op->type) {
   case SOP_COPY:
     if (op->buf == op->src || n == 0) break;
@@ -747,7 +767,10 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
   uvccl__net_kick_spin(net);
   for (i = 0; i < s->nops; i++)
     if (s->ops[i].deps == 0) ready_push(s, i);
+  /* What the first steps move, inside the caller's call, is a turn too. */
+  uvccl__turn_enter(&net->turn, UVCCL__SITE_CALL, NULL);
   sched_run(s);
+  uvccl__turn_leave(&net->turn);
   return 0;
 }
 

@@ -111,7 +111,9 @@ typedef struct uvccl__shm_net_s {
 #define CMA_DEFAULT_MIN (256u * 1024)
 #define CMA_STEP (1024u * 1024)       /* one process_vm_readv */
 #define CMA_SCRATCH (128u * 1024)     /* a reduction's step (stays in cache) */
-#define CMA_TURN (4u * 1024 * 1024)   /* bytes read per peer per loop turn */
+/* The least a step moves when the turn is spent (turn.c): each peer's
+ * ring and queue advance by at least this much a turn. */
+#define SHM_STEP (64u * 1024)
 #define CMA_REVOKE_MS 200
 
 static uint64_t pad8(uint64_t len) { return (8 - len % 8) % 8; }
@@ -262,6 +264,8 @@ static void shm_link(peer_t *p, int peer_attached) {
     return;
   }
   uvccl__shm_inbox_slot(&sn->ib, (uint32_t)p->rank, &p->shm_in);
+  uvccl__shm_populate((void *)p->shm_in.data, (size_t)p->shm_in.size);
+  uvccl__shm_populate(p->shm_out->data, (size_t)p->shm_out->size);
   p->srx.rstate = RS_HDR;
   p->srx_pad = 0;
   p->shm_rx = 1;
@@ -351,17 +355,19 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
 static const char zeros[8];
 
 /* Copies more of op's frame into the ring: 1 when all of it is in, 0
- * when the ring is full, -1 when the ring is corrupted. A sent op
- * counts its frame's bytes in got; a detached one (s == NULL) holds the
- * rest of its frame as raw bytes in buf. */
-static int tx_fill(uvccl__shm_out_t *o, sop_t *op) {
+ * when the ring is full or the turn spent (after a first step), -1 when
+ * the ring is corrupted. A sent op counts its frame's bytes in got; a
+ * detached one (s == NULL) holds the rest of its frame as raw bytes in
+ * buf. */
+static int tx_fill(uvccl__shm_out_t *o, sop_t *op, uvccl__turn_t *turn) {
   uint64_t total = op->s == NULL ? op->len
                                  : UVCCL__FRAME_HDR + op->len + pad8(op->len);
-  uint64_t since = 0;
+  uint64_t since = 0, start = op->got;
   int64_t space = 0;
   while (op->got < total) {
     const char *src;
     uint64_t n;
+    if (op->got != start && uvccl__turn_spent(turn)) break;
     if (space == 0) {
       space = uvccl__shm_space(o);
       if (space < 0) return -1;
@@ -382,7 +388,9 @@ static int tx_fill(uvccl__shm_out_t *o, sop_t *op) {
     }
     if (n > (uint64_t)space) n = (uint64_t)space;
     if (n > SHM_PUBLISH_EVERY) n = SHM_PUBLISH_EVERY;
+    n = uvccl__turn_allow(turn, (size_t)n, SHM_STEP);
     uvccl__shm_put(o, src, (size_t)n);
+    uvccl__turn_charge(turn, (size_t)n);
     op->got += n;
     space -= (int64_t)n;
     since += n;
@@ -530,12 +538,14 @@ static int use_cma(peer_t *p, const sop_t *op) {
  * corrupted ring. */
 static int tx_frame(peer_t *p, sop_t *op) {
   if (use_cma(p, op)) return tx_cma(p, op);
-  return tx_fill(p->shm_out, op);
+  return tx_fill(p->shm_out, op, &p->net->turn);
 }
 
 int uvccl__shm_send(peer_t *p, sop_t *op) {
   op->got = 0;
-  if (p->shm_sendq.head == NULL && !p->cma_wait) {
+  /* (the turn spent: queued, and pumped in a later one) */
+  if (p->shm_sendq.head == NULL && !p->cma_wait &&
+      !uvccl__turn_spent(&p->net->turn)) {
     int r = tx_frame(p, op);
     if (r < 0) {
       ring_corrupt(p);
@@ -577,13 +587,18 @@ static int pump(peer_t *p) {
   int moved = 0;
   while ((op = p->shm_sendq.head) != NULL && p->shm_tx && !p->cma_wait) {
     uint64_t before = op->got;
-    int r = tx_frame(p, op);
+    int r;
+    /* a step a turn at least; the rest in later turns (the queue keeps
+     * shm_ready saying so) */
+    if (moved && uvccl__turn_spent(&net->turn)) return moved;
+    r = tx_frame(p, op);
     if (op->got != before) moved = 1;
     if (r < 0) {
       ring_corrupt(p);
       return 1;
     }
     if (r == 0) {
+      if (uvccl__turn_spent(&net->turn)) return moved;
       if (uvccl__shm_want_space(p->shm_out)) continue;
       return moved;
     }
@@ -779,24 +794,25 @@ static int cma_begin(peer_t *p, const frame_hdr_t *h, int64_t avail) {
 }
 
 /* Reads what the peer's ring holds, at most a ring's worth (a producer
- * as fast as this reader must not keep the loop here) and CMA_TURN bytes
- * from its memory; 1 when something moved. */
+ * as fast as this reader must not keep the loop here) and what the turn
+ * allows (a step at least); 1 when something moved. */
 static int consume(peer_t *p) {
   uvccl__shm_in_t *in = &p->shm_in;
-  uint64_t released = in->head, start = in->head, pulled = 0;
-  int moved = 0;
+  uvccl__turn_t *turn = &p->net->turn;
+  uint64_t released = in->head, start = in->head;
+  int moved = 0, stepped = 0;
   while (p->shm_rx && p->state == PEER_UP && in->head - start < in->size) {
     int64_t avail;
     uint64_t left, take;
     size_t contig;
     const char *ptr;
+    if (stepped && uvccl__turn_spent(turn)) break;
     if (p->cma_rx) {
       int64_t n;
-      if (pulled >= CMA_TURN) break;
       n = cma_step(p);
       if (n < 0) return 1;
-      pulled += (uint64_t)n;
-      moved = 1;
+      uvccl__turn_charge(turn, (size_t)n);
+      moved = stepped = 1;
       continue;
     }
     avail = uvccl__shm_avail(in);
@@ -837,6 +853,7 @@ static int consume(peer_t *p) {
     left = p->srx.cur.len - p->srx.cur_got;
     ptr = uvccl__shm_peek(in, (uint64_t)avail, &contig);
     take = contig < left ? contig : left;
+    take = uvccl__turn_allow(turn, (size_t)take, SHM_STEP);
     switch (p->srx.rstate) {
     case RS_DIRECT:
       if (p->srx.cur_op->s != NULL && p->srx.cur_op->s->stream)
@@ -876,8 +893,9 @@ static int consume(peer_t *p) {
     }
     if (take == 0) break;
     uvccl__shm_consume(in, (size_t)take);
+    uvccl__turn_charge(turn, (size_t)take);
     p->srx.cur_got += take;
-    moved = 1;
+    moved = stepped = 1;
     if (in->head - released >= in->size / 4) {
       uvccl__shm_release(in, p->shm_out);
       released = in->head;
@@ -1168,20 +1186,24 @@ static void on_prepare(uv_prepare_t *h) {
   net_t *net = h->data;
   shm_net_t *sn = net->shm;
   int i;
+  uvccl__turn_enter(&net->turn, UVCCL__SITE_RING, NULL);
   for (i = 0; i < 4; i++) {
-    if (net->closing) return;
+    if (net->closing) goto out;
     uvccl__shm_poll(net);
     if (uv_is_active((uv_handle_t *)&net->spin)) {
       /* The loop spins (zero timeout): it will look again at once. */
       uvccl__shm_set_sleeping(&sn->ib, 0);
-      return;
+      goto out;
     }
+    if (uvccl__turn_spent(&net->turn)) break; /* the rest next iteration */
     uvccl__shm_set_sleeping(&sn->ib, 1);
-    if (!shm_ready(net)) return; /* a producer will ring */
+    if (!shm_ready(net)) goto out; /* a producer will ring */
     uvccl__shm_set_sleeping(&sn->ib, 0);
   }
   /* Still busy: this iteration polls without blocking. */
   uvccl__net_spin_now(net);
+out:
+  uvccl__turn_leave(&net->turn);
 }
 
 static void on_check(uv_check_t *h) {
@@ -1195,7 +1217,9 @@ static void on_bell(uv_poll_t *h, int status, int events) {
   (void)status;
   (void)events;
   uvccl__shm_bell_drain(&net->shm->ib);
+  uvccl__turn_enter(&net->turn, UVCCL__SITE_RING, NULL);
   uvccl__shm_poll(net);
+  uvccl__turn_leave(&net->turn);
 }
 
 /* ---- failure and teardown --------------------------------------------------------- */
@@ -1216,7 +1240,9 @@ static void flush_lost(net_t *net) {
 
 static void on_defer(uv_timer_t *t) {
   net_t *net = t->data;
+  uvccl__turn_enter(&net->turn, UVCCL__SITE_TIMER, NULL);
   flush_lost(net);
+  uvccl__turn_leave(&net->turn);
 }
 
 void uvccl__shm_peer_down(peer_t *p) {

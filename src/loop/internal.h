@@ -127,6 +127,88 @@ int uvccl__xqueue_post(uvccl__xqueue_t *q, uvccl__xitem_t *item);
 void uvccl__xqueue_close(uvccl__xqueue_t *q, void (*close_cb)(void *arg),
                          void *arg);
 
+/* ---- Turns on the application's loop (turn.c) ------------------------------
+ * uvccl shares the application's loop, so every callback it runs there is
+ * a turn with a budget: each copy, reduction, send and receive draws on
+ * its bytes, and a loop of work that finds it spent stops and leaves the
+ * rest for a later turn (the caller makes sure there is one: the socket
+ * stays readable or writable, the ring stays marked, the slice stays
+ * queued). The budget is bytes, and time too: memory on a shared machine
+ * is sometimes ten times slower than usual for a while, so a turn that
+ * has moved TURN_CLOCK_EVERY bytes looks at the clock at every such
+ * step, and is spent once it ran ns_budget from the first look. A turn
+ * always gets some work done (its first step is never refused), so the
+ * work advances by at least a step per turn. With timing on, each turn
+ * is timed on the wall clock and on the thread's CPU clock
+ * (uvccl_loop_stats_t).
+ *
+ * A turn entered inside another is part of it. A turn entered with the
+ * key of the turn just left, in the same loop iteration, continues it
+ * (libuv reads a socket in several callbacks within one of its own: they
+ * are one turn). */
+typedef enum {
+  UVCCL__SITE_READ = 0, /* a TCP connection's input */
+  UVCCL__SITE_WRITE,    /* a TCP connection's queued output */
+  UVCCL__SITE_RING,     /* shared-memory rings (doorbell, before a sleep) */
+  UVCCL__SITE_SPIN,     /* a busy-polling turn */
+  UVCCL__SITE_SLICE,    /* slices of local copies and reductions */
+  UVCCL__SITE_CALL,     /* an operation started inside the caller's call */
+  UVCCL__SITE_TIMER,    /* timeouts, retries, deferred give-backs */
+  UVCCL__SITE_NOTICE,   /* the liveness monitor's news */
+  UVCCL__SITES
+} uvccl__site_t;
+
+#define UVCCL__TURN_CLOCK_EVERY ((int64_t)64 * 1024)
+
+typedef struct {
+  int64_t budget;        /* bytes a turn may move */
+  int64_t left;          /* what the turn under way still may */
+  uint64_t ns_budget;    /* and the time it may take (0: no limit) */
+  int64_t clock_at;      /* `left` when the clock is next looked at */
+  uint64_t clock0;       /* the first look (0: not yet) */
+  int late;              /* it ran out of time */
+  int depth;             /* 0: no turn under way */
+  int timing;
+  uint64_t iter;         /* loop iterations (uvccl__turn_tick) */
+  /* the turn under way, or the last one while it may still continue */
+  int site;
+  const void *key;
+  uint64_t key_iter;
+  int open;              /* left but not yet counted (it may continue) */
+  uint64_t t0, c0, t1, c1;
+  uvccl_loop_stats_t st;
+} uvccl__turn_t;
+
+void uvccl__turn_init(uvccl__turn_t *t, size_t budget, uint64_t ns_budget,
+                      int timing);
+void uvccl__turn_enter(uvccl__turn_t *t, uvccl__site_t site, const void *key);
+void uvccl__turn_leave(uvccl__turn_t *t);
+/* A loop iteration begins (a turn left in the last one is over). */
+static inline void uvccl__turn_tick(uvccl__turn_t *t) { t->iter++; }
+/* Counts n bytes moved in the turn under way. */
+static inline void uvccl__turn_charge(uvccl__turn_t *t, size_t n) {
+  t->left -= (int64_t)n;
+}
+int uvccl__turn_clock(uvccl__turn_t *t);
+/* 1 when the turn under way has used its budget (never outside a turn). */
+static inline int uvccl__turn_spent(uvccl__turn_t *t) {
+  if (t->depth == 0) return 0;
+  if (t->left <= 0 || t->late) return 1;
+  return t->left <= t->clock_at && uvccl__turn_clock(t);
+}
+/* How many bytes the next step may move: what is left of the budget, at
+ * least `step` (so every step gets done), at most want. */
+static inline size_t uvccl__turn_allow(const uvccl__turn_t *t, size_t want,
+                                       size_t step) {
+  size_t n;
+  if (t == NULL || t->depth == 0) return want;
+  n = t->left > (int64_t)step && !t->late ? (size_t)t->left : step;
+  return want < n ? want : n;
+}
+/* The counters (the turn left last is counted first); reset zeroes them. */
+void uvccl__turn_stats(uvccl__turn_t *t, uvccl_loop_stats_t *out, int reset);
+const char *uvccl__site_name(int site);
+
 /* ---- Socket output without SIGPIPE (wq.c) ---------------------------------
  * Every write uvccl makes to a TCP connection goes through here (sendmsg
  * with MSG_NOSIGNAL), never through uv_write/uv_try_write, which use
@@ -155,6 +237,9 @@ typedef struct uvccl__wq_s {
   int closing;
   void (*close_cb)(struct uvccl__wq_s *q);
   void *data;
+  /* The owner's turns (NULL: none): a write callback is a turn, and no
+   * sendmsg takes more than its budget allows. */
+  uvccl__turn_t *turn;
 } uvccl__wq_t;
 
 /* tcp must be connected (or accepted) and stay open while q is used. */
@@ -201,6 +286,22 @@ void uvccl__peer_addr(const uv_tcp_t *tcp, char *buf, size_t len);
 int uvccl__tcp_is_self(const uv_tcp_t *tcp);
 
 /* ---- Allocation ---------------------------------------------------------- */
+/* Large buffers (bigmem.c): mapped on their own, so that one no longer
+ * needed can be retired to a list and unmapped a few MiB at a time, in
+ * the turns of its owner (a 256 MiB buffer takes milliseconds to unmap).
+ * Worth it from UVCCL__BIG_MIN bytes. */
+#define UVCCL__BIG_MIN ((size_t)1 << 20)
+typedef struct {
+  struct uvccl__bighdr_s *head;
+  size_t bytes;                    /* still mapped */
+} uvccl__big_list_t;
+void *uvccl__big_alloc(size_t len);      /* NULL: out of memory */
+void uvccl__big_free(void *p);           /* unmapped now */
+void uvccl__big_retire(uvccl__big_list_t *l, void *p);
+/* Unmaps about max bytes of what l holds; returns how many. */
+size_t uvccl__big_reap(uvccl__big_list_t *l, size_t max);
+void uvccl__big_reap_all(uvccl__big_list_t *l);
+
 void *uvccl__malloc(size_t n);
 void *uvccl__calloc(size_t n, size_t m);
 void *uvccl__realloc(void *p, size_t n);

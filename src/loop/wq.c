@@ -35,17 +35,35 @@ static int wq_fd(uvccl__wq_t *q) {
   return fd;
 }
 
-/* One sendmsg of up to 16 buffers; bytes written, 0 when full, or -errno. */
-static ssize_t wq_sendv(int fd, const uv_buf_t *bufs, unsigned n) {
+/* The least a sendmsg in a spent turn may take (a step worth its system
+ * call), and the most any may: on loopback the kernel delivers to the
+ * receiver inside the sender's call, a millisecond a MiB when the machine
+ * is busy, so a turn looks at its clock (turn.c) between sends of this
+ * size. */
+#define WQ_STEP (64u * 1024)
+#define WQ_MAX (256u * 1024)
+
+static size_t wq_allow(uvccl__wq_t *q, size_t want) {
+  size_t n;
+  if (q->turn == NULL) return want;
+  n = uvccl__turn_allow(q->turn, want, WQ_STEP);
+  return n < WQ_MAX ? n : WQ_MAX;
+}
+
+/* One sendmsg of up to 16 buffers, at most max bytes; bytes written, 0
+ * when full, or -errno. */
+static ssize_t wq_sendv(int fd, const uv_buf_t *bufs, unsigned n, size_t max) {
   struct iovec iov[16];
   struct msghdr mh;
   ssize_t r;
   unsigned i;
   if (n > 16) n = 16;
-  for (i = 0; i < n; i++) {
+  for (i = 0; i < n && max > 0; i++) {
     iov[i].iov_base = bufs[i].base;
-    iov[i].iov_len = bufs[i].len;
+    iov[i].iov_len = bufs[i].len < max ? bufs[i].len : max;
+    max -= iov[i].iov_len;
   }
+  n = i;
   memset(&mh, 0, sizeof(mh));
   mh.msg_iov = iov;
   mh.msg_iovlen = n;
@@ -65,14 +83,26 @@ ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
   if (fd < 0) return UV_EBADF;
   if (n == 1) {
     /* send() rather than a one-entry sendmsg: the store's common case */
+    size_t len = wq_allow(q, bufs[0].len);
     ssize_t r;
     do
-      r = send(fd, bufs[0].base, bufs[0].len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      r = send(fd, bufs[0].base, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (r < 0 && errno == EINTR);
-    if (r >= 0) return r;
+    if (r >= 0) {
+      if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
+      return r;
+    }
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
   }
-  return wq_sendv(fd, bufs, n);
+  {
+    size_t total = 0;
+    ssize_t r;
+    unsigned i;
+    for (i = 0; i < n; i++) total += bufs[i].len;
+    r = wq_sendv(fd, bufs, n, wq_allow(q, total));
+    if (r > 0 && q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
+    return r;
+  }
 }
 
 /* Drops the first `done` bytes of req's buffers. 1 when all are gone. */
@@ -122,25 +152,34 @@ static void wq_on_poll(uv_poll_t *h, int status, int events) {
     wq_fail_all(q, status);
     return;
   }
+  if (q->turn != NULL) uvccl__turn_enter(q->turn, UVCCL__SITE_WRITE, NULL);
   while (q->head != NULL) {
     uvccl__wreq_t *r = q->head;
-    ssize_t n = wq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx);
+    ssize_t n;
+    /* The turn is over: the socket is still writable, so the loop comes
+     * back for the rest at its next iteration. */
+    if (q->turn != NULL && uvccl__turn_spent(q->turn)) goto out;
+    n = wq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx, wq_allow(q, r->left));
     if (n < 0) {
       q->err = (int)n;
       uv_poll_stop(h);
       wq_fail_all(q, (int)n);
-      return;
+      goto out;
     }
-    if (n == 0) return; /* full again: wait */
+    if (n == 0) goto out; /* full again: wait */
+    if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)n);
     q->queued -= (size_t)n;
     r->left -= (size_t)n;
     if (!req_advance(r, (size_t)n)) continue;
     q->head = r->next;
     if (q->head == NULL) q->tail = NULL;
     if (r->cb != NULL) r->cb(r, 0); /* may free r, queue more, or close q */
-    if (q->closing) return;
+    if (q->closing) goto out;
   }
   uv_poll_stop(h);
+out:
+  /* (q may be closing, but its memory lasts until its close callback) */
+  if (q->turn != NULL) uvccl__turn_leave(q->turn);
 }
 
 int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
