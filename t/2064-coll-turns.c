@@ -16,7 +16,10 @@
  *      TCP is still cut into many callbacks (memory faster than 300 GB/s
  *      would be needed to move it in one);
  *   e) bad values of the variables are named in the log, the defaults
- *      hold, and the work is exact. */
+ *      hold, and the work is exact;
+ *   f) byte payloads (broadcast_bytes, allgather_bytes, gather_bytes,
+ *      scatter_bytes) of 4-8 MiB, 3 ranks: exact, within the bound (a
+ *      rank's own payload is copied into its result in slices). */
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
@@ -295,6 +298,91 @@ static void scenario_bad_env(void) {
   is_int(uv_loop_close(&L), 0, "e: the loop closes cleanly");
 }
 
+/* ---- f ------------------------------------------------------------------- */
+
+#define PAY ((size_t)4 << 20)
+
+static void scenario_bytes(void) {
+  world_t W;
+  uvccl_pg_options_t o;
+  uint64_t max_bytes, cbs;
+  unsigned char *pay[3];
+  uvccl_buf_t bufs[3];
+  size_t len[3];
+  int r, q, bad = 0, k;
+  static const char *const names[4] = {"broadcast_bytes", "allgather_bytes",
+                                       "gather_bytes", "scatter_bytes"};
+  opts(&o, BUDGET, UINT32_MAX);
+  uv_loop_init(&L);
+  if (!is_int(world_init(&W, &L, 3, &o), 0, "f: a world of 3")) return;
+  for (r = 0; r < 3; r++) {
+    len[r] = PAY + (size_t)r * 1000003; /* lengths differ */
+    pay[r] = malloc(len[r]);
+    fill(pay[r], len[r], (unsigned)r + 1);
+    bufs[r].base = pay[r];
+    bufs[r].len = len[r];
+  }
+  for (k = 0; k < 4; k++) {
+    int rc = 0;
+    bad = 0;
+    stats(&W, &max_bytes, &cbs, 1);
+    for (r = 0; r < 3 && rc == 0; r++) {
+      switch (k) {
+      case 0:
+        rc = uvccl_broadcast_bytes(&W.pg[r], &W.w[r], r == 1 ? pay[1] : NULL,
+                                   r == 1 ? len[1] : 0, 1, NULL);
+        break;
+      case 1:
+        rc = uvccl_allgather_bytes(&W.pg[r], &W.w[r], pay[r], len[r], NULL);
+        break;
+      case 2:
+        rc = uvccl_gather_bytes(&W.pg[r], &W.w[r], pay[r], len[r], 2, NULL);
+        break;
+      default:
+        rc = uvccl_scatter_bytes(&W.pg[r], &W.w[r], r == 0 ? bufs : NULL,
+                                 r == 0 ? 3 : 0, 0, NULL);
+        break;
+      }
+    }
+    if (rc == 0) rc = world_wait(&W);
+    for (r = 0; r < 3 && rc == 0; r++) {
+      uvccl_work_t *w = &W.w[r];
+      switch (k) {
+      case 0:
+        if (w->value_len != len[1] || wrong(w->value, len[1], 2)) bad++;
+        break;
+      case 1:
+        for (q = 0; q < 3; q++)
+          if (w->nvalues != 3 || w->values[q].len != len[q] ||
+              wrong(w->values[q].base, len[q], (unsigned)q + 1))
+            bad++;
+        break;
+      case 2:
+        if (r == 2)
+          for (q = 0; q < 3; q++)
+            if (w->nvalues != 3 || w->values[q].len != len[q] ||
+                wrong(w->values[q].base, len[q], (unsigned)q + 1))
+              bad++;
+        break;
+      default:
+        /* rank r gets the root's buffer r, that is pay[r] */
+        if (w->value_len != len[r] || wrong(w->value, len[r], (unsigned)r + 1))
+          bad++;
+        break;
+      }
+      uvccl_work_cleanup(w);
+    }
+    stats(&W, &max_bytes, &cbs, 1);
+    ok(rc == 0 && bad == 0, "f: %s of 4-8 MiB: exact (%s, %d wrong)",
+       names[k], uvccl_err_name(rc), bad);
+    ok(max_bytes <= BOUND, "f: %s: at most %llu bytes a callback (bound %u)",
+       names[k], (unsigned long long)max_bytes, BOUND);
+  }
+  for (r = 0; r < 3; r++) free(pay[r]);
+  world_destroy(&W);
+  is_int(uv_loop_close(&L), 0, "f: the loop closes cleanly");
+}
+
 int main(void) {
   static const char *const transports[2] = {"shm", "tcp"};
   int t;
@@ -311,5 +399,6 @@ int main(void) {
   }
   scenario_clock();
   scenario_bad_env();
+  scenario_bytes();
   return done_testing();
 }

@@ -4,6 +4,9 @@
 #     from env:// (rank 0 hosts the store server itself), then uvccl-bench
 #     runs every collective over a size sweep, checks every result and
 #     prints nccl-tests-style timings;
+#  1a. the loop stays responsive: 2 ranks run 64 MiB collectives started
+#     from callbacks (as a server would) beside a 1 ms timer; how late
+#     the timer fired, and the longest uvccl callback;
 #  1b. a large world: 256 ranks (more than UVCCL_MESH_MAX, so sparse:
 #     O(log N) store traffic, connections made when first needed), with
 #     how long creation and the whole job took;
@@ -36,6 +39,12 @@ echo
 echo "== the same through loopback TCP only, as between hosts (UVCCL_TRANSPORT=tcp)"
 UVCCL_TRANSPORT=tcp "$BUILD/bin/uvccl-run" -n 2 "$BUILD/bin/uvccl-bench" --op allreduce \
   -b 4 -e 64M -f 16 --budget 0.2
+echo
+echo "== the loop stays responsive: 2 ranks run 64 MiB collectives from callbacks, a 1 ms timer beside them"
+echo "   (lag: how late the timer fired; os: the part the machine took from the loop's thread;"
+echo "    cbcpu: the longest uvccl callback in CPU time; bench/coll/loop_lag.c)"
+"$BUILD/bin/uvccl-run" -n 2 "$BUILD/bench/uvccl-loop-lag" --op allreduce,broadcast,allgather,reduce_scatter \
+  --sizes 64M --iters 8
 echo
 echo "== a large world: uvccl-run -n 256 uvccl-bench (sparse: connections when first needed)"
 T0=$(date +%s.%N)

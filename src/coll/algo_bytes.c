@@ -3,7 +3,10 @@
  * scatter_object_list). Each runs in two phases inside one schedule: the
  * lengths travel first, then a glue op allocates the results (owned by the
  * work) and points the second phase's receives at them, and the payloads
- * travel straight into place. */
+ * travel straight into place. A rank's own payload is sent from the
+ * caller's buffer, and copied into its result by a copy op that the glue
+ * points (a copy op runs in slices: a large payload never holds the loop
+ * in one callback). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -19,6 +22,8 @@ typedef struct {
   int root;
   uint32_t first2;         /* first op of the second phase */
   int *block;              /* second-phase op -> the rank whose bytes */
+  uint32_t nblock;         /* (-1: sends from the caller's buffer) */
+  uint32_t own;            /* the copy of src into its result (NONE) */
 } bytes_t;
 
 static void bytes_release(sched_t *s) {
@@ -37,17 +42,37 @@ static bytes_t *bytes_new(sched_t *s, int P) {
     uvccl__free(b);
     return NULL;
   }
+  b->own = NONE;
   s->user = b;
   s->release = bytes_release;
   return b;
 }
 
+/* The copy of this rank's payload into its result, after `after`; the
+ * glue sets where (own_point). */
+static void own_copy(sched_t *s, bytes_t *b, uint32_t after) {
+  b->own = uvccl__sop_copy(s, NULL, NULL, 0);
+  uvccl__sop_dep(s, after, b->own);
+}
+
+static void own_point(sched_t *s, bytes_t *b, void *dst) {
+  sop_t *op = &s->ops[b->own];
+  op->buf = dst;
+  op->src = b->src;
+  op->len = (size_t)b->mylen;
+}
+
 static int block_map(bytes_t *b, sched_t *s, uint32_t op, int rank) {
-  uint32_t i = op - b->first2;
-  int *m = uvccl__realloc(b->block, (i + 1) * sizeof(int));
-  if (m == NULL) return UV_ENOMEM;
-  b->block = m;
-  m[i] = rank;
+  uint32_t i = op - b->first2, k;
+  int *m;
+  if (i >= b->nblock) {
+    m = uvccl__realloc(b->block, (i + 1) * sizeof(int));
+    if (m == NULL) return UV_ENOMEM;
+    for (k = b->nblock; k < i; k++) m[k] = -1;
+    b->block = m;
+    b->nblock = i + 1;
+  }
+  b->block[i] = rank;
   (void)s;
   return 0;
 }
@@ -76,6 +101,7 @@ static void patch_ops(sched_t *s, bytes_t *b) {
     sop_t *op = &s->ops[i];
     int blk;
     if (op->type != SOP_SEND && op->type != SOP_RECV) continue;
+    if (i - b->first2 >= b->nblock) continue;
     blk = b->block[i - b->first2];
     if (blk < 0) continue; /* sends from the caller's buffer */
     op->buf = w->values[blk].base;
@@ -85,8 +111,9 @@ static void patch_ops(sched_t *s, bytes_t *b) {
 
 /* ---- broadcast_bytes ---------------------------------------------------- */
 
-/* Binomial tree; returns the receive (or dep0 at the root). Every op it
- * adds is mapped to block 0. */
+/* Binomial tree; returns the receive (or dep0 at the root). With map,
+ * every op it adds is mapped to block 0 (the root's sends: to the
+ * caller's buffer, buf). */
 static uint32_t tree(sched_t *s, bytes_t *b, void *buf, size_t n, int root,
                      uint32_t tag, uint32_t dep0, int map) {
   group_t *g = s->g;
@@ -106,7 +133,8 @@ static uint32_t tree(sched_t *s, bytes_t *b, void *buf, size_t n, int root,
     if (vr + mask < P) {
       uint32_t snd = uvccl__sop_send(s, mod(vr + mask + root, P), tag, buf, n);
       uvccl__sop_dep(s, rcv, snd);
-      if (map && block_map(b, s, snd, 0) != 0) s->status = UV_ENOMEM;
+      if (map && block_map(b, s, snd, vr == 0 ? -1 : 0) != 0)
+        s->status = UV_ENOMEM;
     }
     mask >>= 1;
   }
@@ -118,8 +146,7 @@ static int bcast_alloc(sched_t *s, sop_t *op) {
   int rc = alloc_values(s->w, &b->mylen, 1);
   (void)op;
   if (rc != 0) return rc;
-  if (s->g->rank == b->root && b->mylen > 0)
-    memcpy(s->w->values[0].base, b->src, (size_t)b->mylen);
+  if (b->own != NONE) own_point(s, b, s->w->values[0].base);
   patch_ops(s, b);
   return 0;
 }
@@ -159,8 +186,11 @@ int uvccl__host_broadcast_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *
   got = tree(s, b, &b->mylen, sizeof(b->mylen), root, 0, NONE, 0);
   call = uvccl__sop_call(s, bcast_alloc);
   uvccl__sop_dep(s, got, call);
+  if (g->rank == root) own_copy(s, b, call);
   b->first2 = s->nops;
-  tree(s, b, NULL, 0, root, 1, call, 1);
+  /* (the root sends from the caller's buffer) */
+  tree(s, b, g->rank == root ? (void *)buf : NULL, g->rank == root ? len : 0,
+       root, 1, call, 1);
   s->finish = bcast_finish;
   return uvccl__sched_start(s, work, cb);
 }
@@ -174,8 +204,7 @@ static int values_alloc(sched_t *s, sop_t *op) {
   int rc = alloc_values(s->w, b->lens, s->g->size);
   (void)op;
   if (rc != 0) return rc;
-  if (b->mylen > 0)
-    memcpy(s->w->values[s->g->rank].base, b->src, (size_t)b->mylen);
+  if (b->own != NONE) own_point(s, b, s->w->values[s->g->rank].base);
   patch_ops(s, b);
   return 0;
 }
@@ -214,18 +243,22 @@ int uvccl__host_allgather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *
     uvccl__sop_dep(s, rcv, call);
     prev = rcv;
   }
-  /* Phase 2: the same ring with the payloads. */
+  own_copy(s, b, call);
+  /* Phase 2: the same ring with the payloads (ours from the caller's
+   * buffer). */
   b->first2 = s->nops;
   prev = call;
   for (st = 0; st < P - 1; st++) {
     int cs = mod(r - st, P), cr = mod(r - st - 1, P);
     uint32_t tag = (uint32_t)(P + st);
-    uint32_t snd = uvccl__sop_send(s, mod(r + 1, P), tag, NULL, 0);
+    uint32_t snd = cs == r ? uvccl__sop_send(s, mod(r + 1, P), tag, buf, len)
+                           : uvccl__sop_send(s, mod(r + 1, P), tag, NULL, 0);
     uint32_t rcv = uvccl__sop_recv(s, mod(r - 1, P), tag, NULL, 0);
     uvccl__sop_dep(s, prev, snd);
     uvccl__sop_dep(s, call, snd);
     uvccl__sop_dep(s, call, rcv);
-    if (block_map(b, s, snd, cs) || block_map(b, s, rcv, cr)) s->status = UV_ENOMEM;
+    if (block_map(b, s, snd, cs == r ? -1 : cs) || block_map(b, s, rcv, cr))
+      s->status = UV_ENOMEM;
     prev = rcv;
   }
   return uvccl__sched_start(s, work, cb);
@@ -265,6 +298,7 @@ int uvccl__host_gather_bytes(uvccl_pg_t *pg, uvccl_work_t *work, const void *buf
     for (i = 0; i < g->size; i++)
       if (i != root)
         uvccl__sop_dep(s, uvccl__sop_recv(s, i, 0, &b->lens[i], 8), call);
+    own_copy(s, b, call);
     b->first2 = s->nops;
     for (i = 0; i < g->size; i++) {
       uint32_t rcv;
@@ -287,7 +321,7 @@ static int scatter_alloc(sched_t *s, sop_t *op) {
   ((char *)w->value)[b->mylen] = '\0';
   w->value_len = (size_t)b->mylen;
   if (s->g->rank == b->root) {
-    if (b->mylen) memcpy(w->value, b->src, (size_t)b->mylen);
+    own_point(s, b, w->value);
   } else {
     s->ops[b->first2].buf = w->value;
     s->ops[b->first2].len = w->value_len;
@@ -335,6 +369,7 @@ int uvccl__host_scatter_bytes(uvccl_pg_t *pg, uvccl_work_t *work,
     }
     b->mylen = bufs[root].len;
     b->src = bufs[root].base;
+    own_copy(s, b, call);
   } else {
     uint32_t rcv = uvccl__sop_recv(s, root, 0, &b->mylen, 8);
     uvccl__sop_dep(s, rcv, call);
