@@ -693,7 +693,7 @@ typedef struct {
   int loop_stats;
 } uvccl_pg_options_t;
 
-#define UVCCL_TURN_BYTES_DEFAULT ((size_t)1 << 20)
+#define UVCCL_TURN_BYTES_DEFAULT ((size_t)512 << 10)
 #define UVCCL_TURN_US_DEFAULT 500
 
 #define UVCCL_BACKEND_TCP 0

@@ -1151,15 +1151,11 @@ static void peer_up(peer_t *p) {
 
 /* ---- receiving ------------------------------------------------------------------- */
 
-/* The least a read in a spent turn takes (see uvccl__turn_allow), and
- * the most any does (the turn looks at its clock between reads; see
- * WQ_MAX in wq.c). */
+/* The least a read in a spent turn takes (see uvccl__turn_allow). */
 #define READ_STEP (64u * 1024)
-#define READ_MAX (256u * 1024)
 
 static size_t read_allow(net_t *net, uint64_t left) {
-  size_t n = uvccl__turn_allow(&net->turn, (size_t)left, READ_STEP);
-  return n < READ_MAX ? n : READ_MAX;
+  return uvccl__turn_allow(&net->turn, (size_t)left, READ_STEP);
 }
 
 /* libuv reads a socket in a loop of alloc and read callbacks, all one

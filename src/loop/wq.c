@@ -35,19 +35,13 @@ static int wq_fd(uvccl__wq_t *q) {
   return fd;
 }
 
-/* The least a sendmsg in a spent turn may take (a step worth its system
- * call), and the most any may: on loopback the kernel delivers to the
- * receiver inside the sender's call, a millisecond a MiB when the machine
- * is busy, so a turn looks at its clock (turn.c) between sends of this
- * size. */
+/* The least a sendmsg in a spent turn may take: a step worth its system
+ * call. (Each takes at most what the turn has left: on loopback the
+ * kernel delivers to the receiver inside the sender's call.) */
 #define WQ_STEP (64u * 1024)
-#define WQ_MAX (256u * 1024)
 
 static size_t wq_allow(uvccl__wq_t *q, size_t want) {
-  size_t n;
-  if (q->turn == NULL) return want;
-  n = uvccl__turn_allow(q->turn, want, WQ_STEP);
-  return n < WQ_MAX ? n : WQ_MAX;
+  return q->turn == NULL ? want : uvccl__turn_allow(q->turn, want, WQ_STEP);
 }
 
 /* One sendmsg of up to 16 buffers, at most max bytes; bytes written, 0
