@@ -1151,11 +1151,16 @@ static void peer_up(peer_t *p) {
 
 /* ---- receiving ------------------------------------------------------------------- */
 
-/* The least a read in a spent turn takes (see uvccl__turn_allow). */
+/* The least a read in a spent turn takes (see uvccl__turn_allow), and
+ * the most one does: libuv reads again at once when a read fills its
+ * buffer, within the same turn, which looks at its clock between reads
+ * (see WQ_PIECE in wq.c). */
 #define READ_STEP (64u * 1024)
+#define READ_PIECE (128u * 1024)
 
 static size_t read_allow(net_t *net, uint64_t left) {
-  return uvccl__turn_allow(&net->turn, (size_t)left, READ_STEP);
+  size_t n = uvccl__turn_allow(&net->turn, (size_t)left, READ_STEP);
+  return n < READ_PIECE ? n : READ_PIECE;
 }
 
 /* libuv reads a socket in a loop of alloc and read callbacks, all one

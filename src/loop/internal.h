@@ -197,13 +197,16 @@ static inline int uvccl__turn_spent(uvccl__turn_t *t) {
   return t->left <= t->clock_at && uvccl__turn_clock(t);
 }
 /* How many bytes the next step may move: what is left of the budget, at
- * least `step` (so every step gets done), at most want. */
+ * least `step` (so every step gets done), at most want; and all of want
+ * when less than a step would be left over (a frame's last bytes are not
+ * worth a turn of their own: a 512 KiB segment and its 24-byte header
+ * were sent in two turns, which cost TCP a third of its bandwidth). */
 static inline size_t uvccl__turn_allow(const uvccl__turn_t *t, size_t want,
                                        size_t step) {
   size_t n;
   if (t == NULL || t->depth == 0) return want;
   n = t->left > (int64_t)step && !t->late ? (size_t)t->left : step;
-  return want < n ? want : n;
+  return want < n || want - n < step ? want : n;
 }
 /* The counters (the turn left last is counted first); reset zeroes them. */
 void uvccl__turn_stats(uvccl__turn_t *t, uvccl_loop_stats_t *out, int reset);

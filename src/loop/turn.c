@@ -43,6 +43,9 @@ int uvccl__turn_clock(uvccl__turn_t *t) {
   return 1;
 }
 
+/* A timed turn this long (CPU) is named in the debug log. */
+#define LONG_TURN_NS 2000000u
+
 /* Bucket bounds of uvccl_loop_stats_t's histograms, in ns. */
 static const uint64_t hist_ns[UVCCL_LOOP_HIST - 1] = {
     100000, 250000, 500000, 1000000, 2000000, 5000000, 10000000};
@@ -76,6 +79,11 @@ static void turn_count(uvccl__turn_t *t) {
     }
     st->wall_hist[bucket(wall)]++;
     st->cpu_hist[bucket(cpu)]++;
+    if (cpu >= LONG_TURN_NS)
+      LOG_DEBUG("loop", "a long turn: %s, %.3f ms of CPU (%.3f ms on the "
+                "clock, from %.6f s), %llu bytes", site_names[t->site],
+                (double)cpu / 1e6, (double)wall / 1e6, (double)t->t0 / 1e9,
+                (unsigned long long)bytes);
   }
 }
 

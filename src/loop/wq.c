@@ -35,13 +35,20 @@ static int wq_fd(uvccl__wq_t *q) {
   return fd;
 }
 
-/* The least a sendmsg in a spent turn may take: a step worth its system
- * call. (Each takes at most what the turn has left: on loopback the
- * kernel delivers to the receiver inside the sender's call.) */
+/* The least a sendmsg in a spent turn may take (a step worth its system
+ * call), and the most one takes: a turn larger than that sends in pieces
+ * and looks at its clock between them (turn.c). Smaller pieces cost TCP
+ * its bandwidth on loopback (each push wakes the receiver): 128 KiB
+ * pieces ran 1 MiB broadcasts between 2 ranks at 0.4x, 256 KiB at 0.6x
+ * (bench/RESULTS.md). */
 #define WQ_STEP (64u * 1024)
+#define WQ_PIECE (512u * 1024)
 
 static size_t wq_allow(uvccl__wq_t *q, size_t want) {
-  return q->turn == NULL ? want : uvccl__turn_allow(q->turn, want, WQ_STEP);
+  size_t n;
+  if (q->turn == NULL) return want;
+  n = uvccl__turn_allow(q->turn, want, WQ_STEP);
+  return n < WQ_PIECE ? n : WQ_PIECE;
 }
 
 /* One sendmsg of up to 16 buffers, at most max bytes; bytes written, 0
@@ -69,34 +76,56 @@ static ssize_t wq_sendv(int fd, const uv_buf_t *bufs, unsigned n, size_t max) {
   return -errno;
 }
 
+/* Drops the first `done` bytes of bufs[*idx..n). */
+static void bufs_advance(uv_buf_t *b, unsigned n, unsigned *idx, size_t done) {
+  while (done > 0 && *idx < n) {
+    if (done < b[*idx].len) {
+      b[*idx].base += done;
+      b[*idx].len -= done;
+      return;
+    }
+    done -= b[*idx].len;
+    (*idx)++;
+  }
+}
+
 ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
+  uv_buf_t b[16];
+  size_t left = 0, done = 0;
+  unsigned i, idx = 0;
   int fd;
   if (q->err != 0) return q->err;
   if (q->head != NULL) return 0; /* keep the order */
   fd = wq_fd(q);
   if (fd < 0) return UV_EBADF;
-  if (n == 1) {
+  if (n == 1 && q->turn == NULL) {
     /* send() rather than a one-entry sendmsg: the store's common case */
-    size_t len = wq_allow(q, bufs[0].len);
     ssize_t r;
     do
-      r = send(fd, bufs[0].base, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      r = send(fd, bufs[0].base, bufs[0].len, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (r < 0 && errno == EINTR);
-    if (r >= 0) {
-      if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
-      return r;
-    }
+    if (r >= 0) return r;
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
   }
-  {
-    size_t total = 0;
-    ssize_t r;
-    unsigned i;
-    for (i = 0; i < n; i++) total += bufs[i].len;
-    r = wq_sendv(fd, bufs, n, wq_allow(q, total));
-    if (r > 0 && q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
-    return r;
+  if (n > 16) n = 16;
+  for (i = 0; i < n; i++) {
+    b[i] = bufs[i];
+    left += bufs[i].len;
   }
+  /* pieces while the socket takes them and the turn lasts */
+  while (left > 0) {
+    size_t max = wq_allow(q, left);
+    ssize_t r = wq_sendv(fd, b + idx, n - idx, max);
+    if (r < 0) return done > 0 ? (ssize_t)done : r; /* (seen again later) */
+    if (r == 0) break;
+    if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
+    done += (size_t)r;
+    left -= (size_t)r;
+    bufs_advance(b, n, &idx, (size_t)r);
+    if ((size_t)r < max || (q->turn != NULL && uvccl__turn_spent(q->turn)))
+      break;
+  }
+  return (ssize_t)done;
 }
 
 /* Drops the first `done` bytes of req's buffers. 1 when all are gone. */
