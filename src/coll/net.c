@@ -1370,7 +1370,7 @@ static void handoff_unlink(net_t *net, stage_t *st) {
 static int handoff_step(net_t *net) {
   stage_t *st = net->handoffs;
   sop_t *op = st->claim;
-  size_t n = uvccl__turn_allow(&net->turn, (size_t)(st->upto - st->done),
+  size_t n = uvccl__turn_piece(&net->turn, (size_t)(st->upto - st->done),
                                HANDOFF_STEP);
   if (n < st->upto - st->done) n -= n % HANDOFF_STEP;
   if (op->type == SOP_RECV_RED)

@@ -545,7 +545,7 @@ int uvccl__sched_slice(sop_t *op) {
   size_t off = (size_t)op->got, n = op->len - off;
   if (n > UVCCL__SLICE) n = UVCCL__SLICE; /* a multiple of every esize */
   if (n > SLICE_STEP) {
-    n = uvccl__turn_allow(turn, n, SLICE_STEP);
+    n = uvccl__turn_piece(turn, n, SLICE_STEP);
     n -= n % SLICE_STEP;
   }
   uvccl__turn_charge(turn, n);

@@ -264,8 +264,6 @@ static void shm_link(peer_t *p, int peer_attached) {
     return;
   }
   uvccl__shm_inbox_slot(&sn->ib, (uint32_t)p->rank, &p->shm_in);
-  uvccl__shm_populate((void *)p->shm_in.data, (size_t)p->shm_in.size);
-  uvccl__shm_populate(p->shm_out->data, (size_t)p->shm_out->size);
   p->srx.rstate = RS_HDR;
   p->srx_pad = 0;
   p->shm_rx = 1;
@@ -388,7 +386,7 @@ static int tx_fill(uvccl__shm_out_t *o, sop_t *op, uvccl__turn_t *turn) {
     }
     if (n > (uint64_t)space) n = (uint64_t)space;
     if (n > SHM_PUBLISH_EVERY) n = SHM_PUBLISH_EVERY;
-    n = uvccl__turn_allow(turn, (size_t)n, SHM_STEP);
+    n = uvccl__turn_piece(turn, (size_t)n, SHM_STEP);
     uvccl__shm_put(o, src, (size_t)n);
     uvccl__turn_charge(turn, (size_t)n);
     op->got += n;
@@ -853,7 +851,7 @@ static int consume(peer_t *p) {
     left = p->srx.cur.len - p->srx.cur_got;
     ptr = uvccl__shm_peek(in, (uint64_t)avail, &contig);
     take = contig < left ? contig : left;
-    take = uvccl__turn_allow(turn, (size_t)take, SHM_STEP);
+    take = uvccl__turn_piece(turn, (size_t)take, SHM_STEP);
     switch (p->srx.rstate) {
     case RS_DIRECT:
       if (p->srx.cur_op->s != NULL && p->srx.cur_op->s->stream)

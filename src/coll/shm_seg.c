@@ -180,14 +180,6 @@ static int open_peer_fd(uint32_t pid, int fd, int flags, char *why,
   return r;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-void uvccl__shm_populate(void *addr, size_t len) {
-  uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(UVCCL__SHM_PAGE - 1);
-  (void)madvise((void *)a, len + ((uintptr_t)addr - a), MADV_POPULATE_WRITE);
-}
-
 /* Maps len bytes of fd at off, read and write; NULL with why filled. */
 static char *map_shared(int fd, size_t len, uint64_t off, char *why,
                         size_t whylen, int *rc) {

@@ -151,12 +151,6 @@ void uvccl__shm_info_none(uvccl__shm_info_t *in);
 /* 1 when the info comes from this host (same boot id) and offers an inbox. */
 int uvccl__shm_info_local(const uvccl__shm_info_t *in);
 
-/* Maps the pages of [addr, addr + len) of a shared mapping now, without
- * touching their bytes (a ring about to carry data: its first frames
- * would otherwise fault in every page, a millisecond or more of the loop
- * on one turn). Best effort: nothing happens where the kernel cannot. */
-void uvccl__shm_populate(void *addr, size_t len);
-
 /* Maps slot `slot` of the inbox `peer` describes. 0, or an error with why. */
 int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
                       uint32_t slot, char *why, size_t whylen);
