@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Summarizes bench/coll/loop_lag.sh's raw.jsonl: per world size,
-transport, collective and size, the worst job (the MAX over jobs of each
-figure; op time: the median over jobs of each job's median, and the worst
-op), as a Markdown table. Times in ms."""
+transport, collective, size and build, the worst job (the MAX over jobs of
+each figure; op time: the median over jobs of each job's median, and the
+worst op), as a Markdown table. Times in ms; steal: the most CPU time the
+hypervisor took from the machine during one of those jobs (both CPUs)."""
 import json
 import statistics
 import sys
@@ -15,24 +16,25 @@ for line in open(sys.argv[1]):
     if not line.startswith("{"):
         continue
     r = json.loads(line)
-    key = (r["world"], r["transport"], r["op"], r["mib"])
+    key = (r["world"], r["transport"], r["op"], r["mib"], r.get("build", "uvccl"))
     if key not in cells:
         order.append(key)
     cells[key].append(r)
 
-print("| W | transport | op | MiB | jobs | lag p99 | lag max | os max | "
+print("| W | transport | op | MiB | build | jobs | lag p99 | lag max | os max | "
       "own p99 | own max | cb wall max | cb cpu max | cb >2 ms cpu | "
-      "MiB/cb | op ms (median) | op ms (worst) | ok |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-      "---:|---:|---|")
+      "MiB/cb | op ms (median) | op ms (worst) | steal ms | ok |")
+print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      "---:|---:|---:|---|")
 for key in order:
     rs = cells[key]
-    w, t, op, mib = key
+    w, t, op, mib, build = key
     mx = lambda k: max(r[k] for r in rs)
-    print("| %d | %s | %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | "
-          "%.2f | %.2f | %d | %.2f | %.1f | %.1f | %s |" % (
-              w, t, op, mib, len(rs), mx("lag_p99"), mx("lag_max"),
+    print("| %d | %s | %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | "
+          "%.2f | %.2f | %d | %.2f | %.1f | %.1f | %d | %s |" % (
+              w, t, op, mib, build, len(rs), mx("lag_p99"), mx("lag_max"),
               mx("os_max"), mx("own_p99"), mx("own_max"),
               mx("cb_wall_max"), mx("cb_cpu_max"), mx("cb_over_2ms"),
               mx("cb_max_mib"), statistics.median(r["op_med"] for r in rs),
-              mx("op_max"), "exact" if all(r["ok"] for r in rs) else "WRONG"))
+              mx("op_max"), max(r.get("steal_ms", 0) for r in rs),
+              "exact" if all(r["ok"] for r in rs) else "WRONG"))

@@ -7,11 +7,15 @@
 # Environment (defaults):
 #   WORLDS="2 4"  TRANSPORTS="shm tcp"  JOBS=3
 #   OPS=all  SIZES=16M,64M,256M  ITERS= (the benchmark's default)
-#   BIN=build/bench/uvccl-loop-lag  (another build's, to compare)
+#   BINS="uvccl:build/bench/uvccl-loop-lag": LABEL:BINARY pairs; with
+#     several (another build's, to compare: the benchmark builds against
+#     an older uvccl too), each job runs every one in turn, so that they
+#     see the same minutes of a noisy machine
 #   ENVS= extra variables for the ranks ("UVCCL_TURN_BYTES=262144 ...")
-# Output: one JSON line per cell and job in bench/coll/out/TAG/raw.jsonl,
-# and the summary (bench/coll/loop_lag.py: the worst job of each cell),
-# also printed.
+# Output: one JSON line per cell, build and job in bench/coll/out/TAG/
+# raw.jsonl (with the CPU time the hypervisor stole from the machine
+# during that job, /proc/stat), and the summary (bench/coll/loop_lag.py:
+# the worst job of each cell), also printed.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TAG=${1:-loop-lag-$(date +%Y%m%d-%H%M%S)}
@@ -22,17 +26,17 @@ JOBS=${JOBS:-3}
 OPS=${OPS:-all}
 SIZES=${SIZES:-16M,64M,256M}
 ITERS=${ITERS:-}
-BIN=${BIN:-$ROOT/build/bench/uvccl-loop-lag}
+BINS=${BINS:-uvccl:$ROOT/build/bench/uvccl-loop-lag}
 ENVS=${ENVS:-}
 RUN=$ROOT/build/bin/uvccl-run
 
-[ -x "$BIN" ] && [ -x "$RUN" ] || make -C "$ROOT" >/dev/null
+[ -x "$ROOT/build/bench/uvccl-loop-lag" ] && [ -x "$RUN" ] || make -C "$ROOT" >/dev/null
 mkdir -p "$OUT"
 : > "$OUT/raw.jsonl"
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-  echo "bin: $BIN"
+  echo "bins: $BINS"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+changes')"
   echo "env: $ENVS"
   echo "steal before: $(awk '/^cpu /{print $9}' /proc/stat) ticks"
@@ -42,12 +46,22 @@ for W in $WORLDS; do
     for J in $(seq 1 "$JOBS"); do
       tenv=""
       [ "$T" = tcp ] && tenv="UVCCL_TRANSPORT=tcp"
-      echo "== W=$W $T job $J" >&2
-      env $tenv $ENVS "$RUN" -n "$W" --no-prefix "$BIN" --json --op "$OPS" \
-        --sizes "$SIZES" ${ITERS:+--iters $ITERS} 2>>"$OUT/stderr.log" |
-        sed -n 's/^{/{"transport":"'"$T"'","job":'"$J"',/p' >> "$OUT/raw.jsonl"
+      for LB in $BINS; do
+        L=${LB%%:*}
+        B=${LB#*:}
+        echo "== W=$W $T job $J $L" >&2
+        s0=$(awk '/^cpu /{print $9}' /proc/stat)
+        env $tenv $ENVS "$RUN" -n "$W" --no-prefix "$B" --json --op "$OPS" \
+          --sizes "$SIZES" ${ITERS:+--iters $ITERS} 2>>"$OUT/stderr.log" \
+          > "$OUT/job.tmp"
+        s1=$(awk '/^cpu /{print $9}' /proc/stat)
+        steal=$(( (s1 - s0) * 1000 / $(getconf CLK_TCK) ))
+        sed -n 's/^{/{"build":"'"$L"'","transport":"'"$T"'","job":'"$J"',"steal_ms":'"$steal"',/p' \
+          "$OUT/job.tmp" >> "$OUT/raw.jsonl"
+      done
     done
   done
 done
 echo "steal after: $(awk '/^cpu /{print $9}' /proc/stat) ticks" >> "$OUT/env.txt"
+rm -f "$OUT/job.tmp"
 /usr/bin/python3 "$ROOT/bench/coll/loop_lag.py" "$OUT/raw.jsonl" | tee "$OUT/summary.md"
