@@ -2305,8 +2305,11 @@ static int peer_transmit(net_t *net, peer_t *p, sop_t *op) {
   b[1].len = op->len;
   nb = op->len ? 2 : 1;
   /* Write directly when nothing is queued: a small frame then leaves in
-   * one sendmsg with no request and no epoll_ctl. */
-  if (uvccl__wq_queued(&p->wq) == 0) {
+   * one sendmsg with no request and no epoll_ctl. A turn that is spent
+   * queues it whole instead (the loop's next iteration writes it: a step
+   * now and the rest then was one more sendmsg for nothing). */
+  if (uvccl__wq_queued(&p->wq) == 0 &&
+      (op->len < UVCCL__TURN_PIECE || !uvccl__turn_spent(&net->turn))) {
     ssize_t n = uvccl__wq_try(&p->wq, b, (unsigned)nb);
     if (n < 0) {
       uvccl__net_peer_fail(net, p, (int)n, "send failed");
