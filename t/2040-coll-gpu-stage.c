@@ -3,7 +3,8 @@
  * GPU), ranks sharing one device, in place and out of place, mixed host
  * and device buffers, send/recv with a short message, the refusals, and
  * the pinned staging memory: allocated while in use, all freed with the
- * group. */
+ * group; and the loop's turns (src/loop/turn.c) while a staged 8 MiB
+ * allreduce runs: no callback moves more than its budget and a step. */
 #include "tap.h"
 #include "world.h"
 #include "fake/fake.h"
@@ -376,6 +377,50 @@ static void test_lists(world_t *W) {
   }
 }
 
+/* A world whose turns move 128 KiB (t/2064 checks the host paths). */
+static void test_turns(void) {
+  world_t W;
+  uvccl_pg_options_t o;
+  size_t n = (size_t)2 << 20, i; /* 8 MiB of float32 */
+  float *h = malloc(n * 4);
+  void *buf[P];
+  uint64_t max_bytes = 0, cbs = 0;
+  int r, bad = 0;
+  memset(&o, 0, sizeof(o));
+  o.turn_bytes = 128 * 1024;
+  o.turn_us = UINT32_MAX;
+  o.loop_stats = 1;
+  if (!is_int(world_init(&W, &loop, P, &o), 0, "turns: a world of %d", P))
+    return;
+  for (r = 0; r < P; r++) {
+    buf[r] = dev_alloc(n * 4);
+    for (i = 0; i < n; i++) h[i] = val(r, i);
+    to_dev(buf[r], h, n * 4);
+    uvccl_pg_loop_stats(&W.pg[r], NULL, 1);
+    if (uvccl_allreduce(&W.pg[r], &W.w[r], buf[r], buf[r], n, UVCCL_FLOAT32,
+                        UVCCL_SUM, NULL) != 0)
+      bad++;
+  }
+  is_int(world_wait(&W), 0, "turns: a staged 8 MiB device allreduce completes");
+  for (r = 0; r < P; r++) {
+    uvccl_loop_stats_t st;
+    if (uvccl_pg_loop_stats(&W.pg[r], &st, 0) == 0) {
+      if (st.max_bytes > max_bytes) max_bytes = st.max_bytes;
+      cbs += st.callbacks;
+    }
+    from_dev(h, buf[r], n * 4);
+    for (i = 0; i < n; i++)
+      if (h[i] != 6.0f * (float)(i % 13)) bad++;
+    uvccl_gpu_free(buf[r]);
+  }
+  is_int(bad, 0, "turns: sums exact");
+  ok(max_bytes > 0 && max_bytes <= 128 * 1024 + 512 * 1024,
+     "turns: at most %llu bytes a callback (budget 128 KiB), %llu callbacks",
+     (unsigned long long)max_bytes, (unsigned long long)cbs);
+  world_destroy(&W);
+  free(h);
+}
+
 int main(void) {
   world_t W;
   int n = 0, base;
@@ -393,6 +438,7 @@ int main(void) {
   world_destroy(&W);
   is_int(fake.live_allocations(), base,
          "destroying the group freed every pinned staging buffer");
+  test_turns();
   is_int(uv_loop_close(&loop), 0, "loop closes cleanly");
   done_testing();
 }
