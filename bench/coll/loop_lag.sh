@@ -12,6 +12,7 @@
 #     an older uvccl too), each job runs every one in turn, so that they
 #     see the same minutes of a noisy machine
 #   ENVS= extra variables for the ranks ("UVCCL_TURN_BYTES=262144 ...")
+#   LAG_ARGS= more arguments for the benchmark (--no-stats)
 # Output: one JSON line per cell, build and job in bench/coll/out/TAG/
 # raw.jsonl (with the CPU time the hypervisor stole from the machine
 # during that job, /proc/stat), and the summary (bench/coll/loop_lag.py:
@@ -52,7 +53,7 @@ for W in $WORLDS; do
         echo "== W=$W $T job $J $L" >&2
         s0=$(awk '/^cpu /{print $9}' /proc/stat)
         env $tenv $ENVS "$RUN" -n "$W" --no-prefix "$B" --json --op "$OPS" \
-          --sizes "$SIZES" ${ITERS:+--iters $ITERS} 2>>"$OUT/stderr.log" \
+          --sizes "$SIZES" ${ITERS:+--iters $ITERS} ${LAG_ARGS:-} 2>>"$OUT/stderr.log" \
           > "$OUT/job.tmp"
         s1=$(awk '/^cpu /{print $9}' /proc/stat)
         steal=$(( (s1 - s0) * 1000 / $(getconf CLK_TCK) ))
