@@ -1220,8 +1220,7 @@ static void peer_stop_read(peer_t *p) {
   uv_read_stop((uv_stream_t *)&p->tcp);
 }
 
-static void op_recv_done(peer_t *p, sop_t *op) {
-  (void)p;
+static void op_recv_done(sop_t *op) {
   op->got = op->len;
   op->s->g->net->up->op_done(op);
 }
@@ -1318,6 +1317,20 @@ static void stage_free(net_t *net, stage_t *st) {
   stage_release(st);
 }
 
+/* Takes st out of the list (head, tail); 0 when it was not in it. */
+static int stage_list_unlink(stage_t **head, stage_t **tail, stage_t *st) {
+  stage_t **pp = head, *prev = NULL;
+  while (*pp != NULL && *pp != st) {
+    prev = *pp;
+    pp = &(*pp)->next;
+  }
+  if (*pp == NULL) return 0;
+  *pp = st->next;
+  if (*tail == st) *tail = prev;
+  st->next = NULL;
+  return 1;
+}
+
 /* Delivers a complete staged frame to the receive that claimed it. */
 static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
   op->source = st->from;
@@ -1355,15 +1368,7 @@ static void handoff_start(net_t *net, stage_t *st, sop_t *op, uint64_t upto) {
 }
 
 static void handoff_unlink(net_t *net, stage_t *st) {
-  stage_t **pp = &net->handoffs, *prev = NULL;
-  while (*pp != NULL && *pp != st) {
-    prev = *pp;
-    pp = &(*pp)->next;
-  }
-  if (*pp == NULL) return;
-  *pp = st->next;
-  if (net->handoffs_tail == st) net->handoffs_tail = prev;
-  st->next = NULL;
+  stage_list_unlink(&net->handoffs, &net->handoffs_tail, st);
 }
 
 /* The next slice of the head of the hand-overs; 1 when one ended. */
@@ -1384,7 +1389,7 @@ static int handoff_step(net_t *net) {
   op->handoff = NULL;
   /* the frame is all here (staged) or its rest went straight in: done;
    * else frame_end finishes it */
-  if (st->got == st->len) op_recv_done(NULL, op);
+  if (st->got == st->len) op_recv_done(op);
   stage_free(net, st);
   return 1;
 }
@@ -1405,14 +1410,7 @@ static rx_t *stage_rx(peer_t *p, stage_t *st) {
 }
 
 static void stage_unlink(peer_t *p, stage_t *st) {
-  stage_t **pp = &p->staged_head, *prev = NULL;
-  while (*pp != NULL && *pp != st) {
-    prev = *pp;
-    pp = &(*pp)->next;
-  }
-  if (*pp == NULL) return;
-  *pp = st->next;
-  if (p->staged_tail == st) p->staged_tail = prev;
+  if (!stage_list_unlink(&p->staged_head, &p->staged_tail, st)) return;
   p->staged_bytes -= st->len;
   if (p->paused && p->staged_bytes <= p->net->stage_limit / 2) {
     p->paused = 0;
@@ -1484,7 +1482,7 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
     op->source = p->rank;
     if (h->len == 0) {
       rx->rstate = RS_HDR;
-      op_recv_done(p, op);
+      op_recv_done(op);
       return p->state == PEER_UP ? 0 : -1;
     }
     rx->cur_op = op;
@@ -1537,7 +1535,7 @@ int uvccl__net_frame_end(peer_t *p, rx_t *rx) {
   if (op != NULL) {
     /* Its first bytes were staged: done once they are handed over. */
     if (op->handoff != NULL) op->handoff->got = op->handoff->len;
-    else op_recv_done(p, op);
+    else op_recv_done(op);
   } else if (st != NULL) {
     st->got = st->len;
     if (st->claim != NULL) {

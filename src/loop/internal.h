@@ -153,8 +153,7 @@ typedef enum {
   UVCCL__SITE_SPIN,     /* a busy-polling turn */
   UVCCL__SITE_SLICE,    /* slices of local copies and reductions */
   UVCCL__SITE_CALL,     /* an operation started inside the caller's call */
-  UVCCL__SITE_TIMER,    /* timeouts, retries, deferred give-backs */
-  UVCCL__SITE_NOTICE,   /* the liveness monitor's news */
+  UVCCL__SITE_TIMER,    /* timeouts, deferred give-backs */
   UVCCL__SITES
 } uvccl__site_t;
 
@@ -222,7 +221,6 @@ static inline size_t uvccl__turn_piece(const uvccl__turn_t *t, size_t want,
 }
 /* The counters (the turn left last is counted first); reset zeroes them. */
 void uvccl__turn_stats(uvccl__turn_t *t, uvccl_loop_stats_t *out, int reset);
-const char *uvccl__site_name(int site);
 
 /* ---- Socket output without SIGPIPE (wq.c) ---------------------------------
  * Every write uvccl makes to a TCP connection goes through here (sendmsg

@@ -1,16 +1,12 @@
-/* Turns on the application's loop: a byte budget per callback, and what
- * the callbacks cost (see internal.h). */
+/* Turns on the application's loop: a budget of bytes and time per
+ * callback, and what the callbacks cost (see internal.h). */
 #include "internal.h"
 
 #include <string.h>
 #include <time.h>
 
 static const char *const site_names[UVCCL__SITES] = {
-    "read", "write", "ring", "spin", "slice", "call", "timer", "notice"};
-
-const char *uvccl__site_name(int site) {
-  return site >= 0 && site < UVCCL__SITES ? site_names[site] : "?";
-}
+    "read", "write", "ring", "spin", "slice", "call", "timer"};
 
 static uint64_t cpu_ns(void) {
   struct timespec ts;

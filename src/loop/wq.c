@@ -130,18 +130,7 @@ ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
 
 /* Drops the first `done` bytes of req's buffers. 1 when all are gone. */
 static int req_advance(uvccl__wreq_t *req, size_t done) {
-  while (done > 0 && req->idx < req->nbufs) {
-    uv_buf_t *b = &req->bufs[req->idx];
-    if (done < b->len) {
-      b->base += done;
-      b->len -= done;
-      done = 0;
-    } else {
-      done -= b->len;
-      b->len = 0;
-      req->idx++;
-    }
-  }
+  bufs_advance(req->bufs, req->nbufs, &req->idx, done);
   while (req->idx < req->nbufs && req->bufs[req->idx].len == 0) req->idx++;
   return req->idx == req->nbufs;
 }
