@@ -682,8 +682,9 @@ typedef struct {
    * (see uvccl_pg_loop_stats): move turn_bytes, and run turn_us
    * microseconds (counted once it has moved 64 KiB; the clock guards
    * against memory that is slow for a while, as on a busy shared host).
-   * 0 = $UVCCL_TURN_BYTES and $UVCCL_TURN_US, else the defaults below;
-   * turn_us UINT32_MAX: no time limit. Smaller keeps the loop more
+   * 0 = $UVCCL_TURN_BYTES and $UVCCL_TURN_US, else the defaults below
+   * (turn_bytes is at least 64 KiB); turn_us UINT32_MAX: no time limit.
+   * Smaller keeps the loop more
    * responsive, at some cost in throughput. The world's values hold for
    * its subgroups. */
   size_t turn_bytes;
@@ -855,9 +856,10 @@ UVCCL_EXTERN int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor,
 /* ---- How long uvccl holds the loop. Every callback uvccl runs on a TCP
  * group's loop (reading and writing its connections and shared-memory
  * rings, slices of local copies and reductions, the start of an operation
- * inside your call) moves at most about turn_bytes (uvccl_pg_options_t)
- * and returns to the loop, which comes back for the rest, so your timers
- * and sockets are served between them whatever the collectives' sizes.
+ * inside your call) moves at most about turn_bytes and runs about turn_us
+ * (uvccl_pg_options_t), then returns to the loop, which comes back for the
+ * rest, so your timers and sockets are served between them whatever the
+ * collectives' sizes.
  * These counters say what those callbacks did, per world (subgroups
  * share their world's); your own callbacks (the works') are not counted.
  * Times are kept with loop_stats on (an option, or $UVCCL_LOOP_STATS=1):
