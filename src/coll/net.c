@@ -1195,6 +1195,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
       /* rlen bytes of this frame are already buffered */
       buf->len = (size_t)(left - p->rlen);
     }
+    /* (each read is reduced at once: a piece, so the turn's clock is read
+     * between them) */
+    if (buf->len > READ_PIECE) buf->len = READ_PIECE;
     return;
   default:
     /* At a frame boundary: read the header and a little more, so a small
