@@ -449,8 +449,9 @@ struct net_s {
   uv_idle_t slicer;
   int slicer_open;
   sop_list_t slices;
-  /* Every callback of the net's on the loop is a turn with a byte budget
-   * (src/loop/turn.c); the tick counts the loop's iterations for it. */
+  /* Every callback of the net's on the loop is a turn with a budget of
+   * bytes and time (src/loop/turn.c); the tick counts the loop's
+   * iterations for it. */
   uvccl__turn_t turn;
   uv_prepare_t tick;
   int tick_open;

@@ -146,8 +146,6 @@ int uvccl__net_left_cleanly(net_t *net, int r) {
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-static void slicer_start(net_t *net);
-
 static void on_tick(uv_prepare_t *h) {
   net_t *net = h->data;
   uvccl__turn_tick(&net->turn);
@@ -1312,12 +1310,8 @@ static void stage_free(net_t *net, stage_t *st) {
     net->stage_spare_bytes += st->cap;
     return;
   }
-  if (st->big && !net->closing) {
-    uvccl__big_retire(&net->retired_mem, st);
-    slicer_start(net);
-    return;
-  }
-  stage_release(st);
+  if (st->big) uvccl__net_retire_mem(net, st);
+  else uvccl__free(st);
 }
 
 /* Takes st out of the list (head, tail); 0 when it was not in it. */
@@ -1395,6 +1389,16 @@ static int handoff_step(net_t *net) {
   if (st->got == st->len) op_recv_done(op);
   stage_free(net, st);
   return 1;
+}
+
+/* A complete staged frame to op: small, at once; else in slices. */
+static void stage_give(net_t *net, stage_t *st, sop_t *op) {
+  if (st->len <= HANDOFF_INLINE && !uvccl__turn_spent(&net->turn)) {
+    stage_deliver(net, st, op);
+    stage_free(net, st);
+    return;
+  }
+  handoff_start(net, st, op, st->len);
 }
 
 /* A receive is no longer interested (its work failed). */
@@ -1542,14 +1546,8 @@ int uvccl__net_frame_end(peer_t *p, rx_t *rx) {
   } else if (st != NULL) {
     st->got = st->len;
     if (st->claim != NULL) {
-      sop_t *c = st->claim;
       stage_unlink(p, st);
-      if (st->len <= HANDOFF_INLINE && !uvccl__turn_spent(&p->net->turn)) {
-        stage_deliver(p->net, st, c);
-        stage_free(p->net, st);
-      } else {
-        handoff_start(p->net, st, c, st->len);
-      }
+      stage_give(p->net, st, st->claim);
     } else if (p->staged_bytes > p->net->stage_limit && !p->paused) {
       /* Early arrivals pile up: stop reading this peer until receives
        * catch up (TCP's flow control then slows the sender). */
@@ -2116,12 +2114,7 @@ static void stage_take(net_t *net, peer_t *p, stage_t *st, sop_t *op) {
     return;
   }
   stage_unlink(p, st);
-  if (st->len <= HANDOFF_INLINE && !uvccl__turn_spent(&net->turn)) {
-    stage_deliver(net, st, op);
-    stage_free(net, st);
-    return;
-  }
-  handoff_start(net, st, op, st->len);
+  stage_give(net, st, op);
 }
 
 void uvccl__net_post_recv(net_t *net, sop_t *op) {
