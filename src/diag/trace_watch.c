@@ -61,6 +61,7 @@ static void tw_done(uvccl_work_t *w, int status);
 
 static void tw_maybe_free(uvccl__twatch_t *tw) {
   if (tw->active || tw->busy || tw->timer_open) return;
+  uvccl_work_cleanup(&tw->w); /* a command read last */
   uvccl__free(tw->json);
   uvccl__free(tw);
 }
@@ -181,6 +182,9 @@ static void tw_done(uvccl_work_t *w, int status) {
                                                   : sizeof(cmd) - 1;
       memcpy(cmd, w->value, n);
       cmd[n] = '\0';
+      uvccl__free(w->value);
+      w->value = NULL;
+      w->value_len = 0;
       if (sscanf(cmd, "%15s %lld", kind, &gen) < 2) gen = 0;
       /* the command of an older request: this one's is on its way */
       if (gen < tw->cur && ++tw->retries < CMD_RETRIES) break;
