@@ -59,7 +59,6 @@ TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 TEST_SRCS := $(sort $(wildcard t/[0-9]*.c))
 TESTS     := $(TEST_SRCS:%.c=%.t)
-HEADERS   := $(wildcard include/*.h src/*/*.h t/*.h t/fake/*.h tools/*.h examples/*/*.h)
 
 STATIC    := $(BUILD)/libuvccl.a
 SHARED    := $(BUILD)/libuvccl.so
@@ -133,10 +132,10 @@ endif
 
 # deps is order-only: with make -j on a fresh machine nothing compiles
 # before the headers it needs are installed.
-$(BUILD)/%.o: %.c $(HEADERS) | deps
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(filter $(BUILD)/src/gpu/%,$(LIB_OBJS)): $(CUDA_STAMP)
 
@@ -184,45 +183,34 @@ $(SHARED): $(LIB_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,libuvccl.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
 
-$(BUILD)/bin/%: tools/%.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
+# A program of one source file, linked against the static library; the
+# compiler writes the headers it read into $(BUILD)/dep/ (-MMD).
+LINK_ONE = $(CC) $(CFLAGS_ALL) -MMD -MP -MT $@ \
+	   -MF $(BUILD)/dep/$(subst /,_,$@).d $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+
+$(BUILD)/bin/%: tools/%.c $(STATIC)
+	@mkdir -p $(dir $@) $(BUILD)/dep
 	@$(if $(Q),echo "  TOOL    $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+	$(Q)$(LINK_ONE)
 
-$(BUILD)/bench/uvccl-store-bench: bench/store/store_bench.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+# The benchmarks built with everything: program, then its source.
+BENCH_TABLE := \
+	uvccl-store-bench:bench/store/store_bench.c \
+	uvccl-auth-bench:bench/auth/connect_bench.c \
+	uvccl-tls-store-bench:bench/tls/store_ops.c \
+	uvccl-create-bench:bench/auth/create_bench.c \
+	uvccl-loop-lag:bench/coll/loop_lag.c \
+	uvccl_chaos:bench/chaos/uvccl_chaos.c \
+	nccl_bench:bench/gpu/nccl_bench.c \
+	stage_bench:bench/gpu/stage_bench.c
 
-$(BUILD)/bench/uvccl-auth-bench: bench/auth/connect_bench.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
-
-$(BUILD)/bench/uvccl-tls-store-bench: bench/tls/store_ops.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
-
-$(BUILD)/bench/uvccl-create-bench: bench/auth/create_bench.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
-
-$(BUILD)/bench/uvccl-loop-lag: bench/coll/loop_lag.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
-
-$(BUILD)/bench/uvccl_chaos: bench/chaos/uvccl_chaos.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
-
-$(BUILD)/bench/%: bench/gpu/%.c $(STATIC) $(HEADERS)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+define BENCH_RULE
+$(BUILD)/bench/$(1): $(2) $(STATIC)
+	@mkdir -p $$(dir $$@) $(BUILD)/dep
+	@$$(if $$(Q),echo "  BENCH   $$@")
+	$$(Q)$$(LINK_ONE)
+endef
+$(foreach b,$(BENCH_TABLE),$(eval $(call BENCH_RULE,$(word 1,$(subst :, ,$(b))),$(word 2,$(subst :, ,$(b))))))
 
 # t/3004 holds uvccl's hand-declared CUDA/NCCL ABI against the toolkit's
 # headers where they are installed.
@@ -231,10 +219,11 @@ t/3004-gpu-abi.t: CFLAGS_ALL += $(if $(wildcard $(CUDA_INC)/nccl.h),-I$(CUDA_INC
 
 # Tests are built in place (t/NNNN-area-what.t) so `prove t/` finds them;
 # they link the static library of the current build flavour.
-t/%.t: t/%.c $(STATIC) $(HEADERS) $(TOOLS) $(FAKES) $(OTHER_BENCHES) $(VSEARCH)
+t/%.t: t/%.c $(STATIC) $(TOOLS) $(FAKES) $(OTHER_BENCHES) $(VSEARCH)
+	@mkdir -p $(BUILD)/dep
 	@$(if $(Q),echo "  TEST    $@")
-	$(Q)$(CC) $(CFLAGS_ALL) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
-	  -DUVCCL_SRC_DIR='"$(CURDIR)"' $(LDFLAGS_ALL) -o $@ $< $(STATIC) $(LIBS_ALL)
+	$(Q)$(LINK_ONE) -DUVCCL_BUILD_DIR='"$(abspath $(BUILD))"' \
+	  -DUVCCL_SRC_DIR='"$(CURDIR)"'
 
 tests: all $(TESTS)
 
@@ -298,3 +287,6 @@ endif
 
 clean:
 	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so
+
+# The headers each object and program read, as the compiler wrote them.
+-include $(LIB_OBJS:.o=.d) $(VSEARCH_OBJS:.o=.d) $(wildcard $(BUILD)/dep/*.d)
