@@ -1,4 +1,5 @@
 /* uvccl: distributed communication on libuv.
+ * Copyright (c) 2026 the uvccl authors. MIT License: see LICENSE.
  *
  * This is the one public header. Everything uvccl does runs on a uv_loop_t
  * that belongs to the caller; uvccl never runs, owns or hides a loop.
