@@ -251,6 +251,7 @@ fuzz:
 	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	  $(UV_CFLAGS) -o build-fuzz/store_proto_fuzz fuzz/store_proto_fuzz.c \
 	  src/store/proto.c src/store/auth.c src/loop/error.c src/loop/alloc.c \
+	  src/loop/config.c src/loop/log.c \
 	  $(UV_LIBS) -lcrypto
 	$(Q)mkdir -p build-fuzz/corpus
 	./build-fuzz/store_proto_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \

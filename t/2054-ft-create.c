@@ -11,7 +11,10 @@
  *   f) a rank outside the world: UV_EINVAL, and the log says why;
  *   g) stray connections to a rank's listener during creation (garbage,
  *      a hello with a wrong nonce): refused with a logged reason, and the
- *      group is created all the same.
+ *      group is created all the same;
+ *   k) UVCCL_TRANSPORT=udp: uvccl_pg_init fails at once with UV_EINVAL,
+ *      the log naming the variable and what it takes (no guess at a
+ *      transport).
  * In separate processes (env://):
  *   h) WORLD_SIZE 2 vs 3 (the issue's reproduction: a double free then);
  *   i) one rank of 2 whose MASTER_PORT has no store, --timeout-like 2 s
@@ -91,6 +94,27 @@ static void test_destroy_during(void) {
          (w[1].status == UV_ECANCELED || w[1].status == 0),
      "c: creation works completed (%s, %s)", uvccl_err_name(w[0].status),
      uvccl_err_name(w[1].status));
+  uvccl_store_close(&st, store_closed);
+  uv_run(&L, UV_RUN_NOWAIT);
+}
+
+static void test_bad_transport(void) {
+  uvccl_store_t st;
+  uvccl_pg_t gp;
+  uvccl_work_t w = {0};
+  int rc;
+  uvccl_hash_store_init(&L, &st);
+  setenv("UVCCL_TRANSPORT", "udp", 1);
+  logcap_start();
+  rc = init_rank(&gp, &st, 0, 2, "transport", 5000, &w);
+  logcap_stop();
+  unsetenv("UVCCL_TRANSPORT");
+  ok(rc == UV_EINVAL && w.state == UVCCL_WORK_IDLE &&
+         strstr(logbuf, "UVCCL_TRANSPORT=udp is not one of auto, shm, tcp") !=
+             NULL,
+     "k: UVCCL_TRANSPORT=udp: uvccl_pg_init fails at once (%s), no "
+     "callback; the log names the variable: %s", uvccl_err_name(rc), logbuf);
+  ok(strstr(logbuf, "holds") == NULL, "k: and says no default holds");
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
@@ -377,7 +401,7 @@ int main(void) {
   only = getenv("UVCCL_T_ONLY");
   if (only == NULL || *only == '\0') {
     only = NULL;
-    plan(2 + 2 + 2 + 4 + 3 + 1 + 4 + 1 + 2 + 2 + 1);
+    plan(2 + 2 + 2 + 4 + 3 + 1 + 4 + 1 + 2 + 2 + 2 + 1);
   }
   if (!only || strchr(only, 'a')) test_unreachable();
   if (!only || strchr(only, 'b')) test_missing();
@@ -386,6 +410,7 @@ int main(void) {
   if (!only || strchr(only, 'e')) test_duplicate();
   if (!only || strchr(only, 'f')) test_outside();
   if (!only || strchr(only, 'g')) test_stray();
+  if (!only || strchr(only, 'k')) test_bad_transport();
   if (!only || strchr(only, 'h')) test_procs_mismatch();
   if (!only || strchr(only, 'i')) test_procs_nostore();
   if (!only || strchr(only, 'j')) {

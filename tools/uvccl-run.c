@@ -42,6 +42,7 @@
 #include <uv.h>
 
 #include "uvccl.h"
+#include "loop/config.h" /* --print-config */
 
 #define PROG "uvccl-run"
 #define EXEC_MARK "--uvccl-run-exec-child"
@@ -75,6 +76,9 @@ static const char usage_text[] =
 "                            see the others survive it (implies\n"
 "                            --keep-going; may be repeated)\n"
 "  --no-auth                 no job secret (see below)\n"
+"  --print-config[=markdown] every UVCCL_* variable uvccl reads: its value\n"
+"                            here (or its default) and what it does; then\n"
+"                            exits (status 1 if a value is malformed)\n"
 "  -h, --help                this text\n"
 "  --                        ends the options (the first argument that is\n"
 "                            not an option does too)\n"
@@ -101,6 +105,85 @@ static const char usage_text[] =
 "rank's status (128+N for signal N), or 128+N\n"
 "when " PROG " was stopped by signal N; 2 for usage errors, 127 when\n"
 "PROGRAM is not found.\n";
+
+/* ---- --print-config ---------------------------------------------------------- */
+
+/* The values a variable takes, in words. */
+static void config_values(const uvccl__cfg_var_t *c, char *buf, size_t len) {
+  switch (c->type) {
+  case UVCCL__CFG_UINT:
+    if (c->max == UINT64_MAX)
+      snprintf(buf, len, "%llu or more", (unsigned long long)c->min);
+    else
+      snprintf(buf, len, "%llu to %llu", (unsigned long long)c->min,
+               (unsigned long long)c->max);
+    break;
+  case UVCCL__CFG_CHOICE: {
+    size_t i, o = 0;
+    for (i = 0; c->choices[i] != '\0' && o + 3 < len; i++) {
+      if (c->choices[i] == '|') {
+        buf[o++] = ',';
+        buf[o++] = ' ';
+      } else {
+        buf[o++] = c->choices[i];
+      }
+    }
+    buf[o] = '\0';
+    break;
+  }
+  case UVCCL__CFG_TEXT:
+    snprintf(buf, len, "text");
+    break;
+  case UVCCL__CFG_SECRET:
+    snprintf(buf, len, "text (never shown)");
+    break;
+  }
+}
+
+/* The table (src/loop/config.c) as docs/env.md holds it, or each
+ * variable's value in this environment. */
+static int print_config(int markdown) {
+  const uvccl__cfg_var_t *c;
+  char values[128], why[128];
+  int id, bad = 0;
+  if (markdown)
+    printf("| variable | values | default | what it does |\n"
+           "|---|---|---|---|\n");
+  for (id = 0; (c = uvccl__config_var(id)) != NULL; id++) {
+    const char *v = getenv(c->name);
+    int rc = uvccl__config_check(id, why, sizeof(why));
+    config_values(c, values, sizeof(values));
+    if (markdown) {
+      printf("| `%s` | %s | %s | %s |\n", c->name, values, c->dflt_text,
+             c->doc);
+    } else if (rc == 0) {
+      printf("%-28s %s (default)\n", c->name, c->dflt_text);
+    } else if (rc == 1) {
+      printf("%-28s %s (set)\n", c->name,
+             c->type == UVCCL__CFG_SECRET ? "(not shown)" : v);
+    } else {
+      printf("%-28s %s (malformed: %s; the default, %s, holds)\n", c->name,
+             v, why, c->dflt_text);
+      bad = 1;
+    }
+  }
+  if (!markdown) {
+    /* a variable of ours the table does not know is a misspelling */
+    char **e;
+    for (e = environ; *e != NULL; e++) {
+      char name[128];
+      size_t n = strcspn(*e, "=");
+      if (strncmp(*e, "UVCCL_", 6) != 0 || n >= sizeof(name)) continue;
+      memcpy(name, *e, n);
+      name[n] = '\0';
+      if (uvccl__config_find(name) < 0) {
+        printf("%-28s unknown: uvccl does not read it\n", name);
+        bad = 1;
+      }
+    }
+  }
+  return bad;
+}
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -675,6 +758,10 @@ int main(int argc, char **argv) {
       keep_going = 1;
     } else if (strcmp(a, "--no-auth") == 0) {
       no_auth = 1;
+    } else if (strcmp(a, "--print-config") == 0) {
+      return print_config(0);
+    } else if (strcmp(a, "--print-config=markdown") == 0) {
+      return print_config(1);
     } else if (opt_val(argc, argv, &i, "--kill", &v)) {
       parse_kill(v);
       keep_going = 1;

@@ -1023,7 +1023,7 @@ int uvccl__pick_address(const char *host, const char *ifname_spec,
     r = pick_by_host(host, family, peer_host, out, err, errlen);
   } else {
     if (ifname_spec == NULL || *ifname_spec == '\0') {
-      ifname_spec = getenv("UVCCL_SOCKET_IFNAME");
+      ifname_spec = uvccl__config_text(UVCCL__CFG_SOCKET_IFNAME);
       src = "UVCCL_SOCKET_IFNAME";
       if (ifname_spec && *ifname_spec == '\0') ifname_spec = NULL;
     }

@@ -360,9 +360,9 @@ int uvccl__net_local_ranks(const net_t *net) {
 
 static int spin_oversubscribed(net_t *net) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *force = getenv("UVCCL_BUSY_POLL_FORCE");
-  int local;
-  if (force != NULL && strcmp(force, "1") == 0) return 0;
+  int force, local;
+  uvccl__config_choice(UVCCL__CFG_BUSY_POLL_FORCE, &force);
+  if (force) return 0;
   local = uvccl__net_local_ranks(net);
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
@@ -384,10 +384,9 @@ static uint32_t shm_spin_us(void) {
   static int have;
   static uint32_t us;
   if (!have) {
-    const char *v = getenv("UVCCL_SHM_SPIN_US");
-    char *end;
-    unsigned long n = v != NULL ? strtoul(v, &end, 10) : 100;
-    us = v != NULL && (*end != '\0' || n > 1000000) ? 100 : (uint32_t)n;
+    uint64_t n;
+    uvccl__config_uint(UVCCL__CFG_SHM_SPIN_US, &n);
+    us = (uint32_t)n;
     have = 1;
   }
   return us;

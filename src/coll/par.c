@@ -15,6 +15,7 @@
  * is delivered there. */
 #define _GNU_SOURCE
 #include "par.h"
+#include "loop/config.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -98,11 +99,11 @@ static int cpus_usable(void) {
 }
 
 int uvccl__par_setup(int local_ranks) {
-  const char *v = getenv("UVCCL_SHM_HELPER");
+  int setting; /* auto|0|1 */
+  uvccl__config_choice(UVCCL__CFG_SHM_HELPER, &setting);
   pthread_mutex_lock(&P.setup_mu);
   if (!P.decided || P.pid != getpid()) {
-    int want = v != NULL && *v != '\0' ? atoi(v) != 0
-                                       : cpus_usable() >= 2 * local_ranks;
+    int want = setting != 0 ? setting == 2 : cpus_usable() >= 2 * local_ranks;
     P.decided = 1;
     P.pid = getpid();
     P.on = 0;

@@ -40,70 +40,42 @@ static int defer_call(uv_loop_t *loop, void (*fn)(void *), void *arg) {
   return 0;
 }
 
-static uint64_t env_u64(const char *name) {
-  const char *v = getenv(name);
-  char *end;
-  unsigned long long x;
-  if (v == NULL || *v == '\0') return 0;
-  x = strtoull(v, &end, 10);
-  return *end == '\0' ? (uint64_t)x : 0;
-}
-
-
-
-
-
 static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
-  uint64_t busy;
+  uint64_t busy, x;
   g->timeout_ms = o && o->timeout_ms ? o->timeout_ms
                                      : UVCCL_PG_DEFAULT_TIMEOUT_MS;
   g->small_max = o && o->small_max ? o->small_max : UVCCL__SMALL_MAX;
   g->segment = o && o->segment ? o->segment : UVCCL__SEGMENT;
   busy = o ? o->busy_poll_us : 0;
-  if (busy == 0) busy = env_u64("UVCCL_BUSY_POLL_US");
+  if (busy == 0) uvccl__config_uint(UVCCL__CFG_BUSY_POLL_US, &busy);
   if (busy == UINT32_MAX) busy = 0;
   g->busy_us = busy > 10000000 ? 10000000 : (uint32_t)busy;
   if (o != NULL && o->fingerprint_check != 0) {
     g->fp_check = o->fingerprint_check > 0;
   } else {
-    const char *d = getenv("UVCCL_DEBUG");
-    g->fp_check = d != NULL && strcasecmp(d, "detail") == 0;
+    int debug;
+    uvccl__config_choice(UVCCL__CFG_DEBUG, &debug);
+    g->fp_check = debug == 2; /* detail */
   }
-  if (getenv("UVCCL_SMALL_MAX")) g->small_max = env_u64("UVCCL_SMALL_MAX");
-  g->small_tree = env_u64("UVCCL_SMALL_TREE") == 1;
-  if (env_u64("UVCCL_SEGMENT")) g->segment = env_u64("UVCCL_SEGMENT");
-  g->stream_min = getenv("UVCCL_STREAM_MIN") ? env_u64("UVCCL_STREAM_MIN")
-                                              : UVCCL__STREAM_MIN;
+  /* the variables, where set, over the options */
+  if (uvccl__config_uint(UVCCL__CFG_SMALL_MAX, &x) == 1) g->small_max = x;
+  uvccl__config_choice(UVCCL__CFG_SMALL_TREE, &g->small_tree);
+  if (uvccl__config_uint(UVCCL__CFG_SEGMENT, &x) == 1) g->segment = x;
+  uvccl__config_uint(UVCCL__CFG_STREAM_MIN, &x);
+  g->stream_min = x;
 }
 
 /* The world's turns on the loop (src/loop/turn.c): the budget and
- * whether they are timed. A malformed variable is named in the log and
- * the default holds. */
+ * whether they are timed; the options, else the variables. */
 #define TURN_BYTES_MIN ((size_t)64 * 1024)
-static uint64_t env_count(const char *name, uint64_t dflt) {
-  const char *v = getenv(name);
-  char *end;
-  unsigned long long x;
-  if (v == NULL || *v == '\0') return dflt;
-  x = strtoull(v, &end, 10);
-  if (*end != '\0' || x == 0 || v[0] == '-') {
-    LOG_WARN("coll", "%s=%s is not a positive whole number: %llu used", name,
-             v, (unsigned long long)dflt);
-    return dflt;
-  }
-  return (uint64_t)x;
-}
-
 static void apply_turn_options(net_t *net, const uvccl_pg_options_t *o) {
   uint64_t bytes = o->turn_bytes, us = o->turn_us;
   int timing = o->loop_stats > 0;
-  const char *v;
-  if (bytes == 0) bytes = env_count("UVCCL_TURN_BYTES", UVCCL_TURN_BYTES_DEFAULT);
+  if (bytes == 0) uvccl__config_uint(UVCCL__CFG_TURN_BYTES, &bytes);
   if (bytes < TURN_BYTES_MIN) bytes = TURN_BYTES_MIN;
-  if (us == 0) us = env_count("UVCCL_TURN_US", UVCCL_TURN_US_DEFAULT);
+  if (us == 0) uvccl__config_uint(UVCCL__CFG_TURN_US, &us);
   if (us >= UINT32_MAX) us = 0; /* no limit */
-  if (o->loop_stats == 0 && (v = getenv("UVCCL_LOOP_STATS")) != NULL)
-    timing = strcmp(v, "1") == 0;
+  if (o->loop_stats == 0) uvccl__config_choice(UVCCL__CFG_LOOP_STATS, &timing);
   uvccl__turn_init(&net->turn, (size_t)bytes, us * 1000, timing);
 }
 
@@ -766,12 +738,9 @@ static lookup_t *lookup_new(uvccl_store_t *store, net_t *net,
 /* Worlds above this many ranks are sparse (UVCCL_MESH_MAX, default 16:
  * from 32 ranks on, a sparse world is created 1.5 to 7 times faster here). */
 static int mesh_max(void) {
-  const char *v = getenv("UVCCL_MESH_MAX");
-  char *end;
-  long x;
-  if (v == NULL || *v == '\0') return 16;
-  x = strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 ? (int)(x > 1 << 30 ? 1 << 30 : x) : 16;
+  uint64_t x;
+  uvccl__config_uint(UVCCL__CFG_MESH_MAX, &x);
+  return (int)x;
 }
 
 /* The secret the mesh's connections prove: the options', else the one the

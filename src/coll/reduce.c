@@ -694,18 +694,11 @@ static int isa_detect(void) {
 }
 
 static void isa_init(void) {
-  const char *env = getenv("UVCCL_REDUCE_ISA");
-  int isa = isa_detect(), i;
+  int isa = isa_detect(), want;
   isa_best = isa;
-  if (env != NULL && *env) {
-    for (i = 0; i < UVCCL__ISA_COUNT && !name_eq(env, isa_names[i]); i++)
-      ;
-    if (i == UVCCL__ISA_COUNT)
-      LOG_WARN("reduce", "UVCCL_REDUCE_ISA=%s: unknown (generic, avx2, avx512)",
-               env);
-    else if (i < isa)
-      isa = i;
-  }
+  /* auto|generic|avx2|avx512: 1 + the kernels' index, or auto */
+  uvccl__config_choice(UVCCL__CFG_REDUCE_ISA, &want);
+  if (want > 0 && want - 1 < isa) isa = want - 1;
   __atomic_store_n(&isa_current, isa, __ATOMIC_RELAXED);
   LOG_DEBUG("reduce", "kernels: %s (cpu: %s)", isa_names[isa],
             isa_names[isa_best]);

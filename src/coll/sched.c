@@ -1092,7 +1092,7 @@ static void sched_abandon(uvccl_work_t *w, int status) {
   }
   if (status == UV_ETIMEDOUT) {
     /* everyone dumps (through the store), not only this rank */
-    const char *dir = getenv("UVCCL_TRACE_DIR");
+    const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
     if (dir != NULL && *dir != '\0')
       uvccl__trace_watch_request(net->twatch, w->msg);
   }

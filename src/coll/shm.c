@@ -108,7 +108,6 @@ typedef struct uvccl__shm_net_s {
 
 #define SHM_PUBLISH_EVERY (256u * 1024)
 #define SHM_DEFAULT_RING (1024u * 1024)
-#define CMA_DEFAULT_MIN (256u * 1024)
 #define CMA_STEP (1024u * 1024)       /* one process_vm_readv */
 #define CMA_SCRATCH (128u * 1024)     /* a reduction's step (stays in cache) */
 /* The least a step moves when the turn is spent (turn.c): each peer's
@@ -118,27 +117,21 @@ typedef struct uvccl__shm_net_s {
 
 static uint64_t pad8(uint64_t len) { return (8 - len % 8) % 8; }
 
-static uint64_t env_kib(const char *name, uint64_t dflt) {
-  const char *v = getenv(name);
-  char *end;
-  unsigned long long n;
-  if (v == NULL || *v == '\0') return dflt;
-  n = strtoull(v, &end, 10);
-  if (*end != '\0' || n == 0) return dflt;
-  return (uint64_t)n * 1024;
-}
-
 /* 1 when $UVCCL_TRANSPORT asks for TCP only ("tcp"; "shm", "auto" or
- * unset: shared memory with the ranks of this host). */
-static int transport_tcp_only(void) {
-  const char *v = getenv("UVCCL_TRANSPORT");
-  if (v == NULL || *v == '\0' || strcmp(v, "shm") == 0 ||
-      strcmp(v, "auto") == 0)
-    return 0;
-  if (strcmp(v, "tcp") == 0) return 1;
-  LOG_WARN("coll", "UVCCL_TRANSPORT=%s: not tcp, shm or auto; using both",
-           v);
-  return 0;
+ * unset: shared memory with the ranks of this host), UV_EINVAL (err says
+ * why) for a value it does not take. */
+static int transport_tcp_only(char *err, size_t errlen) {
+  char why[96];
+  int t; /* auto|shm|tcp */
+  if (uvccl__config_check(UVCCL__CFG_TRANSPORT, why, sizeof(why)) < 0) {
+    /* a transport asked for and not understood: no guess (and no
+     * warning that a default holds) */
+    snprintf(err, errlen, "UVCCL_TRANSPORT=%s is not one of auto, shm, tcp",
+             uvccl__config_text(UVCCL__CFG_TRANSPORT));
+    return UV_EINVAL;
+  }
+  uvccl__config_choice(UVCCL__CFG_TRANSPORT, &t);
+  return t == 2;
 }
 
 static void on_prepare(uv_prepare_t *h);
@@ -152,35 +145,28 @@ int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
   shm_net_t *sn;
   uint64_t ring;
   int rc;
-  if (net->size < 2 || transport_tcp_only()) return 0;
+  rc = transport_tcp_only(err, errlen);
+  if (rc < 0) return rc;
+  if (net->size < 2 || rc == 1) return 0;
   /* 1 MiB rings; a large world gets smaller ones (its pages are only
    * touched by the peers that talk to this rank, but they stay). */
-  ring = SHM_DEFAULT_RING;
-  if (net->size > 64) ring = 256u * 1024;
-  ring = env_kib("UVCCL_SHM_RING_KB", ring);
+  if (uvccl__config_uint(UVCCL__CFG_SHM_RING_KB, &ring) == 1)
+    ring *= 1024;
+  else
+    ring = net->size > 64 ? 256u * 1024 : SHM_DEFAULT_RING;
   ring = (ring + UVCCL__SHM_PAGE - 1) / UVCCL__SHM_PAGE * UVCCL__SHM_PAGE;
   sn = uvccl__calloc(1, sizeof(*sn));
   if (sn == NULL) return UV_ENOMEM;
   /* UVCCL_SHM_CMA: single copy "1" on, "0" off, "auto" (the default) on
    * where it pays (cma_auto_decide); its threshold UVCCL_SHM_CMA_MIN, in
    * bytes. */
-  sn->cma_min = CMA_DEFAULT_MIN;
   {
-    const char *v = getenv("UVCCL_SHM_CMA");
-    const char *m = getenv("UVCCL_SHM_CMA_MIN");
-    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0) {
-      sn->cma_auto = 1;
-    } else if (strcmp(v, "0") == 0) {
-      sn->cma_min = 0;
-    } else if (strcmp(v, "1") != 0) {
-      LOG_WARN("coll", "UVCCL_SHM_CMA=%s: not 0, 1 or auto; auto", v);
-      sn->cma_auto = 1;
-    }
-    if (sn->cma_min != 0 && m != NULL && *m != '\0') {
-      char *end;
-      unsigned long long n = strtoull(m, &end, 10);
-      if (*end == '\0' && n > 0) sn->cma_min = n;
-    }
+    int cma; /* 0 auto, 1 "0" (off), 2 "1" (on) */
+    uint64_t min;
+    uvccl__config_choice(UVCCL__CFG_SHM_CMA, &cma);
+    uvccl__config_uint(UVCCL__CFG_SHM_CMA_MIN, &min);
+    sn->cma_auto = cma == 0;
+    sn->cma_min = cma == 1 ? 0 : min;
   }
   sn->rx = uvccl__calloc((size_t)net->size, sizeof(int));
   if (sn->rx == NULL) {
@@ -961,10 +947,10 @@ int uvccl__shm_poll(net_t *net) {
 /* Before creation's store barrier: whether this rank takes boxes. */
 void uvccl__shm_boxes_offer(net_t *net) {
   shm_net_t *sn = net->shm;
-  const char *env = getenv("UVCCL_SHM_BOXES");
-  int r, ok = sn != NULL && net->size >= 2 &&
-              net->size <= UVCCL__SHM_BOX_WORLD && !net->sparse &&
-              !(env != NULL && strcmp(env, "0") == 0);
+  int r, boxes, ok;
+  uvccl__config_choice(UVCCL__CFG_SHM_BOXES, &boxes);
+  ok = sn != NULL && net->size >= 2 && net->size <= UVCCL__SHM_BOX_WORLD &&
+       !net->sparse && boxes;
   for (r = 0; ok && r < net->size; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank) continue;

@@ -30,7 +30,7 @@ static int open_server(uv_loop_t *loop, const char *scheme, const char *host,
                        uvccl_store_server_t **server) {
   uvccl_store_server_options_t sv;
   uvccl_store_server_t *s = uvccl__calloc(1, sizeof(*s));
-  const char *bind = getenv("UVCCL_STORE_BIND");
+  const char *bind = uvccl__config_text(UVCCL__CFG_STORE_BIND);
   int rc;
   if (s == NULL) return UV_ENOMEM;
   memset(&sv, 0, sizeof(sv));

@@ -20,17 +20,10 @@ static uvccl__fgroup_t *groups;  /* newest first */
 static int ndestroyed;
 
 static void init_once(void) {
-  const char *e = getenv("UVCCL_TRACE_BUFFER_SIZE");
+  uint64_t n;
   uv_mutex_init(&mu);
-  if (e != NULL && *e != '\0') {
-    char *end;
-    long v = strtol(e, &end, 10);
-    if (*end == '\0' && v >= 0)
-      env_size = v > (long)MAX_RING ? (int)MAX_RING : (int)v;
-    else
-      LOG_WARN("trace", "UVCCL_TRACE_BUFFER_SIZE=%s is not a number of "
-               "entries: using %d", e, DEFAULT_RING);
-  }
+  if (uvccl__config_uint(UVCCL__CFG_TRACE_BUFFER_SIZE, &n) == 1)
+    env_size = (int)n;
 }
 
 /* The ring size a group asks for (0: off). */

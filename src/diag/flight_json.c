@@ -273,7 +273,7 @@ static int write_file(const char *path, const char *data, size_t n) {
 
 /* DIR/uvccl-trace.RANK.PID.json */
 static int default_path(char *buf, size_t len) {
-  const char *dir = getenv("UVCCL_TRACE_DIR");
+  const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
   uvccl__fsnap_t s;
   int rank = -1;
   if (dir == NULL || *dir == '\0') return UV_EINVAL;
@@ -297,7 +297,7 @@ int uvccl_trace_dump(uv_loop_t *loop, const char *path, const char *reason) {
     path = dflt;
     /* UVCCL_TRACE_DIR may name a directory that does not exist yet (the
      * last level is made; every rank may race to it) */
-    if (mkdir(getenv("UVCCL_TRACE_DIR"), 0755) != 0 && errno != EEXIST)
+    if (mkdir(uvccl__config_text(UVCCL__CFG_TRACE_DIR), 0755) != 0 && errno != EEXIST)
       return -errno;
   }
   rc = uvccl__flight_json(loop, reason ? reason : "requested", &json, &n);
@@ -320,7 +320,7 @@ static uint64_t last_dump_ns;
 static void init_dump_mutex(void) { uv_mutex_init(&dump_mu); }
 
 void uvccl__flight_dump_on_error(uv_loop_t *loop, const char *reason) {
-  const char *dir = getenv("UVCCL_TRACE_DIR");
+  const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
   uint64_t now;
   int rc;
   if (dir == NULL || *dir == '\0') return;
@@ -342,7 +342,7 @@ void uvccl__flight_dump_on_error(uv_loop_t *loop, const char *reason) {
 }
 
 static void on_trace_signal(uv_signal_t *h, int signum) {
-  const char *dir = getenv("UVCCL_TRACE_DIR");
+  const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
   char reason[64], path[4096];
   int rc;
   snprintf(reason, sizeof(reason), "signal %d", signum);

@@ -73,7 +73,7 @@ static void tw_key(uvccl__twatch_t *tw, const char *what) {
 /* Does what a command asks: "KIND GEN REASON". */
 static void tw_act(uvccl__twatch_t *tw, const char *cmd) {
   char kind[16] = "dump", reason[200];
-  const char *dir = getenv("UVCCL_TRACE_DIR");
+  const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
   long long gen = tw->cur;
   int off = 0, rc;
   if (sscanf(cmd, "%15s %lld %n", kind, &gen, &off) < 2) off = 0;
@@ -245,9 +245,9 @@ static void tw_timer_closed(uv_handle_t *h) {
 }
 
 static uint64_t poll_ms(void) {
-  const char *e = getenv("UVCCL_TRACE_POLL_MS");
-  if (e != NULL && *e != '\0') return strtoull(e, NULL, 10);
-  return 1000;
+  uint64_t ms;
+  uvccl__config_uint(UVCCL__CFG_TRACE_POLL_MS, &ms);
+  return ms;
 }
 
 uvccl__twatch_t *uvccl__trace_watch_start(uv_loop_t *loop, int rank,

@@ -97,7 +97,7 @@ static const struct {
 #undef SYM
 
 static int open_cudart(const char **path) {
-  const char *env = getenv("UVCCL_CUDART");
+  const char *env = uvccl__config_text(UVCCL__CFG_CUDART);
   char first_error[256] = "";
   size_t i;
   if (env != NULL && env[0] != '\0') {

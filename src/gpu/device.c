@@ -37,7 +37,6 @@ enum { OP_IDLE = 0, OP_QUEUED, OP_ON_GPU, OP_COMPLETED };
 #define BACKOFF_MIN_US 50u
 #define BACKOFF_MAX_US 1000u
 
-#define HEARTBEAT_DEFAULT_MS 60000u
 #define WATCHDOG_PERIOD_MAX_MS 1000u
 
 typedef struct {
@@ -611,16 +610,9 @@ static void watchdog_cb(uv_timer_t *t) {
 }
 
 static uint64_t heartbeat_threshold_ms(void) {
-  const char *s = getenv("UVCCL_GPU_HEARTBEAT_MS");
-  char *end;
-  unsigned long long v;
-  if (s == NULL || *s == '\0') return HEARTBEAT_DEFAULT_MS;
-  v = strtoull(s, &end, 10);
-  if (*end != '\0' || v == 0) {
-    LOG_WARN("gpu", "ignoring UVCCL_GPU_HEARTBEAT_MS=%s", s);
-    return HEARTBEAT_DEFAULT_MS;
-  }
-  return v;
+  uint64_t ms;
+  uvccl__config_uint(UVCCL__CFG_GPU_HEARTBEAT_MS, &ms);
+  return ms;
 }
 
 int uvccl__gpu_client_init(uv_loop_t *loop, uvccl__gpu_t *gpu,

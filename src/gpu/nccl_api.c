@@ -37,9 +37,10 @@ void uvccl__nccl_config_init(uvccl__nccl_config_t *cfg) {
   cfg->nvlinkCentricSched = INT_MIN;
 }
 
-static void *open_first(const char *env, const char *soname,
+static void *open_first(uvccl__cfg_id_t var, const char *soname,
                         const char *fallback, char *err, size_t errlen) {
-  const char *path = getenv(env);
+  const char *env = uvccl__config_var(var)->name;
+  const char *path = uvccl__config_text(var);
   void *h;
   if (path != NULL && path[0] != '\0') {
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -66,7 +67,7 @@ static void *open_first(const char *env, const char *soname,
 
 static int load_nccl(void) {
   const char *lib = "libnccl.so.2";
-  void *h = open_first("UVCCL_NCCL", "libnccl.so.2",
+  void *h = open_first(UVCCL__CFG_NCCL, "libnccl.so.2",
                        "/usr/local/cuda/lib64/libnccl.so.2", load_err,
                        sizeof(load_err));
   if (h == NULL) return UVCCL_ENOGPU;

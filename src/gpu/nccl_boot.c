@@ -262,8 +262,9 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   if (o->fingerprint_check != 0) {
     g->fp_check = o->fingerprint_check > 0;
   } else {
-    const char *d = getenv("UVCCL_DEBUG");
-    g->fp_check = d != NULL && strcasecmp(d, "detail") == 0;
+    int debug; /* off|info|detail */
+    uvccl__config_choice(UVCCL__CFG_DEBUG, &debug);
+    g->fp_check = debug == 2;
   }
   g->hb_ms = uvccl__heartbeat_timeout(o->heartbeat_timeout_ms);
   pg->loop = loop;

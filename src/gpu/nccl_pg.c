@@ -294,9 +294,9 @@ static void watchdog_tick(uv_timer_t *t) {
 }
 
 static uint64_t watchdog_period_ms(void) {
-  const char *e = getenv("UVCCL_NCCL_WATCHDOG_MS");
-  long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 ? (uint64_t)v : 100;
+  uint64_t ms;
+  uvccl__config_uint(UVCCL__CFG_NCCL_WATCHDOG_MS, &ms);
+  return ms;
 }
 
 static void watchdog_update(nccl_group_t *g) {
@@ -343,7 +343,7 @@ static void op_done(uvccl__gpu_op_t *gop) {
                                                       : uvccl_strerror(st));
     }
     if (st == UV_ETIMEDOUT) {
-      const char *dir = getenv("UVCCL_TRACE_DIR");
+      const char *dir = uvccl__config_text(UVCCL__CFG_TRACE_DIR);
       if (dir != NULL && *dir != '\0' && op->fid != 0)
         /* every rank of the world dumps (through its store) */
         uvccl__trace_watch_request(g->twatch, gop->msg);

@@ -4,6 +4,7 @@
 #define UVCCL_LOOP_INTERNAL_H
 
 #include "uvccl.h"
+#include "config.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -281,9 +282,9 @@ int uvccl__wq_shutdown(uvccl__wq_t *q);
 
 /* ---- Liveness helpers (liveness.c) ----------------------------------------- */
 /* The heartbeat timeout for an option value: 0 = the environment's
- * UVCCL_HEARTBEAT_TIMEOUT_MS, else the default; UINT64_MAX = off (0). */
+ * UVCCL_HEARTBEAT_TIMEOUT_MS (config.c), else its default; UINT64_MAX =
+ * off (0). */
 uint64_t uvccl__heartbeat_timeout(uint64_t opt);
-#define UVCCL__HEARTBEAT_DEFAULT_MS 15000
 /* Keepalive (and with user_timeout, TCP_USER_TIMEOUT) for a connection
  * whose peer must be found gone within about timeout_ms (0: leave the
  * socket alone). */

@@ -10,16 +10,11 @@
 #include <sys/socket.h>
 
 uint64_t uvccl__heartbeat_timeout(uint64_t opt) {
-  const char *v;
+  uint64_t ms;
   if (opt == UINT64_MAX) return 0;
   if (opt != 0) return opt;
-  v = getenv("UVCCL_HEARTBEAT_TIMEOUT_MS");
-  if (v != NULL && *v != '\0') {
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end == '\0') return (uint64_t)x; /* 0 = off */
-  }
-  return UVCCL__HEARTBEAT_DEFAULT_MS;
+  uvccl__config_uint(UVCCL__CFG_HEARTBEAT_TIMEOUT_MS, &ms); /* 0 = off */
+  return ms;
 }
 
 void uvccl__addr_fmt(const struct sockaddr *sa, char *buf, size_t len) {

@@ -17,15 +17,15 @@ static void *log_sink_arg;
 static const char *level_names[] = {"off", "error", "warn", "info", "debug",
                                     "trace"};
 
+/* UVCCL_LOG (config.c); a malformed value is said once the level is set. */
 static int log_level_from_env(void) {
-  const char *s = getenv("UVCCL_LOG");
-  size_t i;
-  if (s == NULL || *s == '\0') return UVCCL_LOG_WARN;
-  for (i = 0; i < UVCCL__ARRAY_SIZE(level_names); i++)
-    if (strcasecmp(s, level_names[i]) == 0) return (int)i;
-  if (strcasecmp(s, "warning") == 0) return UVCCL_LOG_WARN;
-  if (s[0] >= '0' && s[0] <= '5' && s[1] == '\0') return s[0] - '0';
-  return UVCCL_LOG_WARN;
+  int level, rc = uvccl__config_choice(UVCCL__CFG_LOG, &level);
+  uvccl__log_level = level;
+  if (rc == UV_EINVAL)
+    uvccl__log(UVCCL_LOG_WARN, "config",
+               "UVCCL_LOG=%s is not one of off, error, warn, info, debug, "
+               "trace or 0-5: warn holds", uvccl__config_text(UVCCL__CFG_LOG));
+  return level;
 }
 
 int uvccl__log_enabled(uvccl_log_level_t level) {

@@ -78,8 +78,8 @@ int uvccl__auth_key_from_file(uvccl__auth_key_t *k, const char *path,
 }
 
 int uvccl__auth_key_from_env(uvccl__auth_key_t *k, char *err, size_t errlen) {
-  const char *tok = getenv("UVCCL_AUTH_TOKEN");
-  const char *file = getenv("UVCCL_AUTH_FILE");
+  const char *tok = uvccl__config_text(UVCCL__CFG_AUTH_TOKEN);
+  const char *file = uvccl__config_text(UVCCL__CFG_AUTH_FILE);
   memset(k, 0, sizeof(*k));
   if (tok != NULL && *tok != '\0') {
     uvccl__auth_key_init(k, tok, strlen(tok));

@@ -44,9 +44,9 @@ int uvccl__tls_ctx_new(const char *cert, const char *key, const char *ca,
   err[0] = '\0';
   if (none) return 0;
   if (cert == NULL && key == NULL && ca == NULL) {
-    cert = getenv("UVCCL_TLS_CERT");
-    key = getenv("UVCCL_TLS_KEY");
-    ca = getenv("UVCCL_TLS_CA");
+    cert = uvccl__config_text(UVCCL__CFG_TLS_CERT);
+    key = uvccl__config_text(UVCCL__CFG_TLS_KEY);
+    ca = uvccl__config_text(UVCCL__CFG_TLS_CA);
     if (cert != NULL && *cert == '\0') cert = NULL;
     if (key != NULL && *key == '\0') key = NULL;
     if (ca != NULL && *ca == '\0') ca = NULL;
