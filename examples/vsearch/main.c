@@ -1,7 +1,7 @@
 /* uvccl-vsearch: nearest-neighbour search over a table sharded across the
  * ranks of a uvccl world, served over HTTP by rank 0 on the loop that runs
- * the collectives. The README's "Embedding uvccl in your server" says how
- * the pieces fit; --help lists the options.
+ * the collectives. docs/embedding.md says how the pieces fit; --help lists
+ * the options.
  *
  *   uvccl-run -n 4 [--keep-going] uvccl-vsearch --port P [--dim 64]
  *             [--rows 100000] [--seed 1] [options]
