@@ -1,7 +1,7 @@
 /* Group objects: making, registering on their net, freeing, and the
  * subgroups every member makes alike without talking (new_group, split,
- * shrink). Below pg.c (creation over a store, destroy, the API) and
- * shrink.c. */
+ * shrink), and what every operation checks of its group first. Below
+ * pg.c (creation over a store, destroy, the API) and shrink.c. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -155,5 +155,25 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   pg->size = n;
   pg->impl_ = g;
   pg->backend_ = UVCCL_BACKEND_TCP;
+  return 0;
+}
+
+/* ---- what every operation checks first ------------------------------------ */
+
+int uvccl__pg_world(const group_t *g, int grank) {
+  return grank >= 0 && grank < g->size ? g->ranks[grank] : -1;
+}
+
+/* The group behind pg, if an operation may start on it now. */
+int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp) {
+  group_t *g;
+  if (pg == NULL || w == NULL) return UV_EINVAL;
+  g = pg->impl_;
+  if (g == NULL) return pg->rank < 0 ? UVCCL_ENOTMEMBER : UV_EINVAL;
+  if (g->destroying) return UVCCL_ECLOSING;
+  if (g->boot != NULL) return UV_EINVAL; /* still being created */
+  if (g->net->aborted) return UVCCL_EABORTED;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  *gp = g;
   return 0;
 }

@@ -12,7 +12,11 @@
  * scale). The executor starts an op once the ops it depends on are done;
  * receives are matched by (group, sequence, tag), so data that arrives
  * before its receive is posted waits in a bounded staging area. Everything
- * runs on the group's loop: no threads, no locks, no condition variables. */
+ * runs on the group's loop thread, but for the helper thread (par.c),
+ * which takes half of a large copy or reduction it claims with an atomic
+ * flag (the loop thread takes back a half the helper has not started),
+ * and single copy's measurement, once a process, on a thread of its own
+ * (shm.c). */
 #ifndef UVCCL_COLL_INTERNAL_H
 #define UVCCL_COLL_INTERNAL_H
 
@@ -281,9 +285,9 @@ struct peer_s {
   int outgoing;          /* we connected (we sent hello) */
   uv_tcp_t tcp;
   int tcp_open;          /* uv_tcp_init done, not closed */
-  uvccl__wq_t wq;        /* all output (never SIGPIPE); live while
-                            wq_open */
-  int wq_open;
+  uvccl__sendq_t sendq;  /* all output (never SIGPIPE); live while
+                            sendq_open */
+  int sendq_open;
   uv_connect_t creq;
   uv_timer_t retry;      /* connect backoff, close deadline */
   int retry_open;

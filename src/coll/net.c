@@ -11,7 +11,7 @@
  * still in cache, in small steps that keep the loop responsive), and a
  * frame nobody waits for yet is staged in memory until its receive is
  * posted. Sending is sendmsg of (header, user buffer): no copy, and never
- * a SIGPIPE (wq.c: MSG_NOSIGNAL; libuv's uv_write would raise it when a
+ * a SIGPIPE (sendq.c: MSG_NOSIGNAL; libuv's uv_write would raise it when a
  * peer dies mid-send).
  *
  * Shutdown never resets: both ends half-close, read until EOF, then
@@ -1070,10 +1070,10 @@ void uvccl__net_peer_ready(peer_t *p) {
 /* ---- output ------------------------------------------------------------------------ */
 
 static void peer_wq_open(peer_t *p) {
-  uvccl__wq_init(&p->wq, p->net->loop, &p->tcp);
-  p->wq.data = p;
-  p->wq.turn = &p->net->turn;
-  p->wq_open = 1;
+  uvccl__sendq_init(&p->sendq, p->net->loop, &p->tcp);
+  p->sendq.data = p;
+  p->sendq.turn = &p->net->turn;
+  p->sendq_open = 1;
 }
 
 /* A control frame (hello, ack, bye): at once when the socket takes it,
@@ -1083,8 +1083,8 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
                           size_t len, void (*cb)(uvccl__wreq_t *, int)) {
   uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
   ssize_t n;
-  if (!p->wq_open) return UV_EPIPE;
-  n = uvccl__wq_try(&p->wq, &b, 1);
+  if (!p->sendq_open) return UV_EPIPE;
+  n = uvccl__sendq_try(&p->sendq, &b, 1);
   if (n < 0) return (int)n;
   if ((size_t)n == len) {
     if (cb != NULL) {
@@ -1096,7 +1096,7 @@ static int peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
   b.base += n;
   b.len -= (size_t)n;
   req->data = p;
-  return uvccl__wq_write(&p->wq, req, &b, 1, cb ? cb : NULL);
+  return uvccl__sendq_write(&p->sendq, req, &b, 1, cb ? cb : NULL);
 }
 
 /* Creation is over once every peer is connected and linked. */
@@ -1151,7 +1151,7 @@ static void peer_up(peer_t *p) {
 /* The least a read in a spent turn takes (see uvccl__turn_allow), and
  * the most one does: libuv reads again at once when a read fills its
  * buffer, within the same turn, which looks at its clock between reads
- * (see WQ_PIECE in wq.c). */
+ * (see SENDQ_PIECE in sendq.c). */
 #define READ_STEP (64u * 1024)
 #define READ_PIECE (128u * 1024)
 
@@ -1567,7 +1567,7 @@ static void on_reject_drain_timeout(uv_timer_t *t) { peer_close(t->data); }
 
 static void on_reject_written(uvccl__wreq_t *req, int status) {
   peer_t *p = req->data;
-  if (status == 0 && p->tcp_open && uvccl__wq_shutdown(&p->wq) == 0) {
+  if (status == 0 && p->tcp_open && uvccl__sendq_shutdown(&p->sendq) == 0) {
     uv_timer_start(&p->retry, on_reject_drain_timeout, 2000, 0);
     return;
   }
@@ -2176,8 +2176,8 @@ int uvccl__net_left_staged(net_t *net, const sop_t *op) {
 
 size_t uvccl__net_queued(net_t *net, int r) {
   peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
-  if (p == NULL || !p->wq_open) return 0;
-  return uvccl__wq_queued(&p->wq);
+  if (p == NULL || !p->sendq_open) return 0;
+  return uvccl__sendq_queued(&p->sendq);
 }
 
 int uvccl__net_orphan(net_t *net, sop_t *op) {
@@ -2193,7 +2193,7 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
   if (p != NULL && (op->list == &p->shm_sendq || p->cma_op == op))
     rc = uvccl__shm_orphan(p, op);
   else
-    rc = p != NULL && p->wq_open ? uvccl__wq_orphan(&p->wq, &op->wreq)
+    rc = p != NULL && p->sendq_open ? uvccl__sendq_orphan(&p->sendq, &op->wreq)
                                  : UV_ENOENT;
   if (rc == 0) {
     op->writing = 0;
@@ -2301,9 +2301,9 @@ static int peer_transmit(net_t *net, peer_t *p, sop_t *op) {
    * one sendmsg with no request and no epoll_ctl. A turn that is spent
    * queues it whole instead (the loop's next iteration writes it: a step
    * now and the rest then was one more sendmsg for nothing). */
-  if (uvccl__wq_queued(&p->wq) == 0 &&
+  if (uvccl__sendq_queued(&p->sendq) == 0 &&
       (op->len < UVCCL__TURN_PIECE || !uvccl__turn_spent(&net->turn))) {
-    ssize_t n = uvccl__wq_try(&p->wq, b, (unsigned)nb);
+    ssize_t n = uvccl__sendq_try(&p->sendq, b, (unsigned)nb);
     if (n < 0) {
       uvccl__net_peer_fail(net, p, (int)n, "send failed");
       return awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
@@ -2320,7 +2320,7 @@ static int peer_transmit(net_t *net, peer_t *p, sop_t *op) {
     }
   }
   op->wreq.data = op;
-  rc = uvccl__wq_write(&p->wq, &op->wreq, b, (unsigned)nb, on_write);
+  rc = uvccl__sendq_write(&p->sendq, &op->wreq, b, (unsigned)nb, on_write);
   if (rc == 0) op->writing = 1;
   return rc;
 }
@@ -2616,7 +2616,7 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
   ctl_t *c;
   int rc;
   int queue = r >= 0 && r < net->size && not_yet_connected(net, r);
-  if (!queue && (p == NULL || p->state != PEER_UP || !p->wq_open))
+  if (!queue && (p == NULL || p->state != PEER_UP || !p->sendq_open))
     return UVCCL_EPEER;
   if (queue && (p = peer_need(net, r)) == NULL) return UV_ENOMEM;
   c = uvccl__malloc(sizeof(*c) + UVCCL__FRAME_HDR + len);
@@ -2793,26 +2793,26 @@ static void on_peer_closed(uv_handle_t *h) {
   uvccl__net_maybe_closed(net);
 }
 
-static void on_peer_wq_closed(uvccl__wq_t *q) {
+static void on_peer_sendq_closed(uvccl__sendq_t *q) {
   peer_t *p = q->data;
   net_t *net = p->net;
   net->nclosing--;
   uvccl__net_maybe_closed(net);
 }
 
-static void on_pending_wq_closed(uvccl__wq_t *q);
+static void on_pending_sendq_closed(uvccl__sendq_t *q);
 
 /* Stops the output before the socket closes (queued sends fail with
  * UV_ECANCELED from the loop). */
 static void peer_wq_close(peer_t *p) {
-  if (!p->wq_open) return;
-  p->wq_open = 0;
+  if (!p->sendq_open) return;
+  p->sendq_open = 0;
   if (p->rank < 0) {
-    if (uvccl__wq_close(&p->wq, on_pending_wq_closed)) {
+    if (uvccl__sendq_close(&p->sendq, on_pending_sendq_closed)) {
       p->nclosing++;
       p->net->nclosing++;
     }
-  } else if (uvccl__wq_close(&p->wq, on_peer_wq_closed)) {
+  } else if (uvccl__sendq_close(&p->sendq, on_peer_sendq_closed)) {
     p->net->nclosing++;
   }
 }
@@ -2841,7 +2841,7 @@ static void pending_part_closed(peer_t *p) {
 
 static void on_pending_closed(uv_handle_t *h) { pending_part_closed(h->data); }
 
-static void on_pending_wq_closed(uvccl__wq_t *q) { pending_part_closed(q->data); }
+static void on_pending_sendq_closed(uvccl__sendq_t *q) { pending_part_closed(q->data); }
 
 /* Closes and frees an unnamed (never adopted) incoming connection. */
 static void peer_close(peer_t *p) {
@@ -2877,7 +2877,7 @@ static void on_drain_timeout(uv_timer_t *t) {
 /* BYE is out (after every frame queued before it): half-close. */
 static void on_bye_written(uvccl__wreq_t *req, int status) {
   peer_t *p = req->data;
-  if (status == 0 && p->tcp_open) status = uvccl__wq_shutdown(&p->wq);
+  if (status == 0 && p->tcp_open) status = uvccl__sendq_shutdown(&p->sendq);
   p->shut = 1;
   /* Done once the peer's EOF is in too (on_read closes it then). */
   if (p->eof || status < 0) peer_close_tcp(p);

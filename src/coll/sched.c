@@ -124,23 +124,6 @@ void uvccl__sched_free(sched_t *s) {
     g->on_sched_gone(g);
 }
 
-int uvccl__pg_world(const group_t *g, int grank) {
-  return grank >= 0 && grank < g->size ? g->ranks[grank] : -1;
-}
-
-int uvccl__pg_check(uvccl_pg_t *pg, uvccl_work_t *w, group_t **gp) {
-  group_t *g;
-  if (pg == NULL || w == NULL) return UV_EINVAL;
-  g = pg->impl_;
-  if (g == NULL) return pg->rank < 0 ? UVCCL_ENOTMEMBER : UV_EINVAL;
-  if (g->destroying) return UVCCL_ECLOSING;
-  if (g->boot != NULL) return UV_EINVAL; /* still being created */
-  if (g->net->aborted) return UVCCL_EABORTED;
-  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
-  *gp = g;
-  return 0;
-}
-
 /* ---- building ------------------------------------------------------------ */
 
 static uint32_t sop_add(sched_t *s, sop_type_t type) {

@@ -223,12 +223,12 @@ static inline size_t uvccl__turn_piece(const uvccl__turn_t *t, size_t want,
 /* The counters (the turn left last is counted first); reset zeroes them. */
 void uvccl__turn_stats(uvccl__turn_t *t, uvccl_loop_stats_t *out, int reset);
 
-/* ---- Socket output without SIGPIPE (wq.c) ---------------------------------
+/* ---- Socket output without SIGPIPE (sendq.c) ------------------------------
  * Every write uvccl makes to a TCP connection goes through here (sendmsg
  * with MSG_NOSIGNAL), never through uv_write/uv_try_write, which use
  * write() and so raise SIGPIPE when the peer has gone. Reading stays with
  * the uv_tcp_t. Requests are caller-allocated; their buffers must stay
- * valid until cb runs (from the loop, never inside uvccl__wq_write). */
+ * valid until cb runs (from the loop, never inside uvccl__sendq_write). */
 #define UVCCL__WREQ_BUFS 4
 typedef struct uvccl__wreq_s {
   struct uvccl__wreq_s *next;
@@ -239,7 +239,7 @@ typedef struct uvccl__wreq_s {
   void *data;
 } uvccl__wreq_t;
 
-typedef struct uvccl__wq_s {
+typedef struct uvccl__sendq_s {
   uv_loop_t *loop;
   uv_tcp_t *tcp;
   int dupfd;                       /* -1 until the socket first fills */
@@ -249,36 +249,36 @@ typedef struct uvccl__wq_s {
   size_t queued;                   /* bytes queued, not yet written */
   int err;                         /* sticky write error */
   int closing;
-  void (*close_cb)(struct uvccl__wq_s *q);
+  void (*close_cb)(struct uvccl__sendq_s *q);
   void *data;
   /* The owner's turns (NULL: none): a write callback is a turn, and no
    * sendmsg takes more than its budget allows. */
   uvccl__turn_t *turn;
-} uvccl__wq_t;
+} uvccl__sendq_t;
 
 /* tcp must be connected (or accepted) and stay open while q is used. */
-void uvccl__wq_init(uvccl__wq_t *q, uv_loop_t *loop, uv_tcp_t *tcp);
+void uvccl__sendq_init(uvccl__sendq_t *q, uv_loop_t *loop, uv_tcp_t *tcp);
 /* Writes what the socket takes now, only when nothing is queued: the
  * bytes written (0 when full or when requests are queued), or a negative
  * error (UV_EPIPE, UV_ECONNRESET, ...). */
-ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n);
+ssize_t uvccl__sendq_try(uvccl__sendq_t *q, const uv_buf_t *bufs, unsigned n);
 /* Queues bufs behind what is queued; cb(req, 0) once written, or an error
  * (UV_ECANCELED when q closes first). 0, or an error (cb never runs). */
-int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
+int uvccl__sendq_write(uvccl__sendq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
                     unsigned n, void (*cb)(uvccl__wreq_t *req, int status));
-size_t uvccl__wq_queued(const uvccl__wq_t *q);
+size_t uvccl__sendq_queued(const uvccl__sendq_t *q);
 /* The queued req no longer owns its buffers: what is left of it goes out
  * from a copy, and req's callback never runs. 0, UV_ENOENT (not queued)
  * or UV_ENOMEM. */
-int uvccl__wq_orphan(uvccl__wq_t *q, uvccl__wreq_t *req);
+int uvccl__sendq_orphan(uvccl__sendq_t *q, uvccl__wreq_t *req);
 /* Stops writing: queued requests fail with UV_ECANCELED. Returns 1 when cb
  * will run (later, from the loop, once q's handle closed; q's memory must
  * last until then), 0 when q held no handle (cb never runs). Call before
  * closing the tcp handle. */
-int uvccl__wq_close(uvccl__wq_t *q, void (*cb)(uvccl__wq_t *q));
+int uvccl__sendq_close(uvccl__sendq_t *q, void (*cb)(uvccl__sendq_t *q));
 /* shutdown(SHUT_WR) of the socket: the caller makes sure nothing is
  * queued first. */
-int uvccl__wq_shutdown(uvccl__wq_t *q);
+int uvccl__sendq_shutdown(uvccl__sendq_t *q);
 
 /* ---- Liveness helpers (liveness.c) ----------------------------------------- */
 /* The heartbeat timeout for an option value: 0 = the environment's

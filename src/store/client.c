@@ -85,8 +85,8 @@ typedef struct {
   int tcp_closing;           /* handles of the last connection still
                                 closing (the socket, its output's poll):
                                 they cannot be reused until closed */
-  uvccl__wq_t wq;            /* output without SIGPIPE (wq.c) */
-  int wq_open;
+  uvccl__sendq_t sendq;         /* output without SIGPIPE (sendq.c) */
+  int sendq_open;
   int connect_when_closed;
   uv_connect_t creq;
   uv_getaddrinfo_t gai;
@@ -246,11 +246,11 @@ static void client_flush(client_t *c) {
   ssize_t n;
   int rc;
   uvccl__obuf_t t;
-  if (c->writing || c->out.len == 0 || !c->wq_open) return;
+  if (c->writing || c->out.len == 0 || !c->sendq_open) return;
   if (c->state != ST_READY && c->state != ST_HANDSHAKE && c->state != ST_AUTH)
     return;
   b = uv_buf_init((char *)c->out.base, (unsigned)c->out.len);
-  n = uvccl__wq_try(&c->wq, &b, 1);
+  n = uvccl__sendq_try(&c->sendq, &b, 1);
   if (n < 0) {
     client_lost(c, (int)n, uv_strerror((int)n));
     return;
@@ -265,7 +265,7 @@ static void client_flush(client_t *c) {
   c->out.len = 0;
   b = uv_buf_init((char *)c->wbuf.base + n, (unsigned)(c->wbuf.len - n));
   c->wreq.data = c;
-  rc = uvccl__wq_write(&c->wq, &c->wreq, &b, 1, client_after_write);
+  rc = uvccl__sendq_write(&c->sendq, &c->wreq, &b, 1, client_after_write);
   if (rc < 0) {
     client_lost(c, rc, uv_strerror(rc));
     return;
@@ -663,16 +663,16 @@ static void tcp_closed(uv_handle_t *h) {
   conn_part_closed(c, h == (uv_handle_t *)&c->tcp);
 }
 
-static void wq_closed(uvccl__wq_t *q) { conn_part_closed(q->data, 1); }
+static void sendq_closed(uvccl__sendq_t *q) { conn_part_closed(q->data, 1); }
 
 static void client_drop_tcp(client_t *c) {
   if (!c->tcp_open) return;
   c->tcp_open = 0;
-  if (c->wq_open) {
-    c->wq_open = 0;
+  if (c->sendq_open) {
+    c->sendq_open = 0;
     c->writing = 0;
     c->wbuf.len = 0;
-    if (uvccl__wq_close(&c->wq, wq_closed)) {
+    if (uvccl__sendq_close(&c->sendq, sendq_closed)) {
       c->handles++;
       c->tcp_closing++;
     }
@@ -842,9 +842,9 @@ static void client_connected(client_t *c) {
     uint64_t p = c->hb_ms / 4 ? c->hb_ms / 4 : 1;
     uv_timer_start(&c->hb, client_hb_tick, p, p);
   }
-  uvccl__wq_init(&c->wq, c->loop, &c->tcp);
-  c->wq.data = c;
-  c->wq_open = 1;
+  uvccl__sendq_init(&c->sendq, c->loop, &c->tcp);
+  c->sendq.data = c;
+  c->sendq_open = 1;
   uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read);
   if (c->auth.set) {
     /* the secret first: nothing else goes out before the server proved

@@ -58,7 +58,7 @@ struct conn_s {
   uvccl__obuf_t out;         /* replies not yet handed to the kernel */
   uvccl__obuf_t wbuf;        /* replies being written by wreq */
   uvccl__wreq_t wreq;
-  uvccl__wq_t wq;            /* output without SIGPIPE (wq.c) */
+  uvccl__sendq_t sendq;         /* output without SIGPIPE (sendq.c) */
   int parts;                 /* handles still closing (socket, poll) */
   uvccl__kv_waiter_t waiter; /* the connection's pending WAIT */
   /* BARRIER: the key and world size this connection waits for. */
@@ -163,7 +163,7 @@ static void conn_resume(conn_t *c);
 static ssize_t conn_send(conn_t *c, const void *p, size_t len) {
   uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
   b.len = len;
-  return uvccl__wq_try(&c->wq, &b, 1);
+  return uvccl__sendq_try(&c->sendq, &b, 1);
 }
 
 /* Hands pending output to the kernel: a direct send first (the common
@@ -198,7 +198,7 @@ static void conn_flush(conn_t *c) {
         b = uv_buf_init((char *)c->wbuf.base + n,
                         (unsigned)(c->wbuf.len - n));
         c->wreq.data = c;
-        rc = uvccl__wq_write(&c->wq, &c->wreq, &b, 1, conn_after_write);
+        rc = uvccl__sendq_write(&c->sendq, &c->wreq, &b, 1, conn_after_write);
         if (rc < 0) {
           conn_close(c, uv_strerror(rc));
           return;
@@ -758,7 +758,7 @@ static void conn_part_closed(conn_t *c) {
 
 static void conn_closed(uv_handle_t *h) { conn_part_closed(h->data); }
 
-static void conn_wq_closed(uvccl__wq_t *q) { conn_part_closed(q->data); }
+static void conn_sendq_closed(uvccl__sendq_t *q) { conn_part_closed(q->data); }
 
 static void conn_close(conn_t *c, const char *why) {
   server_t *s = c->srv;
@@ -779,7 +779,7 @@ static void conn_close(conn_t *c, const char *why) {
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->st.connections--;
-  if (uvccl__wq_close(&c->wq, conn_wq_closed)) c->parts++;
+  if (uvccl__sendq_close(&c->sendq, conn_sendq_closed)) c->parts++;
   c->parts++;
   uv_close((uv_handle_t *)&c->tcp, conn_closed);
 }
@@ -793,7 +793,7 @@ static void conn_linger(conn_t *c) {
   if (c->lingering) return;
   c->lingering = 1;
   c->in_len = 0;
-  if (uvccl__wq_shutdown(&c->wq) < 0 ||
+  if (uvccl__sendq_shutdown(&c->sendq) < 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_read) != 0)
     conn_close(c, NULL);
 }
@@ -871,8 +871,8 @@ static void conn_adopt(server_t *s, int fd, const char *peer) {
   c->srv = s;
   uv_tcp_init(s->loop, &c->tcp);
   c->tcp.data = c;
-  uvccl__wq_init(&c->wq, s->loop, &c->tcp);
-  c->wq.data = c;
+  uvccl__sendq_init(&c->sendq, s->loop, &c->tcp);
+  c->sendq.data = c;
   s->handles_open++;
   r = fd >= 0 ? uv_tcp_open(&c->tcp, fd)
               : uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp);

@@ -22,14 +22,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-void uvccl__wq_init(uvccl__wq_t *q, uv_loop_t *loop, uv_tcp_t *tcp) {
+void uvccl__sendq_init(uvccl__sendq_t *q, uv_loop_t *loop, uv_tcp_t *tcp) {
   memset(q, 0, sizeof(*q));
   q->loop = loop;
   q->tcp = tcp;
   q->dupfd = -1;
 }
 
-static int wq_fd(uvccl__wq_t *q) {
+static int sendq_fd(uvccl__sendq_t *q) {
   uv_os_fd_t fd;
   if (uv_fileno((const uv_handle_t *)q->tcp, &fd) != 0) return -1;
   return fd;
@@ -41,19 +41,19 @@ static int wq_fd(uvccl__wq_t *q) {
  * its bandwidth on loopback (each push wakes the receiver): 128 KiB
  * pieces ran 1 MiB broadcasts between 2 ranks at 0.4x, 256 KiB at 0.6x
  * (bench/RESULTS.md). */
-#define WQ_STEP (64u * 1024)
-#define WQ_PIECE (512u * 1024)
+#define SENDQ_STEP (64u * 1024)
+#define SENDQ_PIECE (512u * 1024)
 
-static size_t wq_allow(uvccl__wq_t *q, size_t want) {
+static size_t sendq_allow(uvccl__sendq_t *q, size_t want) {
   size_t n;
   if (q->turn == NULL) return want;
-  n = uvccl__turn_allow(q->turn, want, WQ_STEP);
-  return n < WQ_PIECE ? n : WQ_PIECE;
+  n = uvccl__turn_allow(q->turn, want, SENDQ_STEP);
+  return n < SENDQ_PIECE ? n : SENDQ_PIECE;
 }
 
 /* One sendmsg of up to 16 buffers, at most max bytes; bytes written, 0
  * when full, or -errno. */
-static ssize_t wq_sendv(int fd, const uv_buf_t *bufs, unsigned n, size_t max) {
+static ssize_t sendq_sendv(int fd, const uv_buf_t *bufs, unsigned n, size_t max) {
   struct iovec iov[16];
   struct msghdr mh;
   ssize_t r;
@@ -89,14 +89,14 @@ static void bufs_advance(uv_buf_t *b, unsigned n, unsigned *idx, size_t done) {
   }
 }
 
-ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
+ssize_t uvccl__sendq_try(uvccl__sendq_t *q, const uv_buf_t *bufs, unsigned n) {
   uv_buf_t b[16];
   size_t left = 0, done = 0;
   unsigned i, idx = 0;
   int fd;
   if (q->err != 0) return q->err;
   if (q->head != NULL) return 0; /* keep the order */
-  fd = wq_fd(q);
+  fd = sendq_fd(q);
   if (fd < 0) return UV_EBADF;
   if (n == 1 && q->turn == NULL) {
     /* send() rather than a one-entry sendmsg: the store's common case */
@@ -114,8 +114,8 @@ ssize_t uvccl__wq_try(uvccl__wq_t *q, const uv_buf_t *bufs, unsigned n) {
   }
   /* pieces while the socket takes them and the turn lasts */
   while (left > 0) {
-    size_t max = wq_allow(q, left);
-    ssize_t r = wq_sendv(fd, b + idx, n - idx, max);
+    size_t max = sendq_allow(q, left);
+    ssize_t r = sendq_sendv(fd, b + idx, n - idx, max);
     if (r < 0) return done > 0 ? (ssize_t)done : r; /* (seen again later) */
     if (r == 0) break;
     if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
@@ -135,7 +135,7 @@ static int req_advance(uvccl__wreq_t *req, size_t done) {
   return req->idx == req->nbufs;
 }
 
-static void wq_fail_all(uvccl__wq_t *q, int err) {
+static void sendq_fail_all(uvccl__sendq_t *q, int err) {
   uvccl__wreq_t *r;
   while ((r = q->head) != NULL) {
     q->head = r->next;
@@ -146,8 +146,8 @@ static void wq_fail_all(uvccl__wq_t *q, int err) {
   }
 }
 
-static void wq_on_poll(uv_poll_t *h, int status, int events) {
-  uvccl__wq_t *q = h->data;
+static void sendq_on_poll(uv_poll_t *h, int status, int events) {
+  uvccl__sendq_t *q = h->data;
   int fd = q->dupfd;
   (void)events;
   if (status < 0) {
@@ -161,7 +161,7 @@ static void wq_on_poll(uv_poll_t *h, int status, int events) {
       status = UV_ECONNRESET;
     q->err = status;
     uv_poll_stop(h);
-    wq_fail_all(q, status);
+    sendq_fail_all(q, status);
     return;
   }
   if (q->turn != NULL) uvccl__turn_enter(q->turn, UVCCL__SITE_WRITE, NULL);
@@ -171,11 +171,11 @@ static void wq_on_poll(uv_poll_t *h, int status, int events) {
     /* The turn is over: the socket is still writable, so the loop comes
      * back for the rest at its next iteration. */
     if (q->turn != NULL && uvccl__turn_spent(q->turn)) goto out;
-    n = wq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx, wq_allow(q, r->left));
+    n = sendq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx, sendq_allow(q, r->left));
     if (n < 0) {
       q->err = (int)n;
       uv_poll_stop(h);
-      wq_fail_all(q, (int)n);
+      sendq_fail_all(q, (int)n);
       goto out;
     }
     if (n == 0) goto out; /* full again: wait */
@@ -194,7 +194,7 @@ out:
   if (q->turn != NULL) uvccl__turn_leave(q->turn);
 }
 
-int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
+int uvccl__sendq_write(uvccl__sendq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
                     unsigned n, void (*cb)(uvccl__wreq_t *req, int status)) {
   unsigned i;
   int rc;
@@ -202,7 +202,7 @@ int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
   if (q->closing) return UV_ECANCELED;
   if (n > UVCCL__WREQ_BUFS) return UV_EINVAL;
   if (!q->poll_open) {
-    int fd = wq_fd(q);
+    int fd = sendq_fd(q);
     if (fd < 0) return UV_EBADF;
     q->dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (q->dupfd < 0) return -errno;
@@ -228,19 +228,19 @@ int uvccl__wq_write(uvccl__wq_t *q, uvccl__wreq_t *req, const uv_buf_t *bufs,
   else q->head = req;
   q->tail = req;
   q->queued += req->left;
-  return uv_poll_start(&q->poll, UV_WRITABLE, wq_on_poll);
+  return uv_poll_start(&q->poll, UV_WRITABLE, sendq_on_poll);
 }
 
-size_t uvccl__wq_queued(const uvccl__wq_t *q) { return q->queued; }
+size_t uvccl__sendq_queued(const uvccl__sendq_t *q) { return q->queued; }
 
-static void wq_poll_closed(uv_handle_t *h) {
-  uvccl__wq_t *q = h->data;
-  void (*cb)(uvccl__wq_t *) = q->close_cb;
-  wq_fail_all(q, UV_ECANCELED);
+static void sendq_poll_closed(uv_handle_t *h) {
+  uvccl__sendq_t *q = h->data;
+  void (*cb)(uvccl__sendq_t *) = q->close_cb;
+  sendq_fail_all(q, UV_ECANCELED);
   if (cb != NULL) cb(q);
 }
 
-int uvccl__wq_close(uvccl__wq_t *q, void (*cb)(uvccl__wq_t *q)) {
+int uvccl__sendq_close(uvccl__sendq_t *q, void (*cb)(uvccl__sendq_t *q)) {
   if (q->closing) return 0;
   q->closing = 1;
   if (!q->poll_open) return 0;
@@ -248,14 +248,14 @@ int uvccl__wq_close(uvccl__wq_t *q, void (*cb)(uvccl__wq_t *q)) {
   q->poll_open = 0;
   /* uv_close takes the duplicate out of epoll at once, so it can be
    * closed now; the requests still queued fail from the close callback. */
-  uv_close((uv_handle_t *)&q->poll, wq_poll_closed);
+  uv_close((uv_handle_t *)&q->poll, sendq_poll_closed);
   close(q->dupfd);
   q->dupfd = -1;
   return 1;
 }
 
-int uvccl__wq_shutdown(uvccl__wq_t *q) {
-  int fd = wq_fd(q);
+int uvccl__sendq_shutdown(uvccl__sendq_t *q) {
+  int fd = sendq_fd(q);
   if (fd < 0) return UV_EBADF;
   return shutdown(fd, SHUT_WR) == 0 ? 0 : -errno;
 }
@@ -272,7 +272,7 @@ static void orphan_done(uvccl__wreq_t *req, int status) {
   uvccl__free(UVCCL__CONTAINER_OF(req, orphan_t, req));
 }
 
-int uvccl__wq_orphan(uvccl__wq_t *q, uvccl__wreq_t *req) {
+int uvccl__sendq_orphan(uvccl__sendq_t *q, uvccl__wreq_t *req) {
   uvccl__wreq_t **pp, *prev = NULL;
   orphan_t *o;
   size_t off = 0;
