@@ -109,7 +109,7 @@ static void test_subgroups(world_t *W) {
 }
 
 /* Messages that arrive before their receives wait in stage buffers, which
- * the transport keeps and reuses (net.c, stage_alloc): three rounds of
+ * the transport keeps and reuses (net.c, early_alloc): three rounds of
  * five sizes, each round's a little smaller (so it lands in larger buffers
  * than it needs), received in reverse order into larger buffers; every one
  * must come back with its own length and bytes, nothing past them. */

@@ -247,9 +247,9 @@ static void scenario_forget_mid_frame(void) {
   /* 3 MiB, nobody receiving yet: rank 0 stages it, a ring (1 MiB) at a
    * time */
   rc = uvccl_send(&W.pg[1], &ws, sb, N, 0, 5, NULL);
-  while (rc == 0 && p->srx.rstate != RS_STAGE && spins++ < 100000)
+  while (rc == 0 && p->srx.rstate != RS_EARLY && spins++ < 100000)
     uv_run(&L, UV_RUN_NOWAIT);
-  ok(rc == 0 && p->srx.rstate == RS_STAGE,
+  ok(rc == 0 && p->srx.rstate == RS_EARLY,
      "c: rank 0 is in the middle of staging the frame from its ring");
   uvccl__net_forget_group(g0->net, g0->gid);
   rc = uvccl_recv(&W.pg[0], &wr, rb, N, 1, 5, NULL);

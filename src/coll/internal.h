@@ -11,7 +11,8 @@
  * sends, receives (plain or reducing) and local steps (copy, reduce,
  * scale). The executor starts an op once the ops it depends on are done;
  * receives are matched by (group, sequence, tag), so data that arrives
- * before its receive is posted waits in a bounded staging area. Everything
+ * before its receive is posted is held as an early frame (a bounded
+ * store, net.c), never "staged": that word is GPU staging's. Everything
  * runs on the group's loop thread, but for the helper thread (par.c),
  * which takes half of a large copy or reduction it claims with an atomic
  * flag (the loop thread takes back a half the helper has not started),
@@ -96,7 +97,7 @@ typedef struct peer_s peer_t;
 typedef struct group_s group_t;
 typedef struct sched_s sched_t;
 typedef struct sop_s sop_t;
-typedef struct stage_s stage_t;
+typedef struct early_s early_t;
 
 /* An intrusive list of ops (through next/prev); an op is in at most one:
  * a peer's posted receives, a group's p2p receives, or the net's slices. */
@@ -160,7 +161,7 @@ struct sop_s {
   int source;           /* RECV: the world rank it came from */
   uint64_t arrival;     /* RECV p2p: order for ANY_SOURCE */
   uint64_t slot_t;      /* BOX: the world's box collective number */
-  stage_t *handoff;     /* RECV: staged bytes still being handed over to
+  early_t *handoff;     /* RECV: an early frame still being handed over to
                            it (net.c, "handing over") */
   unsigned char hdr[UVCCL__FRAME_HDR];
   uvccl__wreq_t wreq;
@@ -220,8 +221,8 @@ struct sched_s {
   sched_t *free_next;
 };
 
-/* ---- Staging of early arrivals -------------------------------------------- */
-struct stage_s {
+/* ---- Early frames: data that came before its receive was posted ---------- */
+struct early_s {
   uint8_t kind;
   uint8_t big;           /* from uvccl__big_alloc */
   uint32_t gid, seq, tag;
@@ -232,7 +233,7 @@ struct stage_s {
   sop_t *claim;          /* a receive waits for the rest, or takes the
                             bytes (being handed over) */
   uint64_t upto, done;   /* handing over: bytes to give, given */
-  stage_t *next;
+  early_t *next;
   char data[];
 };
 
@@ -258,7 +259,7 @@ typedef struct {
 
 /* ---- Connections ---------------------------------------------------------- */
 typedef enum {
-  RS_HDR = 0, RS_DIRECT, RS_REDUCE, RS_STAGE, RS_DISCARD
+  RS_HDR = 0, RS_DIRECT, RS_REDUCE, RS_EARLY, RS_DISCARD
 } rstate_t;
 
 typedef enum {
@@ -275,7 +276,7 @@ typedef struct {
   frame_hdr_t cur;
   uint64_t cur_got;
   sop_t *cur_op;
-  stage_t *cur_stage;
+  early_t *cur_early;
 } rx_t;
 
 struct peer_s {
@@ -308,11 +309,11 @@ struct peer_s {
   int reading;
   int read_refused;      /* on_alloc gave an empty buffer: the turn was
                             spent (on_read gets UV_ENOBUFS) */
-  int paused;            /* staging over its limit */
+  int paused;            /* early frames over their limit */
   /* collective receives posted for this peer, in posting order */
   sop_list_t posted;
-  stage_t *staged_head, *staged_tail;
-  uint64_t staged_bytes;
+  early_t *early_head, *early_tail;
+  uint64_t early_bytes;
   unsigned char hello_buf[UVCCL__FRAME_HDR + sizeof(hello_t) +
                           UVCCL__AUTH_NONCE];
   uvccl__wreq_t hello_req;
@@ -427,13 +428,13 @@ struct net_s {
   struct agree_s *agrees;  /* shrink agreements (shrink.c) */
   void (*agrees_free)(net_t *net);
   group_t *groups;       /* every group on this net */
-  uint64_t arrivals;     /* counter for stage/recv ordering */
-  uint64_t stage_limit;
-  stage_t *stage_spare;  /* freed stage buffers kept for reuse (net.c) */
-  uint32_t stage_spare_n;
-  uint64_t stage_spare_bytes;
-  stage_t *stage_small;  /* and small ones (STAGE_SMALL bytes each) */
-  uint32_t stage_small_n;
+  uint64_t arrivals;     /* counter for early-frame/recv ordering */
+  uint64_t early_limit;
+  early_t *early_spare;  /* freed early-frame buffers kept for reuse (net.c) */
+  uint32_t early_spare_n;
+  uint64_t early_spare_bytes;
+  early_t *early_small;  /* and small ones (EARLY_SMALL bytes each) */
+  uint32_t early_small_n;
   /* busy polling */
   uv_idle_t spin;
   int spin_open;
@@ -461,7 +462,7 @@ struct net_s {
   int tick_open;
   /* Staged frames being handed over to their receives, in slices
    * (net.c), by the slicer too. */
-  stage_t *handoffs, *handoffs_tail;
+  early_t *handoffs, *handoffs_tail;
   /* Large buffers no longer needed, unmapped a few MiB a turn by the
    * slicer too (src/loop/bigmem.c). */
   uvccl__big_list_t retired_mem;
@@ -612,7 +613,7 @@ void uvccl__net_peer_ready(peer_t *p);
  * error (peer dead). */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq);
-/* Posts a receive: matched against staged data first. May complete op
+/* Posts a receive: matched against early frames first. May complete op
  * synchronously (through uvccl__sched_op_done). */
 void uvccl__net_post_recv(net_t *net, sop_t *op);
 /* Unlinks a posted receive (abandon). Returns 1 if data was mid-transfer
@@ -627,7 +628,7 @@ int uvccl__net_orphan(net_t *net, sop_t *op);
  * that involves it. */
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why);
 void uvccl__net_abort(net_t *net, int err, const char *why);
-/* Drops a group's staged frames and p2p receives (group going away). */
+/* Drops a group's early frames and p2p receives (group going away). */
 void uvccl__net_forget_group(net_t *net, uint32_t gid);
 /* Starts closing when refs reaches 0: half-close, drain, close. */
 void uvccl__net_release(net_t *net, void (*cb)(net_t *net), void *arg);
@@ -656,7 +657,7 @@ int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
  * the end, no failure): what it sent before leaving can still be received. */
 int uvccl__net_left_cleanly(net_t *net, int world_rank);
 /* 1 when the receive op's frame, from a rank that left cleanly, is here. */
-int uvccl__net_left_staged(net_t *net, const sop_t *op);
+int uvccl__net_left_early(net_t *net, const sop_t *op);
 /* What a work failing on g because of the world's failures says: the
  * first failed rank, from g's point of view. */
 void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
@@ -704,7 +705,7 @@ int uvccl__shm_orphan(peer_t *p, sop_t *op);
 void uvccl__shm_drain(peer_t *p);
 /* The peer is gone: its ring is no longer read; queued sends are lost. */
 void uvccl__shm_peer_down(peer_t *p);
-/* Its ring is read again (it was paused: staging over its limit). */
+/* Its ring is read again (it was paused: early frames over their limit). */
 void uvccl__shm_kick(peer_t *p);
 /* One look at the rings that moved and the blocked sends; 1 when
  * something moved. */
@@ -790,7 +791,7 @@ void uvccl__group_fail_all(group_t *g, int err, const char *msg);
 void uvccl__group_fail_peer(group_t *g, int world_rank, int err,
                             const char *msg);
 /* Marks g failed (later calls fail at once with err and msg), forgets
- * its staged frames, and fails its pending works. culprit may be NULL. */
+ * its early frames, and fails its pending works. culprit may be NULL. */
 void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
                         const char *msg);
 /* Reduce n bytes of src into dst with the schedule's kernel. */
@@ -900,7 +901,7 @@ uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
 /* Bytes read at a frame boundary (header plus the start of the payload). */
 #define UVCCL__HDR_READ (UVCCL__FRAME_HDR + 4096u)
 #define UVCCL__SLICE (1u << 20)
-#define UVCCL__STAGE_LIMIT ((uint64_t)1 << 30)
+#define UVCCL__EARLY_LIMIT ((uint64_t)1 << 30)
 #define UVCCL__PREMUL_BASE 0x100 /* custom PREMUL_SUM op ids */
 
 #endif

@@ -9,8 +9,8 @@
  * reducing receive reads into the connection's buffer and reduces whole
  * elements as they arrive (so the reduction happens while the data is
  * still in cache, in small steps that keep the loop responsive), and a
- * frame nobody waits for yet is staged in memory until its receive is
- * posted. Sending is sendmsg of (header, user buffer): no copy, and never
+ * frame nobody waits for yet is held in memory (an early frame) until its
+ * receive is posted. Sending is sendmsg of (header, user buffer): no copy, and never
  * a SIGPIPE (sendq.c: MSG_NOSIGNAL; libuv's uv_write would raise it when a
  * peer dies mid-send).
  *
@@ -177,7 +177,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   }
   if (uv_random(NULL, NULL, &net->nonce, sizeof(net->nonce), 0, NULL) != 0)
     net->nonce = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
-  net->stage_limit = UVCCL__STAGE_LIMIT;
+  net->early_limit = UVCCL__EARLY_LIMIT;
   uv_idle_init(loop, &net->spin);
   net->spin.data = net;
   net->spin_open = 1;
@@ -1180,8 +1180,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     buf->base = p->rx.cur_op->buf + p->rx.cur_got;
     buf->len = read_allow(p->net, left);
     return;
-  case RS_STAGE:
-    buf->base = p->rx.cur_stage->data + p->rx.cur_got;
+  case RS_EARLY:
+    buf->base = p->rx.cur_early->data + p->rx.cur_got;
     buf->len = read_allow(p->net, left);
     return;
   case RS_REDUCE:
@@ -1225,49 +1225,49 @@ static void op_recv_done(sop_t *op) {
   op->s->g->net->up->op_done(op);
 }
 
-/* ---- stage buffers -----------------------------------------------------------
- * A frame that arrives before its receive is posted is copied into a stage
+/* ---- early frames ------------------------------------------------------------
+ * A frame that arrives before its receive is posted is copied into an early
  * buffer. That is the common case for pipelined collectives (a peer a step
  * ahead), and a large buffer from malloc is fresh pages each time (glibc
  * maps and unmaps it): a page fault per 4 KiB, about a tenth of a rank's
- * time in a 1 MiB allreduce of 4 ranks on 2 cores (bench/RESULTS.md: that
- * allreduce 1.2-1.5x faster with buffers kept). So the net keeps a few freed buffers of STAGE_SPARE_MIN bytes or more
- * for the next frames, STAGE_SPARE_N of them and STAGE_SPARE_BYTES in all,
+ * time in a 1 MiB allreduce of 4 ranks on 2 cores (bench/RESULTS.md). So
+ * the net keeps a few freed buffers of EARLY_SPARE_MIN bytes or more for
+ * the next frames, EARLY_SPARE_N of them and EARLY_SPARE_BYTES in all,
  * until it closes; smaller ones are malloc's business. */
-#define STAGE_SPARE_MIN ((uint64_t)16 * 1024)
-#define STAGE_SPARE_N 8u
-#define STAGE_SPARE_BYTES ((uint64_t)16 * 1024 * 1024)
+#define EARLY_SPARE_MIN ((uint64_t)16 * 1024)
+#define EARLY_SPARE_N 8u
+#define EARLY_SPARE_BYTES ((uint64_t)16 * 1024 * 1024)
 /* Small frames (a small collective's, whose peer is a step ahead) are
- * staged in buffers of STAGE_SMALL bytes, STAGE_SMALL_N of them kept: no
+ * held in buffers of EARLY_SMALL bytes, EARLY_SMALL_N of them kept: no
  * malloc and free for every early 4-byte allreduce. */
-#define STAGE_SMALL ((uint64_t)256)
-#define STAGE_SMALL_N 16u
+#define EARLY_SMALL ((uint64_t)256)
+#define EARLY_SMALL_N 16u
 
-static stage_t *stage_alloc(net_t *net, uint64_t len) {
-  stage_t **pp, **best = NULL, *st;
-  if (len <= STAGE_SMALL) {
-    if ((st = net->stage_small) != NULL) {
-      net->stage_small = st->next;
-      net->stage_small_n--;
+static early_t *early_alloc(net_t *net, uint64_t len) {
+  early_t **pp, **best = NULL, *st;
+  if (len <= EARLY_SMALL) {
+    if ((st = net->early_small) != NULL) {
+      net->early_small = st->next;
+      net->early_small_n--;
     } else {
-      st = uvccl__malloc(sizeof(*st) + (size_t)STAGE_SMALL);
+      st = uvccl__malloc(sizeof(*st) + (size_t)EARLY_SMALL);
       if (st == NULL) return NULL;
     }
     memset(st, 0, sizeof(*st));
-    st->cap = STAGE_SMALL;
+    st->cap = EARLY_SMALL;
     return st;
   }
-  if (len >= STAGE_SPARE_MIN)
-    for (pp = &net->stage_spare; *pp != NULL; pp = &(*pp)->next)
+  if (len >= EARLY_SPARE_MIN)
+    for (pp = &net->early_spare; *pp != NULL; pp = &(*pp)->next)
       if ((*pp)->cap >= len && (best == NULL || (*pp)->cap < (*best)->cap))
         best = pp;
   if (best != NULL) {
     st = *best;
     *best = st->next;
-    net->stage_spare_n--;
-    net->stage_spare_bytes -= st->cap;
+    net->early_spare_n--;
+    net->early_spare_bytes -= st->cap;
   } else if (sizeof(*st) + len >= UVCCL__BIG_MIN) {
-    /* (unmapped in slices when it goes: see stage_free) */
+    /* (unmapped in slices when it goes: see early_free) */
     st = uvccl__big_alloc(sizeof(*st) + (size_t)len);
     if (st == NULL) return NULL;
     st->cap = len;
@@ -1289,24 +1289,24 @@ static stage_t *stage_alloc(net_t *net, uint64_t len) {
 }
 
 /* Gone now (teardown). */
-static void stage_release(stage_t *st) {
+static void early_release(early_t *st) {
   if (st->big) uvccl__big_free(st);
   else uvccl__free(st);
 }
 
-static void stage_free(net_t *net, stage_t *st) {
-  if (st->cap == STAGE_SMALL && net->stage_small_n < STAGE_SMALL_N) {
-    st->next = net->stage_small;
-    net->stage_small = st;
-    net->stage_small_n++;
+static void early_free(net_t *net, early_t *st) {
+  if (st->cap == EARLY_SMALL && net->early_small_n < EARLY_SMALL_N) {
+    st->next = net->early_small;
+    net->early_small = st;
+    net->early_small_n++;
     return;
   }
-  if (st->cap >= STAGE_SPARE_MIN && net->stage_spare_n < STAGE_SPARE_N &&
-      net->stage_spare_bytes + st->cap <= STAGE_SPARE_BYTES) {
-    st->next = net->stage_spare;
-    net->stage_spare = st;
-    net->stage_spare_n++;
-    net->stage_spare_bytes += st->cap;
+  if (st->cap >= EARLY_SPARE_MIN && net->early_spare_n < EARLY_SPARE_N &&
+      net->early_spare_bytes + st->cap <= EARLY_SPARE_BYTES) {
+    st->next = net->early_spare;
+    net->early_spare = st;
+    net->early_spare_n++;
+    net->early_spare_bytes += st->cap;
     return;
   }
   if (st->big) uvccl__net_retire_mem(net, st);
@@ -1314,8 +1314,8 @@ static void stage_free(net_t *net, stage_t *st) {
 }
 
 /* Takes st out of the list (head, tail); 0 when it was not in it. */
-static int stage_list_unlink(stage_t **head, stage_t **tail, stage_t *st) {
-  stage_t **pp = head, *prev = NULL;
+static int early_list_unlink(early_t **head, early_t **tail, early_t *st) {
+  early_t **pp = head, *prev = NULL;
   while (*pp != NULL && *pp != st) {
     prev = *pp;
     pp = &(*pp)->next;
@@ -1327,8 +1327,8 @@ static int stage_list_unlink(stage_t **head, stage_t **tail, stage_t *st) {
   return 1;
 }
 
-/* Delivers a complete staged frame to the receive that claimed it. */
-static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
+/* Delivers a complete early frame to the receive that claimed it. */
+static void early_deliver(net_t *net, early_t *st, sop_t *op) {
   op->source = st->from;
   if (op->type == SOP_RECV_RED)
     net->up->reduce_in(op, 0, st->data, (size_t)st->len);
@@ -1341,15 +1341,15 @@ static void stage_deliver(net_t *net, stage_t *st, sop_t *op) {
 }
 
 /* ---- handing over ----------------------------------------------------------
- * A receive posted for a frame that was staged (it came first) takes the
- * staged bytes in slices, a turn's worth a loop iteration, from the
+ * A receive posted for a frame that came first (an early frame) takes
+ * its bytes in slices, a turn's worth a loop iteration, from the
  * slicer (a 256 MiB frame must not be copied in one callback); a frame
  * still arriving then goes on straight into the receive's buffer, so only
  * what came early is copied twice. Small frames are delivered at once. */
 #define HANDOFF_INLINE ((uint64_t)64 * 1024)
 #define HANDOFF_STEP (64u * 1024) /* a multiple of every element size */
 
-static void handoff_start(net_t *net, stage_t *st, sop_t *op, uint64_t upto) {
+static void handoff_start(net_t *net, early_t *st, sop_t *op, uint64_t upto) {
   st->claim = op;
   st->upto = upto;
   st->done = 0;
@@ -1363,13 +1363,13 @@ static void handoff_start(net_t *net, stage_t *st, sop_t *op, uint64_t upto) {
   slicer_start(net);
 }
 
-static void handoff_unlink(net_t *net, stage_t *st) {
-  stage_list_unlink(&net->handoffs, &net->handoffs_tail, st);
+static void handoff_unlink(net_t *net, early_t *st) {
+  early_list_unlink(&net->handoffs, &net->handoffs_tail, st);
 }
 
 /* The next slice of the head of the hand-overs; 1 when one ended. */
 static int handoff_step(net_t *net) {
-  stage_t *st = net->handoffs;
+  early_t *st = net->handoffs;
   sop_t *op = st->claim;
   size_t n = uvccl__turn_piece(&net->turn, (size_t)(st->upto - st->done),
                                HANDOFF_STEP);
@@ -1383,18 +1383,18 @@ static int handoff_step(net_t *net) {
   if (st->done < st->upto) return 0;
   handoff_unlink(net, st);
   op->handoff = NULL;
-  /* the frame is all here (staged) or its rest went straight in: done;
+  /* the frame is all here (early) or its rest went straight in: done;
    * else frame_end finishes it */
   if (st->got == st->len) op_recv_done(op);
-  stage_free(net, st);
+  early_free(net, st);
   return 1;
 }
 
-/* A complete staged frame to op: small, at once; else in slices. */
-static void stage_give(net_t *net, stage_t *st, sop_t *op) {
+/* A complete early frame to op: small, at once; else in slices. */
+static void early_give(net_t *net, early_t *st, sop_t *op) {
   if (st->len <= HANDOFF_INLINE && !uvccl__turn_spent(&net->turn)) {
-    stage_deliver(net, st, op);
-    stage_free(net, st);
+    early_deliver(net, st, op);
+    early_free(net, st);
     return;
   }
   handoff_start(net, st, op, st->len);
@@ -1402,23 +1402,23 @@ static void stage_give(net_t *net, stage_t *st, sop_t *op) {
 
 /* A receive is no longer interested (its work failed). */
 static void handoff_drop(net_t *net, sop_t *op) {
-  stage_t *st = op->handoff;
+  early_t *st = op->handoff;
   handoff_unlink(net, st);
   op->handoff = NULL;
-  stage_free(net, st);
+  early_free(net, st);
 }
 
 /* The rx (a socket's or a ring's) whose current frame st is, or NULL. */
-static rx_t *stage_rx(peer_t *p, stage_t *st) {
-  if (p->rx.cur_stage == st) return &p->rx;
-  if (p->srx.cur_stage == st) return &p->srx;
+static rx_t *early_rx(peer_t *p, early_t *st) {
+  if (p->rx.cur_early == st) return &p->rx;
+  if (p->srx.cur_early == st) return &p->srx;
   return NULL;
 }
 
-static void stage_unlink(peer_t *p, stage_t *st) {
-  if (!stage_list_unlink(&p->staged_head, &p->staged_tail, st)) return;
-  p->staged_bytes -= st->len;
-  if (p->paused && p->staged_bytes <= p->net->stage_limit / 2) {
+static void early_unlink(peer_t *p, early_t *st) {
+  if (!early_list_unlink(&p->early_head, &p->early_tail, st)) return;
+  p->early_bytes -= st->len;
+  if (p->paused && p->early_bytes <= p->net->early_limit / 2) {
     p->paused = 0;
     peer_start_read(p);
     uvccl__shm_kick(p); /* its ring too */
@@ -1471,12 +1471,12 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
   net_t *net = p->net;
   group_t *g;
   sop_t *op;
-  stage_t *st;
+  early_t *st;
 
   rx->cur = *h;
   rx->cur_got = 0;
   rx->cur_op = NULL;
-  rx->cur_stage = NULL;
+  rx->cur_early = NULL;
   op = match_frame(p, h, &g);
   if (op != NULL) {
     sop_list_remove(op->list, op);
@@ -1501,14 +1501,14 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
     rx->rstate = h->len ? RS_DISCARD : RS_HDR;
     return 0;
   }
-  if (h->len > net->stage_limit) {
+  if (h->len > net->early_limit) {
     uvccl__net_peer_fail(net, p, UVCCL_ELIMIT,
-                         "frame larger than the staging limit");
+                         "frame larger than the early frames' limit");
     return -1;
   }
-  st = stage_alloc(net, h->len);
+  st = early_alloc(net, h->len);
   if (st == NULL) {
-    uvccl__net_peer_fail(net, p, UV_ENOMEM, "out of memory staging a frame");
+    uvccl__net_peer_fail(net, p, UV_ENOMEM, "out of memory holding an early frame");
     return -1;
   }
   st->kind = h->kind;
@@ -1518,43 +1518,43 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
   st->from = p->rank;
   st->len = h->len;
   st->arrival = ++net->arrivals;
-  if (p->staged_tail) p->staged_tail->next = st;
-  else p->staged_head = st;
-  p->staged_tail = st;
-  p->staged_bytes += st->len;
+  if (p->early_tail) p->early_tail->next = st;
+  else p->early_head = st;
+  p->early_tail = st;
+  p->early_bytes += st->len;
   if (h->len == 0) {
     rx->rstate = RS_HDR;
     return 0;
   }
-  rx->cur_stage = st;
-  rx->rstate = RS_STAGE;
+  rx->cur_early = st;
+  rx->rstate = RS_EARLY;
   return 0;
 }
 
 /* The current frame is complete. */
 int uvccl__net_frame_end(peer_t *p, rx_t *rx) {
   sop_t *op = rx->cur_op;
-  stage_t *st = rx->cur_stage;
+  early_t *st = rx->cur_early;
   rx->rstate = RS_HDR;
   rx->cur_op = NULL;
-  rx->cur_stage = NULL;
+  rx->cur_early = NULL;
   if (op != NULL) {
-    /* Its first bytes were staged: done once they are handed over. */
+    /* Its first bytes came early: done once they are handed over. */
     if (op->handoff != NULL) op->handoff->got = op->handoff->len;
     else op_recv_done(op);
   } else if (st != NULL) {
     st->got = st->len;
     if (st->claim != NULL) {
-      stage_unlink(p, st);
-      stage_give(p->net, st, st->claim);
-    } else if (p->staged_bytes > p->net->stage_limit && !p->paused) {
+      early_unlink(p, st);
+      early_give(p->net, st, st->claim);
+    } else if (p->early_bytes > p->net->early_limit && !p->paused) {
       /* Early arrivals pile up: stop reading this peer until receives
        * catch up (TCP's flow control then slows the sender). */
       p->paused = 1;
       peer_stop_read(p);
       LOG_WARN("coll", "rank %d: pausing reads from rank %d: %llu bytes "
-               "staged", p->net->rank, p->rank,
-               (unsigned long long)p->staged_bytes);
+               "held early", p->net->rank, p->rank,
+               (unsigned long long)p->early_bytes);
     }
   }
   return p->state == PEER_UP ? 0 : -1;
@@ -1983,8 +1983,8 @@ static void process_rbuf(peer_t *p) {
       size_t take = avail < left ? avail : (size_t)left;
       if (p->rx.rstate == RS_DIRECT)
         memcpy(p->rx.cur_op->buf + p->rx.cur_got, p->rbuf + pos, take);
-      else if (p->rx.rstate == RS_STAGE)
-        memcpy(p->rx.cur_stage->data + p->rx.cur_got, p->rbuf + pos, take);
+      else if (p->rx.rstate == RS_EARLY)
+        memcpy(p->rx.cur_early->data + p->rx.cur_got, p->rbuf + pos, take);
       pos += take;
       p->rx.cur_got += take;
       if (p->rx.cur_got == p->rx.cur.len) {
@@ -2066,7 +2066,7 @@ static void peer_read(peer_t *p, ssize_t n) {
   uvccl__net_kick_spin(net);
   switch (p->rx.rstate) {
   case RS_DIRECT:
-  case RS_STAGE:
+  case RS_EARLY:
     p->rx.cur_got += (uint64_t)n;
     if (p->rx.cur_got == p->rx.cur.len) {
       if (uvccl__net_frame_end(p, &p->rx) != 0) return;
@@ -2081,70 +2081,70 @@ static void peer_read(peer_t *p, ssize_t n) {
 
 /* ---- posting receives ------------------------------------------------------------- */
 
-static stage_t *stage_find(peer_t *p, uint8_t kind, uint32_t gid,
+static early_t *early_find(peer_t *p, uint8_t kind, uint32_t gid,
                            uint32_t seq, uint32_t tag) {
-  stage_t *st;
-  for (st = p->staged_head; st != NULL; st = st->next)
+  early_t *st;
+  for (st = p->early_head; st != NULL; st = st->next)
     if (st->kind == kind && st->gid == gid && st->tag == tag &&
         st->claim == NULL && (kind == FRAME_P2P || st->seq == seq))
       return st;
   return NULL;
 }
 
-/* Hands a staged frame to op: small and all here, now; large, in slices
+/* Hands an early frame to op: small and all here, now; large, in slices
  * (see "handing over"); still arriving, what came so far in slices, the
  * rest straight into op's buffer. */
-static void stage_take(net_t *net, peer_t *p, stage_t *st, sop_t *op) {
+static void early_take(net_t *net, peer_t *p, early_t *st, sop_t *op) {
   rx_t *rx;
   if (frame_misfit(p, op, st->len, st->tag)) return;
   if (st->got < st->len) {
     size_t es = op->type == SOP_RECV_RED && op->s->esize ? op->s->esize : 1;
-    rx = stage_rx(p, st);
+    rx = early_rx(p, st);
     /* (a reduction goes on at an element's start only) */
     if (rx == NULL || rx->cur_got % es != 0) {
       st->claim = op; /* frame_end delivers it */
       return;
     }
-    stage_unlink(p, st);
-    rx->cur_stage = NULL;
+    early_unlink(p, st);
+    rx->cur_early = NULL;
     rx->cur_op = op;
     rx->rstate = op->type == SOP_RECV_RED ? RS_REDUCE : RS_DIRECT;
     handoff_start(net, st, op, rx->cur_got);
     return;
   }
-  stage_unlink(p, st);
-  stage_give(net, st, op);
+  early_unlink(p, st);
+  early_give(net, st, op);
 }
 
 void uvccl__net_post_recv(net_t *net, sop_t *op) {
   group_t *g = op->s->g;
   peer_t *p;
-  stage_t *st;
+  early_t *st;
 
   if (op->p2p) {
     if (op->peer >= 0) {
       p = net->peers[op->peer];
-      st = p ? stage_find(p, FRAME_P2P, g->gid, 0, op->tag) : NULL;
+      st = p ? early_find(p, FRAME_P2P, g->gid, 0, op->tag) : NULL;
       if (st != NULL) {
-        stage_take(net, p, st, op);
+        early_take(net, p, st, op);
         return;
       }
     } else {
-      /* Any source: the earliest staged frame with this tag wins. */
-      stage_t *best = NULL;
+      /* Any source: the earliest early frame with this tag wins. */
+      early_t *best = NULL;
       peer_t *bestp = NULL;
       int r;
       for (r = 0; r < net->size; r++) {
         p = net->peers[r];
         if (p == NULL || g->inv[r] < 0) continue;
-        st = stage_find(p, FRAME_P2P, g->gid, 0, op->tag);
+        st = early_find(p, FRAME_P2P, g->gid, 0, op->tag);
         if (st != NULL && (best == NULL || st->arrival < best->arrival)) {
           best = st;
           bestp = p;
         }
       }
       if (best != NULL) {
-        stage_take(net, bestp, best, op);
+        early_take(net, bestp, best, op);
         return;
       }
     }
@@ -2157,21 +2157,21 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     net->up->op_fail(op->s, UV_ENOMEM, "out of memory");
     return;
   }
-  st = stage_find(p, FRAME_COLL, g->gid, op->s->seq, op->tag);
+  st = early_find(p, FRAME_COLL, g->gid, op->s->seq, op->tag);
   if (st != NULL) {
-    stage_take(net, p, st, op);
+    early_take(net, p, st, op);
     return;
   }
   sop_list_push(&p->posted, op);
 }
 
-int uvccl__net_left_staged(net_t *net, const sop_t *op) {
+int uvccl__net_left_early(net_t *net, const sop_t *op) {
   peer_t *p;
   if (op->peer < 0 || !uvccl__net_left_cleanly(net, op->peer)) return 0;
   p = net->peers[op->peer];
   if (op->p2p)
-    return stage_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
-  return stage_find(p, FRAME_COLL, op->s->g->gid, op->s->seq, op->tag) != NULL;
+    return early_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
+  return early_find(p, FRAME_COLL, op->s->g->gid, op->s->seq, op->tag) != NULL;
 }
 
 size_t uvccl__net_queued(net_t *net, int r) {
@@ -2215,7 +2215,7 @@ int uvccl__net_unpost(net_t *net, sop_t *op) {
   }
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    stage_t *st;
+    early_t *st;
     if (p == NULL) continue;
     if (p->rx.cur_op == op) {
       /* Mid-transfer: the rest of the frame is read and dropped, so the
@@ -2229,7 +2229,7 @@ int uvccl__net_unpost(net_t *net, sop_t *op) {
       p->srx.rstate = RS_DISCARD;
       return 1;
     }
-    for (st = p->staged_head; st != NULL; st = st->next)
+    for (st = p->early_head; st != NULL; st = st->next)
       if (st->claim == op) st->claim = NULL;
   }
   if (op->list != NULL) sop_list_remove(op->list, op);
@@ -2688,16 +2688,16 @@ void uvccl__net_forget_group(net_t *net, uint32_t gid) {
   int r;
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    stage_t *st, *next;
+    early_t *st, *next;
     if (p == NULL) continue;
-    for (st = p->staged_head; st != NULL; st = next) {
+    for (st = p->early_head; st != NULL; st = next) {
       next = st->next;
       /* (a frame mid-transfer, from the socket or the ring, stays until
        * it is complete: its reader still writes into it) */
-      if (st->gid == gid && st != p->rx.cur_stage &&
-          st != p->srx.cur_stage) {
-        stage_unlink(p, st);
-        stage_free(net, st);
+      if (st->gid == gid && st != p->rx.cur_early &&
+          st != p->srx.cur_early) {
+        early_unlink(p, st);
+        early_free(net, st);
       }
     }
   }
@@ -2709,32 +2709,32 @@ static void net_free(net_t *net) {
   int r;
   uvccl__shm_net_free(net);
   while (net->handoffs != NULL) {
-    stage_t *st = net->handoffs;
+    early_t *st = net->handoffs;
     net->handoffs = st->next;
-    stage_release(st);
+    early_release(st);
   }
   uvccl__big_reap_all(&net->retired_mem);
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    stage_t *st, *next;
+    early_t *st, *next;
     if (p == NULL) continue;
-    for (st = p->staged_head; st != NULL; st = next) {
+    for (st = p->early_head; st != NULL; st = next) {
       next = st->next;
-      stage_release(st);
+      early_release(st);
     }
     ctl_drop(p);
     uvccl__free(p->rbuf);
     uvccl__free(p);
   }
-  while (net->stage_small != NULL) {
-    stage_t *st = net->stage_small;
-    net->stage_small = st->next;
+  while (net->early_small != NULL) {
+    early_t *st = net->early_small;
+    net->early_small = st->next;
     uvccl__free(st);
   }
-  while (net->stage_spare != NULL) {
-    stage_t *st = net->stage_spare;
-    net->stage_spare = st->next;
-    stage_release(st);
+  while (net->early_spare != NULL) {
+    early_t *st = net->early_spare;
+    net->early_spare = st->next;
+    early_release(st);
   }
   while (net->retired != NULL) {
     peer_t *p = net->retired;

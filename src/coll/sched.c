@@ -468,7 +468,7 @@ static void start_op(sched_t *s, sop_t *op) {
       rc = uvccl__net_peer_ok(net, op->peer, msg, sizeof(msg));
       /* A rank that finished and left may have sent this before it went
        * (a broadcast's root, done before the others started). */
-      if (rc != 0 && uvccl__net_left_staged(net, op)) rc = 0;
+      if (rc != 0 && uvccl__net_left_early(net, op)) rc = 0;
       if (rc == 1) return; /* the verdict on the peer fails the schedule */
       if (rc != 0) {
         uvccl__sched_fail(s, rc, "%s: %s", s->name, msg);
@@ -1115,7 +1115,7 @@ static int sched_needs(sched_t *s, int world_rank) {
         op->peer == world_rank &&
         /* a frame the rank sent before it left is no reason to fail */
         !(op->type != SOP_SEND && op->state != SOP_ACTIVE &&
-          uvccl__net_left_staged(s->g->net, op)))
+          uvccl__net_left_early(s->g->net, op)))
       return 1;
   }
   return 0;

@@ -2,7 +2,7 @@
  * same 24-byte header and payload as on TCP) go through a ring in the
  * receiver's inbox (shm_seg.c) instead of a socket, so every collective,
  * dtype, subgroup and point-to-point operation works unchanged, and the
- * matching, staging and failure rules are net.c's.
+ * matching, early-frame and failure rules are net.c's.
  *
  * Setting up. Once a peer's TCP connection is up, each side sends a
  * FRAME_SHM describing its inbox; the other maps its slot (which works
@@ -18,8 +18,9 @@
  *
  * Receiving. The ring is read by the same steps as a socket: a header is
  * matched, then the payload is copied straight into the receive's buffer,
- * reduced straight from the ring (no copy first) or staged. Frames start
- * 8-byte aligned (each is padded), so reductions read aligned elements.
+ * reduced straight from the ring (no copy first) or held as an early
+ * frame. Frames start 8-byte aligned (each is padded), so reductions
+ * read aligned elements.
  *
  * Waking. The loop reads the rings before it blocks (a prepare handle):
  * it flags its inbox asleep, looks again, and only then blocks in epoll
@@ -35,8 +36,8 @@
  * bytes (256 KiB) is not copied into the ring: the ring carries its header
  * and a descriptor (where the payload lies in the sender, the transfer's
  * number), and the receiver reads the payload with process_vm_readv
- * straight into the receive's buffer (or its stage, or a small scratch it
- * reduces from), in 1 MiB steps. One copy instead of two, and the sender's
+ * straight into the receive's buffer (or its early frame, or a small
+ * scratch it reduces from), in 1 MiB steps. One copy instead of two, and the sender's
  * CPU is free. The receiver acknowledges through the ring's header; the
  * send completes then, and the sender's later frames to that peer wait for
  * it. Whether a rank may read a peer's memory is tried at the exchange
@@ -720,7 +721,7 @@ static int64_t cma_step(peer_t *p) {
   if (n > CMA_STEP) n = CMA_STEP;
   switch (rx->rstate) {
   case RS_DIRECT: dst = rx->cur_op->buf + rx->cur_got; break;
-  case RS_STAGE: dst = rx->cur_stage->data + rx->cur_got; break;
+  case RS_EARLY: dst = rx->cur_early->data + rx->cur_got; break;
   case RS_REDUCE:
     if (p->net->shm->scratch == NULL) {
       p->net->shm->scratch = uvccl__malloc(CMA_SCRATCH);
@@ -847,8 +848,8 @@ static int consume(peer_t *p) {
         uvccl__par_memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr,
                           (size_t)take);
       break;
-    case RS_STAGE:
-      uvccl__par_memcpy(p->srx.cur_stage->data + p->srx.cur_got, ptr,
+    case RS_EARLY:
+      uvccl__par_memcpy(p->srx.cur_early->data + p->srx.cur_got, ptr,
                         (size_t)take);
       break;
     case RS_REDUCE: {
@@ -1236,7 +1237,7 @@ void uvccl__shm_peer_down(peer_t *p) {
   int i;
   p->srx.rstate = RS_HDR;
   p->srx.cur_op = NULL;
-  p->srx.cur_stage = NULL;
+  p->srx.cur_early = NULL;
   p->srx_pad = 0;
   if (sn == NULL) return;
   if (p->shm_rx) {
