@@ -53,7 +53,9 @@ endif
 CUDA_STAMP := $(BUILD)/cuda-mode
 $(shell mkdir -p $(BUILD) && (echo '$(CUDA_MODE)' | cmp -s - $(CUDA_STAMP) || echo '$(CUDA_MODE)' > $(CUDA_STAMP)))
 
-LIB_SRCS  := $(sort $(wildcard src/loop/*.c src/tls/*.c src/diag/*.c src/store/*.c src/coll/*.c src/gpu/*.c))
+# One folder a layer, lowest first (README, "Layout").
+LIB_DIRS  := loop reduce tls store boot diag cuda cpu/xport cpu/live cpu/algo cpu nccl pg
+LIB_SRCS  := $(sort $(wildcard $(LIB_DIRS:%=src/%/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOLS     := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
@@ -137,7 +139,7 @@ $(BUILD)/%.o: %.c | deps
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
-$(filter $(BUILD)/src/gpu/%,$(LIB_OBJS)): $(CUDA_STAMP)
+$(filter $(BUILD)/src/cuda/% $(BUILD)/src/nccl/%,$(LIB_OBJS)): $(CUDA_STAMP)
 
 # Test doubles of libcudart and libnccl (t/fake/), loaded by the GPU tests
 # through UVCCL_CUDART / UVCCL_NCCL. Built without sanitizers: they are

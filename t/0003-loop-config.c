@@ -8,7 +8,7 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "loop/internal.h"
-#include "coll/internal.h"
+#include "cpu/internal.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -108,7 +108,7 @@ static int scan_file(const char *path, const struct stat *st, int kind,
     }
   }
   if (in_lib && !ends_with(rel, "loop/config.c") &&
-      !ends_with(rel, "coll/bootenv.c")) {
+      !ends_with(rel, "boot/bootenv.c")) {
     for (p = strstr(text, "getenv("); p != NULL; p = strstr(p + 1, "getenv(")) {
       if (p[7] != '"' && p[7] != ')' && p > text &&
           (p[-1] == ' ' || p[-1] == '(' ||

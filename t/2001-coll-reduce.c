@@ -8,7 +8,7 @@
  * (and no bit tricks) with the library. */
 #include "tap.h"
 #include "uvccl.h"
-#include "coll/reduce.h"
+#include "reduce/reduce.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,9 +1,9 @@
-/* Group bootstrap helpers (src/coll/bootenv.c): launcher environments and
+/* Group bootstrap helpers (src/boot/bootenv.c): launcher environments and
  * their error messages, init URLs, NCCL-style interface lists, and local
  * address selection (loopback only: nothing is sent anywhere). */
 #include "tap.h"
 
-#include "coll/bootenv.h"
+#include "boot/bootenv.h"
 #include "uvccl.h"
 
 #include <arpa/inet.h>

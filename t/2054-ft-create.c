@@ -15,6 +15,9 @@
  *   k) UVCCL_TRANSPORT=udp: uvccl_pg_init fails at once with UV_EINVAL,
  *      the log naming the variable and what it takes (no guess at a
  *      transport).
+ *   l) a backend this build does not know (7): uvccl_pg_init and
+ *      uvccl_pg_init_url fail at once with UV_EINVAL, no callback; calls
+ *      on a group never made (zeroed) are refused, whatever its backend_.
  * In separate processes (env://):
  *   h) WORLD_SIZE 2 vs 3 (the issue's reproduction: a double free then);
  *   i) one rank of 2 whose MASTER_PORT has no store, --timeout-like 2 s
@@ -115,6 +118,38 @@ static void test_bad_transport(void) {
      "k: UVCCL_TRANSPORT=udp: uvccl_pg_init fails at once (%s), no "
      "callback; the log names the variable: %s", uvccl_err_name(rc), logbuf);
   ok(strstr(logbuf, "holds") == NULL, "k: and says no default holds");
+  uvccl_store_close(&st, store_closed);
+  uv_run(&L, UV_RUN_NOWAIT);
+}
+
+static void test_bad_backend(void) {
+  uvccl_store_t st;
+  uvccl_pg_t gp, zero;
+  uvccl_work_t w = {0}, w2 = {0};
+  uvccl_pg_options_t o;
+  uvccl_pg_failure_t f;
+  int rc, rc2;
+  uvccl_hash_store_init(&L, &st);
+  memset(&o, 0, sizeof(o));
+  o.rank = 0;
+  o.size = 2;
+  o.backend = 7;
+  rc = uvccl_pg_init(&L, &gp, &st, &o, &w, NULL);
+  rc2 = uvccl_pg_init_url(&L, &gp, "tcp://127.0.0.1:1?rank=0&world_size=2",
+                          &o, &w2, NULL);
+  ok(rc == UV_EINVAL && rc2 == UV_EINVAL && w.state == UVCCL_WORK_IDLE &&
+         w2.state == UVCCL_WORK_IDLE,
+     "l: backend 7: uvccl_pg_init %s, uvccl_pg_init_url %s, no callback",
+     uvccl_err_name(rc), uvccl_err_name(rc2));
+  memset(&zero, 0, sizeof(zero));
+  rc = uvccl_pg_get_failure(&zero, &f);
+  zero.backend_ = 7;
+  rc2 = uvccl_allreduce(&zero, &w, &f, &f, 1, UVCCL_FLOAT32, UVCCL_SUM, NULL);
+  ok(rc == UV_EINVAL && rc2 == UV_EINVAL &&
+         uvccl_pg_global_rank(&zero, 0) == -1 &&
+         strcmp(uvccl_pg_peer_transport(&zero, 0), "?") == 0,
+     "l: a group never made is refused (get_failure %s, allreduce with "
+     "backend_ 7 %s)", uvccl_err_name(rc), uvccl_err_name(rc2));
   uvccl_store_close(&st, store_closed);
   uv_run(&L, UV_RUN_NOWAIT);
 }
@@ -401,7 +436,7 @@ int main(void) {
   only = getenv("UVCCL_T_ONLY");
   if (only == NULL || *only == '\0') {
     only = NULL;
-    plan(2 + 2 + 2 + 4 + 3 + 1 + 4 + 1 + 2 + 2 + 2 + 1);
+    plan(2 + 2 + 2 + 4 + 3 + 1 + 4 + 1 + 2 + 2 + 2 + 2 + 1);
   }
   if (!only || strchr(only, 'a')) test_unreachable();
   if (!only || strchr(only, 'b')) test_missing();
@@ -411,6 +446,7 @@ int main(void) {
   if (!only || strchr(only, 'f')) test_outside();
   if (!only || strchr(only, 'g')) test_stray();
   if (!only || strchr(only, 'k')) test_bad_transport();
+  if (!only || strchr(only, 'l')) test_bad_backend();
   if (!only || strchr(only, 'h')) test_procs_mismatch();
   if (!only || strchr(only, 'i')) test_procs_nostore();
   if (!only || strchr(only, 'j')) {

@@ -12,7 +12,7 @@
 #include "world.h"
 #include "logcap.h"
 #include "loop_helpers.h"
-#include "coll/internal.h"
+#include "cpu/internal.h"
 
 #include <string.h>
 #include <unistd.h>

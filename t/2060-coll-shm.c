@@ -1,4 +1,4 @@
-/* Ranks of one host talk through shared memory (src/coll/shm.c):
+/* Ranks of one host talk through shared memory (src/cpu/xport/shm.c):
  *   a) worlds of 2, 3, 4 and 8 processes: every rank reaches every other
  *      through "shm" (uvccl_pg_peer_transport), its inbox is an anonymous
  *      memfd, and allreduce (float32 SUM past the rings' size, int64 MAX,
@@ -24,7 +24,7 @@
  *      reaches 0.8 of memcpy's speed, with more ranks than CPUs too);
  *   (a, b and f set UVCCL_SHM_CMA=0: the rings carry every byte)
  *   j) a) at 2 and b) at 4 (rank 3 on TCP) with the helper thread on
- *      (UVCCL_SHM_HELPER=1, src/coll/par.c: half of each large copy and
+ *      (UVCCL_SHM_HELPER=1, src/cpu/par.c: half of each large copy and
  *      reduction through the rings on a second thread), single copy off:
  *      every rank says it runs it, every result exact;
  *   k) a) at 3 and b) at 4 (rank 3 on TCP, the helper on) with every
@@ -37,7 +37,7 @@
  *      one; such races are timing-dependent: t/2057's sweeps at 3 and 5
  *      ranks found the one fixed in shm_seg.c's publish, this did not).
  *   i) boxes (small collectives and barriers of a world linked through
- *      shared memory, one round, src/coll/shm.c) at 2, 3, 4 and 8 ranks:
+ *      shared memory, one round, src/cpu/xport/shm.c) at 2, 3, 4 and 8 ranks:
  *      every rank says it takes them; float32 SUM of 1, 7 and 256
  *      elements (the largest a box holds) is bitwise the fold of every
  *      rank's input in rank order, 257 (messages again) within rounding,

@@ -24,7 +24,7 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "world.h"
-#include "coll/internal.h"
+#include "cpu/internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Sparse worlds: a bootstrap that scales (src/coll/pg.c's O(log N) store
+/* Sparse worlds: a bootstrap that scales (src/cpu/pg.c's O(log N) store
  * traffic, net.c's lazy connections, live.c's overlay of monitor links).
  *   a) a world of 256 processes on this host (96 under the sanitizers),
  *      created from env:// through uvccl-run: allreduce int64 SUM, a

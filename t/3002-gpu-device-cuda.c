@@ -5,8 +5,8 @@
  * when the blocked op started. The fake-runtime twin is 3002-gpu-device. */
 #include "tap.h"
 #include "uvccl.h"
-#include "gpu/cuda_api.h"
-#include "gpu/gpu.h"
+#include "cuda/cuda_api.h"
+#include "cuda/gpu.h"
 
 #define NOPS 2000
 #define CHUNK 256

@@ -1,4 +1,4 @@
-/* The GPU thread and its clients (src/gpu/device.c), against the fake
+/* The GPU thread and its clients (src/cuda/device.c), against the fake
  * CUDA runtime: thousands of queued copies (done() exactly once, on the
  * loop, in stream order, never inside submit, exact results), timeouts
  * measured from when the work starts on the GPU, fail_all while the GPU is
@@ -6,8 +6,8 @@
  * issue() answering AGAIN, and the GPU-done -> done() latency. */
 #include "tap.h"
 #include "uvccl.h"
-#include "gpu/cuda_api.h"
-#include "gpu/gpu.h"
+#include "cuda/cuda_api.h"
+#include "cuda/gpu.h"
 #include "fake/fake.h"
 
 #include <stdint.h>

@@ -8,7 +8,7 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "gpu.h"
-#include "gpu/nccl.h" /* uvccl__nccl_debug_block_next */
+#include "nccl/nccl.h" /* uvccl__nccl_debug_block_next */
 
 #include <dlfcn.h>
 #include <sys/wait.h>

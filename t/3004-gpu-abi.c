@@ -9,8 +9,8 @@
  * here would otherwise show only on a GPU machine. */
 #include "tap.h"
 #include "uvccl.h"
-#include "gpu/cuda_api.h"
-#include "gpu/nccl_api.h"
+#include "cuda/cuda_api.h"
+#include "nccl/nccl_api.h"
 
 #include <limits.h>
 #include <stddef.h>

@@ -10,9 +10,9 @@
 #include "tap.h"
 #include "uvccl.h"
 #include "gpu.h"
-#include "gpu/cuda_api.h"
-#include "gpu/nccl.h"
-#include "gpu/nccl_api.h"
+#include "cuda/cuda_api.h"
+#include "nccl/nccl.h"
+#include "nccl/nccl_api.h"
 
 #include <time.h>
 

@@ -1,6 +1,6 @@
 /* bench/coll/cma_copy.c - what a single copy through process_vm_readv
  * costs on this machine next to memcpy: the question behind
- * UVCCL_SHM_CMA (src/coll/shm.c) and Open MPI vader's single copy.
+ * UVCCL_SHM_CMA (src/cpu/xport/shm.c) and Open MPI vader's single copy.
  *
  * A child holds a source buffer; the parent reads it with
  * process_vm_readv in steps (as uvccl's receiver does, 1 MiB), then

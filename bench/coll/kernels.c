@@ -7,7 +7,7 @@
  *   gcc -std=gnu11 -O2 -Iinclude -Isrc -o build/bench-kernels bench/coll/kernels.c build/libuvccl.a -luv -lpthread -lm
  * Run: build/bench-kernels [reps]
  */
-#include "coll/reduce.h"
+#include "reduce/reduce.h"
 #include "uvccl.h"
 
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #             the like-for-like of Gloo's (PyTorch's is in place only)
 #   uvccl-tcp, uvccl-tcp-bp  uvccl and uvccl-bp with UVCCL_TRANSPORT=tcp:
 #             loopback TCP only, as between hosts (ranks of one host
-#             otherwise talk through shared memory, src/coll/shm.c)
+#             otherwise talk through shared memory, src/cpu/xport/shm.c)
 #   gloo      /usr/bin/python3 bench/coll/gloo_bench.py --world W (PyTorch
 #             1.13's Gloo, TCPStore rendezvous, GLOO_SOCKET_IFNAME=lo)
 #   mpi-tcp   Open MPI, pml ob1, btl self,tcp on lo: a socket peer

@@ -12,9 +12,9 @@
  * Prints a table; exits 0 with "no CUDA device" where there is none. See
  * README.md for the build line. */
 #include "uvccl.h"
-#include "gpu/cuda_api.h"
-#include "gpu/nccl.h"
-#include "gpu/nccl_api.h"
+#include "cuda/cuda_api.h"
+#include "nccl/nccl.h"
+#include "nccl/nccl_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

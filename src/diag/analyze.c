@@ -2,7 +2,7 @@
 #include "analyze.h"
 #include "fingerprint.h"
 #include "uvccl.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

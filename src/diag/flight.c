@@ -1,6 +1,6 @@
 /* The flight recorder's ring and group records (see flight.h). */
 #include "flight.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <stdio.h>
 #include <string.h>

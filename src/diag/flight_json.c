@@ -2,7 +2,7 @@
  * "uvccl-flight-recorder", version 1; docs/trace-format.md), to a buffer
  * or a file, on demand or on an error (UVCCL_TRACE_DIR). */
 #include "flight.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

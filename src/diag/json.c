@@ -1,6 +1,6 @@
 /* A small JSON reader (see json.h): recursive descent over a buffer. */
 #include "json.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <errno.h>
 #include <math.h>

@@ -16,7 +16,7 @@
  * unreferenced, so it never keeps a loop alive. */
 #include "trace_watch.h"
 #include "flight.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Shared-secret authentication of connections (see auth.h). The crypto
  * is OpenSSL's libcrypto: SHA-256, HMAC, RAND_bytes, CRYPTO_memcmp. */
 #include "auth.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Mutual authentication of connections by a shared secret (no I/O: the
- * store's server and client, the mesh (coll/net.c) and the liveness links
- * (coll/live.c) drive it; fuzzed).
+ * store's server and client, the mesh (cpu/xport/net.c) and the liveness links
+ * (cpu/live/live.c) drive it; fuzzed).
  *
  * The store's exchange, before anything else on a connection:
  *   client -> server  HELLO     "UVCCLAU1" | Nc (32 random bytes)

@@ -26,7 +26,7 @@
  * nothing else was sent between. */
 #include "internal.h"
 #include "auth.h"
-#include "../tls/tls.h"
+#include "tls/tls.h"
 #include "proto.h"
 
 #include <stdio.h>

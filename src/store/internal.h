@@ -2,7 +2,7 @@
 #ifndef UVCCL_STORE_INTERNAL_H
 #define UVCCL_STORE_INTERNAL_H
 
-#include "../loop/internal.h"
+#include "loop/internal.h"
 #include "auth.h"
 
 /* Operations, numbered as the newer PyTorch dialect numbers them. */

@@ -27,7 +27,7 @@
  * from the waiter itself: kv keeps a set of the waiter pointers it holds
  * (from wait_begin until wake, cancel or a wait_end with nothing missing). */
 #include "kv.h"
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
 #include "auth.h"
 #include "kv.h"
 #include "proto.h"
-#include "../tls/tls.h"
+#include "tls/tls.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -18,10 +18,10 @@
  *    close_notify and back as EOF.
  * Nothing here writes with write(): sends use MSG_NOSIGNAL, so no
  * SIGPIPE, whatever the peer does. */
-#ifndef UVCCL_TLS_H
-#define UVCCL_TLS_H
+#ifndef UVCCL_TLS_TLS_H
+#define UVCCL_TLS_TLS_H
 
-#include "../loop/internal.h"
+#include "loop/internal.h"
 
 #include <sys/socket.h>
 
