@@ -904,6 +904,15 @@ uint32_t uvccl__child_gid(uint32_t parent, uint32_t n, int color);
 #define UVCCL__EARLY_LIMIT ((uint64_t)1 << 30)
 #define UVCCL__PREMUL_BASE 0x100 /* custom PREMUL_SUM op ids */
 
+/* ---- between a group's creation (create.c) and its life after (pg.c) ---- */
+
+/* Calls fn(arg) from the loop soon, never inside the caller. */
+int uvccl__pg_defer_call(uv_loop_t *loop, void (*fn)(void *), void *arg);
+/* Fails the group's creation if it is still under way. */
+void uvccl__pg_boot_cancel(group_t *g);
+/* The group's last schedule is gone (destruction waits for it). */
+void uvccl__pg_group_sched_gone(group_t *g);
+
 /* ---- the CPU backend's entry points (backend.c puts them in its table) ---- */
 
 int uvccl__cpu_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,

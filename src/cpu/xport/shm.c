@@ -73,50 +73,8 @@
  * not); after the barrier each reads every peer's word, and boxes are on
  * only if all said yes. A rank missing a link says no, and every rank
  * either misses a link itself or reads that no. */
-#include "cpu/internal.h"
-#include "cpu/par.h"
+#include "shm.h"
 
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-typedef struct uvccl__shm_net_s {
-  uvccl__shm_inbox_t ib;
-  uv_prepare_t prep;
-  uv_check_t check;
-  uv_poll_t bell;
-  uv_timer_t defer;      /* gives lost sends back from the loop */
-  int nopen;             /* handles open */
-  int started;
-  int closed;            /* uvccl__shm_net_close ran */
-  int *rx;               /* world ranks read through shared memory */
-  int nrx;
-  uint64_t nqueued;      /* sends waiting for room, all peers */
-  sop_list_t lost;       /* sends a dead peer will never take */
-  uint64_t cma_min;      /* single copy from this size (0: off) */
-  int cma_auto;          /* on or off when first wanted (cma_auto_decide) */
-  char *scratch;         /* single-copy reductions read into this */
-  /* Boxes (below): the world's small collectives started here, the
-   * number of the next to post, whether it is posted, our own part. */
-  sop_list_t boxq;
-  uint64_t box_next;
-  int box_posted;
-  int box_pumping;
-  char box_own[UVCCL__SHM_BOX_MAX];
-} shm_net_t;
-
-#define SHM_PUBLISH_EVERY (256u * 1024)
-#define SHM_DEFAULT_RING (1024u * 1024)
-#define CMA_STEP (1024u * 1024)       /* one process_vm_readv */
-#define CMA_SCRATCH (128u * 1024)     /* a reduction's step (stays in cache) */
-/* The least a step moves when the turn is spent (turn.c): each peer's
- * ring and queue advance by at least this much a turn. */
-#define SHM_STEP (64u * 1024)
-#define CMA_REVOKE_MS 200
-
-static uint64_t pad8(uint64_t len) { return (8 - len % 8) % 8; }
 
 /* 1 when $UVCCL_TRANSPORT asks for TCP only ("tcp"; "shm", "auto" or
  * unset: shared memory with the ranks of this host), UV_EINVAL (err says
@@ -139,7 +97,7 @@ static void on_prepare(uv_prepare_t *h);
 static void on_check(uv_check_t *h);
 static void on_bell(uv_poll_t *h, int status, int events);
 static void on_defer(uv_timer_t *t);
-static int box_pump(net_t *net);
+int uvccl__shm_box_pump(net_t *net);
 static int box_ready(net_t *net);
 
 int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
@@ -159,8 +117,8 @@ int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
   sn = uvccl__calloc(1, sizeof(*sn));
   if (sn == NULL) return UV_ENOMEM;
   /* UVCCL_SHM_CMA: single copy "1" on, "0" off, "auto" (the default) on
-   * where it pays (cma_auto_decide); its threshold UVCCL_SHM_CMA_MIN, in
-   * bytes. */
+   * where it pays (cma_auto_decide); its threshold
+   * UVCCL_SHM_CMA_MIN, in bytes. */
   {
     int cma; /* 0 auto, 1 "0" (off), 2 "1" (on) */
     uint64_t min;
@@ -220,7 +178,9 @@ static void shm_start(net_t *net) {
   uv_poll_start(&sn->bell, UV_READABLE, on_bell);
 }
 
-int uvccl__shm_active(net_t *net) { return net->shm != NULL && net->shm->nrx > 0; }
+int uvccl__shm_active(net_t *net) {
+  return net->shm != NULL && net->shm->nrx > 0;
+}
 
 void uvccl__shm_peer_up(peer_t *p) {
   net_t *net = p->net;
@@ -333,614 +293,6 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
     if (p->state != PEER_UP) return;
     uvccl__net_check_ready(net);
   }
-}
-
-/* ---- sending ---------------------------------------------------------------- */
-
-static const char zeros[8];
-
-/* Copies more of op's frame into the ring: 1 when all of it is in, 0
- * when the ring is full or the turn spent (after a first step), -1 when
- * the ring is corrupted. A sent op counts its frame's bytes in got; a
- * detached one (s == NULL) holds the rest of its frame as raw bytes in
- * buf. */
-static int tx_fill(uvccl__shm_out_t *o, sop_t *op, uvccl__turn_t *turn) {
-  uint64_t total = op->s == NULL ? op->len
-                                 : UVCCL__FRAME_HDR + op->len + pad8(op->len);
-  uint64_t since = 0, start = op->got;
-  int64_t space = 0;
-  while (op->got < total) {
-    const char *src;
-    uint64_t n;
-    if (op->got != start && uvccl__turn_spent(turn)) break;
-    if (space == 0) {
-      space = uvccl__shm_space(o);
-      if (space < 0) return -1;
-      if (space == 0) break;
-    }
-    if (op->s == NULL) {
-      src = op->buf + op->got;
-      n = total - op->got;
-    } else if (op->got < UVCCL__FRAME_HDR) {
-      src = (const char *)op->hdr + op->got;
-      n = UVCCL__FRAME_HDR - op->got;
-    } else if (op->got < UVCCL__FRAME_HDR + op->len) {
-      src = op->buf + (op->got - UVCCL__FRAME_HDR);
-      n = UVCCL__FRAME_HDR + op->len - op->got;
-    } else {
-      src = zeros;
-      n = total - op->got;
-    }
-    if (n > (uint64_t)space) n = (uint64_t)space;
-    if (n > SHM_PUBLISH_EVERY) n = SHM_PUBLISH_EVERY;
-    n = uvccl__turn_piece(turn, (size_t)n, SHM_STEP);
-    uvccl__shm_put(o, src, (size_t)n);
-    uvccl__turn_charge(turn, (size_t)n);
-    op->got += n;
-    space -= (int64_t)n;
-    since += n;
-    /* Large frames: the consumer starts on the first part while this
-     * copies the next. */
-    if (since >= SHM_PUBLISH_EVERY) {
-      uvccl__shm_publish(o);
-      since = 0;
-    }
-  }
-  uvccl__shm_publish(o);
-  return op->got == total;
-}
-
-/* A reduction out of a ring, in parts (par.c): the kernels touch only
- * [off, off + n) of the op's buffers. */
-typedef struct {
-  net_t *net;
-  sop_t *op;
-  size_t at;
-  const char *in;
-} reduce_job_t;
-
-static void reduce_part(void *ctx, size_t off, size_t n) {
-  reduce_job_t *j = ctx;
-  j->net->up->reduce_in(j->op, j->at + off, j->in + off, n);
-}
-
-static void ring_corrupt(peer_t *p) {
-  uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "its shared-memory ring "
-                       "holds impossible indices (memory corrupted)");
-}
-
-/* A large frame goes as its header and a descriptor: 2 when they are in
- * the ring (the receiver now reads the payload; the send completes at its
- * acknowledgement), 0 when the ring has no room for them yet. */
-static int tx_cma(peer_t *p, sop_t *op) {
-  unsigned char d[UVCCL__FRAME_HDR + UVCCL__CMA_DESC];
-  uint64_t addr = (uint64_t)(uintptr_t)op->buf, seq = p->cma_seq + 1;
-  int64_t space = uvccl__shm_space(p->shm_out);
-  if (space < 0) return -1;
-  if (space < (int64_t)sizeof(d)) return 0;
-  memcpy(d, op->hdr, UVCCL__FRAME_HDR);
-  d[1] |= UVCCL__FRAME_F_CMA; /* frame_hdr_t.flags */
-  memcpy(d + UVCCL__FRAME_HDR, &addr, 8);
-  memcpy(d + UVCCL__FRAME_HDR + 8, &seq, 8);
-  p->cma_seq = seq;
-  p->cma_op = op;
-  p->cma_wait = 1;
-  op->writing = 1;
-  uvccl__shm_put(p->shm_out, d, sizeof(d));
-  uvccl__shm_publish(p->shm_out);
-  return 2;
-}
-
-/* UVCCL_SHM_CMA=auto, the first time a frame could go as a single copy:
- * whether to. The ring costs two copies that overlap (the sender fills
- * while the receiver empties), so it moves data at about memcpy's speed,
- * and single copy pays only where process_vm_readv comes close to that
- * (CMA_AUTO_RATIO). That holds with more ranks than CPUs too: at 4 ranks
- * on 2 CPUs, where process_vm_readv runs at 0.3-0.5 of memcpy, single
- * copy was slower in 13 of 16 cells of 256 KiB-16 MiB allreduce,
- * allgather, reduce_scatter and broadcast, down to 0.26x the rings'
- * bandwidth (bench/RESULTS.md), against the guess that one copy instead
- * of two pays from half memcpy's speed there. Measured once a process,
- * on a thread of its own (about a millisecond the loop does not wait
- * for: frames take the ring meanwhile), decided once a net when it is
- * in. */
-#define CMA_AUTO_RATIO 0.8
-enum { CMA_UNMEASURED, CMA_MEASURING, CMA_MEASURED };
-static _Atomic int cma_state;
-static int cma_refused;
-static double cma_gbps, cpy_gbps;
-
-static void *cma_measure(void *arg) {
-  (void)arg;
-  cma_refused = uvccl__shm_cma_speed(&cma_gbps, &cpy_gbps);
-  atomic_store_explicit(&cma_state, CMA_MEASURED, memory_order_release);
-  return NULL;
-}
-
-/* 1 once the figures are in; the first call starts their measurement. */
-static int cma_measured(void) {
-  int st = atomic_load_explicit(&cma_state, memory_order_acquire);
-  if (st == CMA_UNMEASURED &&
-      atomic_compare_exchange_strong(&cma_state, &st, CMA_MEASURING)) {
-    pthread_t t;
-    pthread_attr_t a;
-    sigset_t all, old;
-    int rc;
-    /* every signal blocked in it: the host's signals stay the host's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&t, &a, cma_measure, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-      cma_refused = -rc;
-      atomic_store_explicit(&cma_state, CMA_MEASURED, memory_order_release);
-    }
-    return 0;
-  }
-  return st == CMA_MEASURED;
-}
-
-static void cma_auto_decide(net_t *net) {
-  shm_net_t *sn = net->shm;
-  double ratio;
-  int over;
-  sn->cma_auto = 0;
-  if (cma_refused != 0) {
-    sn->cma_min = 0;
-    LOG_INFO("coll", "rank %d: single copy off: process_vm_readv on itself "
-             "failed (%s)", net->rank, uv_strerror(cma_refused));
-    return;
-  }
-  over = uvccl__net_oversubscribed(net);
-  ratio = cma_gbps / cpy_gbps;
-  if (ratio < CMA_AUTO_RATIO) sn->cma_min = 0;
-  LOG_INFO("coll", "rank %d: single copy %s: process_vm_readv copies %.2f "
-           "GB/s, memcpy %.2f (ratio %.2f; on from %.2f, %s)", net->rank,
-           sn->cma_min ? "on" : "off", cma_gbps, cpy_gbps, ratio,
-           CMA_AUTO_RATIO,
-           over ? "more ranks than CPUs" : "a CPU a rank");
-}
-
-/* 1 when op goes to p as a single copy. */
-static int use_cma(peer_t *p, const sop_t *op) {
-  shm_net_t *sn = p->net->shm;
-  if (!p->cma_tx || sn->cma_min == 0 || op->s == NULL ||
-      op->len < sn->cma_min || op->got != 0)
-    return 0;
-  if (sn->cma_auto) {
-    if (!cma_measured()) return 0; /* the ring until the figures are in */
-    cma_auto_decide(p->net);
-    return sn->cma_min != 0 && op->len >= sn->cma_min;
-  }
-  return 1;
-}
-
-/* The next frame into the ring: 1 all in (the send is done), 2 in as a
- * descriptor (done at its acknowledgement), 0 not (all) in yet, -1 a
- * corrupted ring. */
-static int tx_frame(peer_t *p, sop_t *op) {
-  if (use_cma(p, op)) return tx_cma(p, op);
-  return tx_fill(p->shm_out, op, &p->net->turn);
-}
-
-int uvccl__shm_send(peer_t *p, sop_t *op) {
-  op->got = 0;
-  /* (the turn spent: queued, and pumped in a later one) */
-  if (p->shm_sendq.head == NULL && !p->cma_wait &&
-      !uvccl__turn_spent(&p->net->turn)) {
-    int r = tx_frame(p, op);
-    if (r < 0) {
-      ring_corrupt(p);
-      return UVCCL_EPEER;
-    }
-    if (r == 1) return 1;
-    if (r == 2) return 0;
-  }
-  op->writing = 1;
-  sop_list_push(&p->shm_sendq, op);
-  p->net->shm->nqueued++;
-  return 0;
-}
-
-/* The receiver finished the transfer: its send completes (or, orphaned,
- * the copy goes), and later frames may go. 1 when it did. */
-static int cma_acked(peer_t *p) {
-  sop_t *op = p->cma_op;
-  uint64_t acked;
-  if (!p->cma_wait) return 0;
-  acked = atomic_load_explicit(&p->shm_out->ring->cma_acked,
-                               memory_order_acquire);
-  if (acked != p->cma_seq) return 0;
-  p->cma_wait = 0;
-  p->cma_op = NULL;
-  uvccl__free(p->cma_ghost);
-  p->cma_ghost = NULL;
-  if (op != NULL) {
-    op->writing = 0;
-    p->net->up->op_done(op);
-  }
-  return 1;
-}
-
-/* Moves what is queued on the rings along; 1 when something moved. */
-static int pump(peer_t *p) {
-  net_t *net = p->net;
-  sop_t *op;
-  int moved = 0;
-  while ((op = p->shm_sendq.head) != NULL && p->shm_tx && !p->cma_wait) {
-    uint64_t before = op->got;
-    int r;
-    /* a step a turn at least; the rest in later turns (the queue keeps
-     * shm_ready saying so) */
-    if (moved && uvccl__turn_spent(&net->turn)) return moved;
-    r = tx_frame(p, op);
-    if (op->got != before) moved = 1;
-    if (r < 0) {
-      ring_corrupt(p);
-      return 1;
-    }
-    if (r == 0) {
-      if (uvccl__turn_spent(&net->turn)) return moved;
-      if (uvccl__shm_want_space(p->shm_out)) continue;
-      return moved;
-    }
-    sop_list_remove(&p->shm_sendq, op);
-    net->shm->nqueued--;
-    moved = 1;
-    if (r == 2) return 1; /* read by the receiver now; acknowledged later */
-    if (op->s == NULL) {
-      uvccl__free(op);
-      continue;
-    }
-    op->writing = 0;
-    net->up->op_done(op);
-    if (p->state != PEER_UP) return 1;
-  }
-  return moved;
-}
-
-/* The send being read is taken back (its work failed): the receiver
- * reads a copy from now on. The copy is published, then the transfer
- * revoked; a read under way (the receiver announced it before looking at
- * the revocation) still reads the caller's buffer, so this waits for it
- * to end: one system call of at most CMA_STEP bytes, unless the receiver
- * was stopped in between; then the buffer cannot be given back safely,
- * and the caller fails that peer. */
-static int cma_orphan(peer_t *p, sop_t *op) {
-  uvccl__shm_ring_hdr_t *ring = p->shm_out->ring;
-  uint64_t deadline;
-  char *copy = uvccl__malloc(op->len);
-  if (copy == NULL) return UV_ENOMEM;
-  memcpy(copy, op->buf, op->len);
-  atomic_store_explicit(&ring->cma_redirect, (uint64_t)(uintptr_t)copy,
-                        memory_order_relaxed);
-  atomic_store_explicit(&ring->cma_revoked, p->cma_seq, memory_order_seq_cst);
-  deadline = uv_hrtime() + (uint64_t)CMA_REVOKE_MS * 1000000;
-  while (atomic_load_explicit(&ring->cma_reading, memory_order_seq_cst) ==
-         p->cma_seq) {
-    if (uv_hrtime() > deadline) {
-      /* Kept: it may still read it. Freed with the peer. */
-      p->cma_ghost = copy;
-      return UV_EBUSY;
-    }
-  }
-  p->cma_ghost = copy;
-  p->cma_op = NULL;
-  op->writing = 0;
-  return 0;
-}
-
-int uvccl__shm_orphan(peer_t *p, sop_t *op) {
-  uint64_t total = UVCCL__FRAME_HDR + op->len + pad8(op->len), left, at;
-  sop_t *ghost;
-  char *d;
-  if (p->cma_op == op && p->cma_op != NULL) return cma_orphan(p, op);
-  if (op->list != &p->shm_sendq) return UV_ENOENT;
-  left = total - op->got;
-  ghost = uvccl__malloc(sizeof(*ghost) + (size_t)left);
-  if (ghost == NULL) return UV_ENOMEM;
-  memset(ghost, 0, sizeof(*ghost));
-  d = (char *)(ghost + 1);
-  /* The rest of the frame, byte for byte from where the ring stopped. */
-  for (at = op->got; at < total;) {
-    uint64_t n;
-    if (at < UVCCL__FRAME_HDR) {
-      n = UVCCL__FRAME_HDR - at;
-      memcpy(d, op->hdr + at, (size_t)n);
-    } else if (at < UVCCL__FRAME_HDR + op->len) {
-      n = UVCCL__FRAME_HDR + op->len - at;
-      memcpy(d, op->buf + (at - UVCCL__FRAME_HDR), (size_t)n);
-    } else {
-      n = total - at;
-      memset(d, 0, (size_t)n);
-    }
-    d += n;
-    at += n;
-  }
-  ghost->type = SOP_NOP;
-  ghost->buf = (char *)(ghost + 1);
-  ghost->len = (size_t)left;
-  /* in op's place in the queue */
-  ghost->prev = op->prev;
-  ghost->next = op->next;
-  ghost->list = op->list;
-  if (op->prev) op->prev->next = ghost;
-  else p->shm_sendq.head = ghost;
-  if (op->next) op->next->prev = ghost;
-  else p->shm_sendq.tail = ghost;
-  op->next = op->prev = NULL;
-  op->list = NULL;
-  op->writing = 0;
-  return 0;
-}
-
-/* ---- receiving ---------------------------------------------------------------- */
-
-static void cma_fail(peer_t *p, int err) {
-  char msg[160];
-  p->cma_rx = 0;
-  if (err == UV_ESRCH) {
-    /* Its process is gone (its connection's end may not be read yet). */
-    uvccl__net_peer_fail(p->net, p, UVCCL_EPEER, "its process exited or was "
-                         "killed (gone while its memory was read)");
-    return;
-  }
-  snprintf(msg, sizeof(msg), "reading a %llu-byte frame from its memory "
-           "failed: %s (a bad descriptor)",
-           (unsigned long long)p->srx.cur.len, uvccl_strerror(err));
-  uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, msg);
-}
-
-/* The transfer is read to the end: the sender hears it (its send
- * completes), and the frame is delivered. */
-static int cma_done(peer_t *p) {
-  p->cma_rx = 0;
-  atomic_store_explicit(&p->shm_in.ring->cma_acked, p->cma_rx_seq,
-                        memory_order_release);
-  uvccl__shm_nudge(p->shm_out);
-  if (p->srx.rstate == RS_DISCARD) {
-    p->srx.rstate = RS_HDR;
-    return 0;
-  }
-  return uvccl__net_frame_end(p, &p->srx);
-}
-
-/* One step of the frame being read from the sender's memory: the bytes
- * are announced (cma_reading) before the revocation is looked at, so a
- * sender taking its buffer back either is seen here or waits for this
- * read. Returns the bytes read, or -1 when the peer failed. */
-static int64_t cma_step(peer_t *p) {
-  uvccl__shm_ring_hdr_t *ring = p->shm_in.ring;
-  rx_t *rx = &p->srx;
-  uint64_t left = rx->cur.len - rx->cur_got, n = left, base = p->cma_rx_addr;
-  char *dst = NULL;
-  int rc = 0;
-  if (n > CMA_STEP) n = CMA_STEP;
-  switch (rx->rstate) {
-  case RS_DIRECT: dst = rx->cur_op->buf + rx->cur_got; break;
-  case RS_EARLY: dst = rx->cur_early->data + rx->cur_got; break;
-  case RS_REDUCE:
-    if (p->net->shm->scratch == NULL) {
-      p->net->shm->scratch = uvccl__malloc(CMA_SCRATCH);
-      if (p->net->shm->scratch == NULL) {
-        uvccl__net_peer_fail(p->net, p, UV_ENOMEM, "out of memory reading "
-                             "a frame");
-        return -1;
-      }
-    }
-    dst = p->net->shm->scratch;
-    if (n > CMA_SCRATCH) n = CMA_SCRATCH; /* a multiple of every dtype */
-    break;
-  default: n = left; break; /* RS_DISCARD: nothing read */
-  }
-  if (dst != NULL) {
-    atomic_store_explicit(&ring->cma_reading, p->cma_rx_seq,
-                          memory_order_seq_cst);
-    if (atomic_load_explicit(&ring->cma_revoked, memory_order_seq_cst) ==
-        p->cma_rx_seq)
-      base = atomic_load_explicit(&ring->cma_redirect, memory_order_relaxed);
-    rc = uvccl__shm_cma_read(p->cma_pid, dst, base + rx->cur_got, (size_t)n);
-    atomic_store_explicit(&ring->cma_reading, 0, memory_order_release);
-    if (rc != 0) {
-      cma_fail(p, rc);
-      return -1;
-    }
-    if (rx->rstate == RS_REDUCE)
-      p->net->up->reduce_in(rx->cur_op, (size_t)rx->cur_got, dst, (size_t)n);
-  }
-  rx->cur_got += n;
-  if (rx->cur_got == rx->cur.len && cma_done(p) != 0) return -1;
-  return (int64_t)n;
-}
-
-/* A frame header with the single-copy flag: its descriptor follows. 0 to
- * go on, 1 when the descriptor is not all in yet, -1 when the peer failed. */
-static int cma_begin(peer_t *p, const frame_hdr_t *h, int64_t avail) {
-  unsigned char d[UVCCL__FRAME_HDR + UVCCL__CMA_DESC];
-  if (p->cma_pid == 0 || h->len == 0 || h->flags != UVCCL__FRAME_F_CMA) {
-    uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "a single-copy frame it "
-                         "may not send (bad frame in its shared-memory ring)");
-    return -1;
-  }
-  if (avail < (int64_t)sizeof(d)) return 1;
-  uvccl__shm_copy_out(&p->shm_in, d, sizeof(d));
-  uvccl__shm_consume(&p->shm_in, sizeof(d));
-  memcpy(&p->cma_rx_addr, d + UVCCL__FRAME_HDR, 8);
-  memcpy(&p->cma_rx_seq, d + UVCCL__FRAME_HDR + 8, 8);
-  if (p->cma_rx_seq == 1)
-    LOG_DEBUG("coll", "rank %d: first single-copy frame from rank %d (%llu "
-              "bytes)", p->net->rank, p->rank, (unsigned long long)h->len);
-  if (uvccl__net_frame_begin(p, &p->srx, h) != 0) return -1;
-  p->cma_rx = 1;
-  return 0;
-}
-
-/* Reads what the peer's ring holds, at most a ring's worth (a producer
- * as fast as this reader must not keep the loop here) and what the turn
- * allows (a step at least); 1 when something moved. */
-static int consume(peer_t *p) {
-  uvccl__shm_in_t *in = &p->shm_in;
-  uvccl__turn_t *turn = &p->net->turn;
-  uint64_t released = in->head, start = in->head;
-  int moved = 0, stepped = 0;
-  while (p->shm_rx && p->state == PEER_UP && in->head - start < in->size) {
-    int64_t avail;
-    uint64_t left, take;
-    size_t contig;
-    const char *ptr;
-    if (stepped && uvccl__turn_spent(turn)) break;
-    if (p->cma_rx) {
-      int64_t n;
-      n = cma_step(p);
-      if (n < 0) return 1;
-      uvccl__turn_charge(turn, (size_t)n);
-      moved = stepped = 1;
-      continue;
-    }
-    avail = uvccl__shm_avail(in);
-    if (avail < 0) {
-      ring_corrupt(p);
-      return 1;
-    }
-    if (avail == 0) break;
-    if (p->srx_pad > 0) {
-      take = (uint64_t)avail < p->srx_pad ? (uint64_t)avail : p->srx_pad;
-      uvccl__shm_consume(in, (size_t)take);
-      p->srx_pad -= (uint32_t)take;
-      continue;
-    }
-    if (p->srx.rstate == RS_HDR) {
-      unsigned char hb[UVCCL__FRAME_HDR];
-      frame_hdr_t h;
-      if (p->paused || avail < UVCCL__FRAME_HDR) break;
-      uvccl__shm_copy_out(in, hb, sizeof(hb));
-      memcpy(&h, hb, sizeof(h));
-      if (h.kind != FRAME_COLL && h.kind != FRAME_P2P) {
-        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "bad frame in its "
-                             "shared-memory ring");
-        return 1;
-      }
-      if (h.flags != 0) {
-        int r = cma_begin(p, &h, avail);
-        if (r < 0) return 1;
-        if (r > 0) break; /* the descriptor is still on its way */
-        moved = 1;
-        continue;
-      }
-      uvccl__shm_consume(in, sizeof(hb));
-      moved = 1;
-      if (uvccl__net_frame_begin(p, &p->srx, &h) != 0) return 1;
-      continue;
-    }
-    left = p->srx.cur.len - p->srx.cur_got;
-    ptr = uvccl__shm_peek(in, (uint64_t)avail, &contig);
-    take = contig < left ? contig : left;
-    take = uvccl__turn_piece(turn, (size_t)take, SHM_STEP);
-    switch (p->srx.rstate) {
-    case RS_DIRECT:
-      if (p->srx.cur_op->s != NULL && p->srx.cur_op->s->stream)
-        uvccl__par_memcpy_stream(p->srx.cur_op->buf + p->srx.cur_got, ptr,
-                                 (size_t)take);
-      else
-        uvccl__par_memcpy(p->srx.cur_op->buf + p->srx.cur_got, ptr,
-                          (size_t)take);
-      break;
-    case RS_EARLY:
-      uvccl__par_memcpy(p->srx.cur_early->data + p->srx.cur_got, ptr,
-                        (size_t)take);
-      break;
-    case RS_REDUCE: {
-      sop_t *op = p->srx.cur_op;
-      size_t es = op->s->esize ? op->s->esize : 1;
-      uint64_t whole = take - take % es;
-      if (whole > 0) {
-        reduce_job_t j = {p->net, op, (size_t)p->srx.cur_got, ptr};
-        uvccl__par_run(reduce_part, &j, (size_t)whole, es);
-        take = whole;
-      } else {
-        /* One element across the ring's end, or not all of it here yet
-         * (then wait for the rest). */
-        uint64_t tmp[2];
-        if ((uint64_t)avail < es || es > sizeof(tmp)) take = 0;
-        else {
-          uvccl__shm_copy_out(in, tmp, es);
-          p->net->up->reduce_in(op, (size_t)p->srx.cur_got, tmp, es);
-          take = es;
-        }
-      }
-      break;
-    }
-    default: /* RS_DISCARD */
-      break;
-    }
-    if (take == 0) break;
-    uvccl__shm_consume(in, (size_t)take);
-    uvccl__turn_charge(turn, (size_t)take);
-    p->srx.cur_got += take;
-    moved = stepped = 1;
-    if (in->head - released >= in->size / 4) {
-      uvccl__shm_release(in, p->shm_out);
-      released = in->head;
-    }
-    if (p->srx.cur_got == p->srx.cur.len) {
-      p->srx_pad = (uint32_t)pad8(p->srx.cur.len); /* skipped next */
-      if (p->srx.rstate == RS_DISCARD) {
-        p->srx.rstate = RS_HDR;
-      } else if (uvccl__net_frame_end(p, &p->srx) != 0) {
-        return 1;
-      }
-    }
-  }
-  if (in->head != released && p->shm_rx) uvccl__shm_release(in, p->shm_out);
-  return moved;
-}
-
-void uvccl__shm_drain(peer_t *p) {
-  while (p->shm_rx && p->state == PEER_UP && consume(p)) {
-  }
-}
-
-/* Reads the rings whose producers said they moved (their dirty bits),
- * and moves blocked sends along. */
-int uvccl__shm_poll(net_t *net) {
-  shm_net_t *sn = net->shm;
-  uint32_t w, nw;
-  int i, moved = 0;
-  if (sn == NULL || net->closing || sn->nrx == 0) return 0;
-  if (sn->boxq.head != NULL) moved |= box_pump(net);
-  if (sn->nqueued > 0)
-    for (i = 0; i < sn->nrx; i++) {
-      peer_t *p = net->peers[sn->rx[i]];
-      if (p != NULL && p->shm_tx && p->shm_sendq.head != NULL)
-        moved |= pump(p);
-    }
-  nw = (sn->ib.nslots + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    uint64_t bits = uvccl__shm_take_dirty(&sn->ib, w);
-    while (bits != 0) {
-      int s = (int)(w * 64) + __builtin_ctzll(bits);
-      peer_t *p = s < net->size ? net->peers[s] : NULL;
-      bits &= bits - 1;
-      if (p == NULL || !p->shm_rx) continue; /* not linked: shm_link looks */
-      moved |= consume(p);
-      /* Stopped with bytes left (its share of this turn was used up):
-       * again next turn. Paused: uvccl__shm_kick when it resumes. */
-      if (p->shm_rx && p->state == PEER_UP &&
-          (p->cma_rx || (!p->paused && uvccl__shm_nonempty(&p->shm_in))))
-        uvccl__shm_mark_dirty(&sn->ib, (uint32_t)s);
-      /* Its acknowledgement of our transfer comes the same way. */
-      if (p->cma_wait && p->state == PEER_UP && cma_acked(p)) {
-        moved = 1;
-        if (p->shm_sendq.head != NULL) pump(p);
-      }
-      if (net->closing) return 1;
-    }
-  }
-  if (moved) uvccl__net_kick_spin(net);
-  return moved;
 }
 
 /* ---- boxes ------------------------------------------------------------------ */
@@ -1095,7 +447,7 @@ static sop_t *box_due(shm_net_t *sn) {
 
 /* Posts the due op, and finishes it (and the next) once every part is
  * here; 1 when one finished. */
-static int box_pump(net_t *net) {
+int uvccl__shm_box_pump(net_t *net) {
   shm_net_t *sn = net->shm;
   const char *parts[UVCCL__SHM_BOX_WORLD];
   int moved = 0;
@@ -1128,7 +480,7 @@ static int box_ready(net_t *net) {
 
 void uvccl__shm_box_start(net_t *net, sop_t *op) {
   sop_list_push(&net->shm->boxq, op);
-  box_pump(net);
+  uvccl__shm_box_pump(net);
 }
 
 void uvccl__shm_box_remove(net_t *net, sop_t *op) {
@@ -1165,7 +517,7 @@ static int shm_ready(net_t *net) {
   return 0;
 }
 
-/* ---- the loop ------------------------------------------------------------------ */
+/* ---- the loop ------------------------------------------------------------ */
 
 static void on_prepare(uv_prepare_t *h) {
   net_t *net = h->data;
@@ -1207,7 +559,7 @@ static void on_bell(uv_poll_t *h, int status, int events) {
   uvccl__turn_leave(&net->turn);
 }
 
-/* ---- failure and teardown --------------------------------------------------------- */
+/* ---- failure and teardown ------------------------------------------------ */
 
 static void flush_lost(net_t *net) {
   shm_net_t *sn = net->shm;

@@ -1,0 +1,550 @@
+/* The monitor's links: reading link frames (hello, heartbeats, failure
+ * notices, goodbyes) and connecting them, with TLS and authentication,
+ * retries and refusals logged at a bounded rate. */
+#include "monitor.h"
+
+/* ---- links: reading ------------------------------------------------------ */
+
+static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p);
+
+static void link_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
+  link_t *k = h->data;
+  (void)sz;
+  b->base = (char *)k->rbuf + k->rlen;
+  b->len = sizeof(k->rbuf) - k->rlen;
+}
+
+static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  link_t *k = s->data;
+  size_t pos = 0;
+  (void)b;
+  if (n == 0) return;
+  if (n < 0) {
+    uvccl__mon_link_broken(k, (int)n);
+    return;
+  }
+  k->last_rx = uvccl__now_ms();
+  k->rlen += (size_t)n;
+  while (k->tcp_open && k->rlen - pos >= LF_HDR) {
+    lf_hdr_t h;
+    memcpy(&h, k->rbuf + pos, LF_HDR);
+    if (h.len > LF_MAX_PAYLOAD) {
+      LOG_WARN("live", "rank %d: bad frame on the monitor link from %d: "
+               "closing it", k->l->rank, k->rank);
+      uvccl__mon_link_broken(k, UVCCL_EPROTO);
+      return;
+    }
+    if (k->rlen - pos < LF_HDR + (size_t)h.len) break;
+    on_frame(k, &h, k->rbuf + pos + LF_HDR);
+    pos += LF_HDR + h.len;
+  }
+  if (!k->tcp_open) return;
+  memmove(k->rbuf, k->rbuf + pos, k->rlen - pos);
+  k->rlen -= pos;
+}
+
+/* Refused monitor connections are logged, up to 10 a second. */
+static void refusal_log(uvccl__live_t *l, const char *why) {
+  uint64_t now = uvccl__now_ms();
+  if (now - l->refusal_log_ms >= 1000) {
+    if (l->refusals_logged > 10)
+      LOG_WARN("live", "rank %d: %d more monitor connections refused in the "
+               "last second", l->rank, l->refusals_logged - 10);
+    l->refusal_log_ms = now;
+    l->refusals_logged = 0;
+  }
+  if (++l->refusals_logged <= 10)
+    LOG_WARN("live", "rank %d: refusing a monitor connection: %s", l->rank,
+             why);
+}
+
+/* What both MACs cover besides the nonces (see net.c's mesh_purpose). */
+static void link_purpose(const lf_hdr_t *h, const wire_hello_t *hw,
+                         char *buf, size_t len) {
+  snprintf(buf, len, "live %u>%u %016llx %u", h->a, h->b,
+           (unsigned long long)hw->nonce, h->c);
+}
+
+/* A hello whose sender is known (proven, or no secret): checked, then
+ * the link is this rank's. */
+static void hello_accept(link_t *k, const lf_hdr_t *h,
+                         const wire_hello_t *hw) {
+  uvccl__live_t *l = k->l;
+  int from = (int)h->a;
+  char why[128];
+  if (hw->nonce != l->nonce || h->b != (uint32_t)l->rank ||
+      h->c != (uint32_t)l->size || from < 0 || from >= l->size ||
+      from == l->rank)
+    goto bad;
+  if ((l->links[from] != NULL && l->links[from]->state != LK_DOWN) ||
+      l->dead[from])
+    goto bad;
+  uv_timer_stop(&k->timer); /* the handshake deadline */
+  k->rank = from;
+  uv_mutex_lock(&l->lock);
+  l->links[from] = k;
+  uv_mutex_unlock(&l->lock);
+  uvccl__mon_link_up(k);
+  uvccl__mon_link_send(k, LF_ACK, 0, 0, 0, NULL, 0);
+  return;
+bad:
+  snprintf(why, sizeof(why), "hello from %u to %u, world %u", h->a, h->b,
+           h->c);
+  refusal_log(l, why);
+  uvccl__mon_link_close(k);
+}
+
+static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
+  size_t want = sizeof(hw) + (l->auth.set ? UVCCL__AUTH_NONCE : 0);
+  char purpose[96];
+  if (h->len != want) {
+    refusal_log(l, l->auth.set ? "no secret offered, or not a uvccl monitor"
+                               : "not a uvccl monitor");
+    uvccl__mon_link_close(k);
+    return;
+  }
+  memcpy(&hw, p, sizeof(hw));
+  if (hw.magic != LINK_MAGIC) {
+    refusal_log(l, "not a uvccl monitor");
+    uvccl__mon_link_close(k);
+    return;
+  }
+  if (!l->auth.set) {
+    hello_accept(k, h, &hw);
+    return;
+  }
+  /* Challenge it; nothing in the hello counts until it is proven. */
+  k->auth_hdr = *h;
+  k->auth_hello = hw;
+  memcpy(k->auth_nc, p + sizeof(hw), UVCCL__AUTH_NONCE);
+  if (uvccl__auth_random(k->auth_ns, sizeof(k->auth_ns)) != 0) {
+    uvccl__mon_link_close(k);
+    return;
+  }
+  {
+    uint8_t c[UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC];
+    link_purpose(h, &hw, purpose, sizeof(purpose));
+    memcpy(c, k->auth_ns, UVCCL__AUTH_NONCE);
+    uvccl__auth_mac(&l->auth, "server", purpose, k->auth_nc, k->auth_ns,
+                    c + UVCCL__AUTH_NONCE);
+    k->auth_step = 1;
+    uvccl__mon_link_send(k, LF_CHALLENGE, 0, 0, 0, c, sizeof(c));
+  }
+}
+
+/* Listener: the dialer's PROOF. */
+static void on_proof(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[96];
+  if (h->len != UVCCL__AUTH_MAC) {
+    refusal_log(k->l, "a malformed proof");
+    uvccl__mon_link_close(k);
+    return;
+  }
+  link_purpose(&k->auth_hdr, &k->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&k->l->auth, "client", purpose, k->auth_nc, k->auth_ns,
+                  want);
+  if (!uvccl__auth_equal(want, p, sizeof(want))) {
+    refusal_log(k->l, "authentication failed: wrong proof (another "
+                "secret)");
+    uvccl__mon_link_close(k);
+    return;
+  }
+  k->auth_step = 2;
+  hello_accept(k, &k->auth_hdr, &k->auth_hello);
+}
+
+/* Dialer: the listener's CHALLENGE; 0, or -1 when it did not prove the
+ * secret. */
+static int on_challenge(link_t *k, const lf_hdr_t *h,
+                        const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  uint8_t want[UVCCL__AUTH_MAC];
+  char purpose[96];
+  if (h->len != UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC) return -1;
+  memcpy(k->auth_ns, p, UVCCL__AUTH_NONCE);
+  link_purpose(&k->auth_hdr, &k->auth_hello, purpose, sizeof(purpose));
+  uvccl__auth_mac(&l->auth, "server", purpose, k->auth_nc, k->auth_ns, want);
+  if (!uvccl__auth_equal(want, p + UVCCL__AUTH_NONCE, sizeof(want)))
+    return -1;
+  uvccl__auth_mac(&l->auth, "client", purpose, k->auth_nc, k->auth_ns, want);
+  k->auth_step = 2;
+  uvccl__mon_link_send(k, LF_PROOF, 0, 0, 0, want, sizeof(want));
+  return 0;
+}
+
+/* Overlays: 1 the first time a notice arrives (it is then passed on to
+ * every other link), 0 for a repeat or our own coming back. */
+static int notice_first(uvccl__live_t *l, const wire_notice_t *w,
+                        const lf_hdr_t *h, const unsigned char *p,
+                        link_t *from) {
+  uint64_t key = 1469598103934665603ull;
+  int32_t parts[4];
+  int i, r;
+  parts[0] = w->what;
+  parts[1] = (int32_t)w->gid;
+  parts[2] = w->origin;
+  parts[3] = w->rank;
+  for (i = 0; i < 16; i++) {
+    key ^= ((const unsigned char *)parts)[i];
+    key *= 1099511628211ull;
+  }
+  if (w->origin == l->rank) return 0;
+  for (i = 0; i < l->nseen; i++)
+    if (l->seen[i] == key) return 0;
+  if (l->nseen == l->seencap) {
+    int cap = l->seencap ? 2 * l->seencap : 16;
+    uint64_t *n = uvccl__realloc(l->seen, (size_t)cap * sizeof(*n));
+    if (n == NULL) return 1; /* delivered, not remembered */
+    l->seen = n;
+    l->seencap = cap;
+  }
+  l->seen[l->nseen++] = key;
+  for (r = 0; r < l->size; r++) {
+    link_t *k = l->links[r];
+    if (k != NULL && k != from && k->state == LK_UP)
+      uvccl__mon_link_send(k, LF_NOTICE, h->a, h->b, h->c, p, h->len);
+  }
+  return 1;
+}
+
+static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
+  uvccl__live_t *l = k->l;
+  if (k->rank < 0) {
+    if (h->kind == LF_HELLO && k->auth_step == 0) on_hello(k, h, p);
+    else if (h->kind == LF_PROOF && k->auth_step == 1) on_proof(k, h, p);
+    else {
+      refusal_log(l, "not the handshake");
+      uvccl__mon_link_close(k);
+    }
+    return;
+  }
+  if (k->state == LK_CONNECTING) {
+    if (h->kind == LF_CHALLENGE && k->outgoing && l->auth.set &&
+        k->auth_step == 0) {
+      if (on_challenge(k, h, p) != 0) {
+        char msg[UVCCL__DETAIL_LEN];
+        uvccl__live_ev_t ev;
+        snprintf(msg, sizeof(msg), "the monitor of rank %d failed "
+                 "authentication (it holds another secret)", k->rank);
+        uvccl__mon_link_close(k);
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = UVCCL__LIVE_LINK_FAILED;
+        ev.rank = k->rank;
+        ev.fail.err = UVCCL_EAUTH;
+        snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
+        uvccl__mon_post_ev(l, &ev);
+      }
+    } else if (h->kind == LF_ACK && k->outgoing &&
+               (!l->auth.set || k->auth_step == 2)) {
+      uvccl__mon_link_up(k);
+    } else {
+      uvccl__mon_link_close(k);
+    }
+    return;
+  }
+  switch (h->kind) {
+  case LF_HB:
+    return;
+  case LF_BYE:
+    k->bye = 1;
+    return;
+  case LF_DEAD: {
+    wire_fail_t w;
+    uvccl__fail_t f;
+    if (h->len != sizeof(w)) return;
+    memcpy(&w, p, sizeof(w));
+    w.detail[sizeof(w.detail) - 1] = '\0';
+    memset(&f, 0, sizeof(f));
+    f.rank = w.rank;
+    f.origin = w.origin;
+    f.via = k->rank;
+    f.cause = w.cause;
+    f.err = w.err;
+    memcpy(f.detail, w.detail, sizeof(f.detail));
+    if (f.rank == l->rank) {
+      uvccl__mon_declare_self_dead(l, &f);
+      return;
+    }
+    /* In a full mesh the sender told everyone; no need to relay (a rank
+     * it could not tell finds out for itself: the failed rank's links
+     * break). An overlay passes it on, once (uvccl__mon_declare ignores
+     * repeats). */
+    uvccl__mon_declare(l, &f, l->relay);
+    return;
+  }
+  case LF_NOTICE: {
+    wire_notice_t w;
+    uvccl__live_ev_t ev;
+    if (h->len != sizeof(w)) return;
+    memcpy(&w, p, sizeof(w));
+    w.detail[sizeof(w.detail) - 1] = '\0';
+    if (l->relay && !notice_first(l, &w, h, p, k)) return;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = UVCCL__LIVE_NOTICE;
+    ev.rank = k->rank;
+    ev.notice.what = w.what;
+    ev.notice.gid = w.gid;
+    ev.notice.rank = w.rank;
+    ev.notice.origin = w.origin;
+    ev.notice.cause = w.cause;
+    ev.notice.err = w.err;
+    memcpy(ev.notice.detail, w.detail, sizeof(w.detail));
+    uvccl__mon_post_ev(l, &ev);
+    return;
+  }
+  default:
+    return; /* unknown kinds are skipped: newer peers may add some */
+  }
+}
+
+/* ---- links: connecting --------------------------------------------------- */
+
+void uvccl__mon_connect_start(link_t *k);
+
+static void on_retry(uv_timer_t *t) {
+  link_t *k = t->data;
+  if (k->l->closing || k->state != LK_CONNECTING) return;
+  uvccl__mon_connect_start(k);
+}
+
+static void on_retry_closed(uv_handle_t *h) {
+  link_t *k = h->data;
+  if (k->l->closing || k->state != LK_CONNECTING) return;
+  uv_timer_start(&k->timer, on_retry, k->backoff, 0);
+}
+
+/* Closes the socket and connects again after a backoff, until the
+ * deadline; then the link failed. */
+void uvccl__mon_connect_retry(link_t *k) {
+  uvccl__live_t *l = k->l;
+  uvccl__mon_link_set_fd(k, -1);
+  k->rlen = 0;
+  if (uvccl__now_ms() < k->deadline) {
+    k->backoff = k->backoff ? k->backoff * 2 : 10;
+    if (k->backoff > 1000) k->backoff = 1000;
+    if (k->tcp_open) {
+      k->tcp_open = 0;
+      uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
+    } else {
+      uv_timer_start(&k->timer, on_retry, k->backoff, 0); /* TLS */
+    }
+    return;
+  }
+  uvccl__mon_link_close(k);
+  uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank,
+              "the monitor of that rank refused the link until the deadline");
+}
+
+static void link_connected(link_t *k);
+
+/* TLS: the connect and the handshake are done (or failed). */
+static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
+  link_t *k = arg;
+  uvccl__live_t *l = k->l;
+  k->tls_hs = NULL;
+  if (l->closing || k->state != LK_CONNECTING) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  if (status == UVCCL_EAUTH || (status < 0 && uvccl__now_ms() >= k->deadline)) {
+    uvccl__live_ev_t ev;
+    uvccl__mon_link_close(k);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = UVCCL__LIVE_LINK_FAILED;
+    ev.rank = k->rank;
+    ev.fail.err = status == UVCCL_EAUTH ? UVCCL_EAUTH : 0;
+    snprintf(ev.msg, sizeof(ev.msg), "the monitor of rank %d: %s", k->rank,
+             msg);
+    uvccl__mon_post_ev(l, &ev);
+    return;
+  }
+  if (status < 0) {
+    uvccl__mon_connect_retry(k);
+    return;
+  }
+  uv_tcp_init(&l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  if (uv_tcp_open(&k->tcp, fd) != 0) {
+    close(fd);
+    uvccl__mon_link_close(k);
+    uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank,
+                "adopting the TLS connection failed");
+    return;
+  }
+  link_connected(k);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  link_t *k = req->data;
+  uvccl__live_t *l = k->l;
+  if (l->closing || k->state != LK_CONNECTING) return;
+  if (status == 0 && uvccl__tcp_is_self(&k->tcp)) status = UV_ECONNREFUSED;
+  if (status < 0) {
+    if (uvccl__now_ms() < k->deadline && status != UV_ECANCELED) {
+      uvccl__mon_connect_retry(k);
+      return;
+    }
+    {
+      char msg[UVCCL__DETAIL_LEN];
+      snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+               k->rank, uvccl_strerror(status));
+      uvccl__mon_link_close(k);
+      uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+    }
+    return;
+  }
+  link_connected(k);
+}
+
+/* The connection is made: hello. */
+static void link_connected(link_t *k) {
+  uvccl__live_t *l = k->l;
+  wire_hello_t hw;
+  uv_tcp_nodelay(&k->tcp, 1);
+  {
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&k->tcp, &fd) == 0)
+      uvccl__mon_link_set_fd(k, fd);
+  }
+  memset(&hw, 0, sizeof(hw));
+  hw.magic = LINK_MAGIC;
+  hw.nonce = k->nonce;
+  k->auth_step = 0;
+  if (l->auth.set) {
+    unsigned char b[sizeof(hw) + UVCCL__AUTH_NONCE];
+    if (uvccl__auth_random(k->auth_nc, sizeof(k->auth_nc)) != 0) {
+      uvccl__mon_link_close(k);
+      uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_FAILED, k->rank,
+                             "no random nonce");
+      return;
+    }
+    memset(&k->auth_hdr, 0, sizeof(k->auth_hdr));
+    k->auth_hdr.a = (uint32_t)l->rank;
+    k->auth_hdr.b = (uint32_t)k->rank;
+    k->auth_hdr.c = (uint32_t)l->size;
+    k->auth_hello = hw;
+    memcpy(b, &hw, sizeof(hw));
+    memcpy(b + sizeof(hw), k->auth_nc, UVCCL__AUTH_NONCE);
+    uvccl__mon_link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
+              (uint32_t)l->size, b, sizeof(b));
+  } else {
+    uvccl__mon_link_send(k, LF_HELLO, (uint32_t)l->rank, (uint32_t)k->rank,
+              (uint32_t)l->size, &hw, sizeof(hw));
+  }
+  uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
+}
+
+void uvccl__mon_connect_start(link_t *k) {
+  int rc;
+  if (k->l->tls != NULL) {
+    rc = uvccl__tls_connect(k->l->tls, &k->l->loop,
+                            (struct sockaddr *)&k->addr, k->l->hb_ms, 1,
+                            on_tls_connected, k, &k->tls_hs);
+    if (rc != 0) {
+      char msg[UVCCL__DETAIL_LEN];
+      snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+               k->rank, uvccl_strerror(rc));
+      uvccl__mon_link_close(k);
+      uvccl__mon_post_simple(k->l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+    }
+    return;
+  }
+  uv_tcp_init(&k->l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  k->creq.data = k;
+  rc = uv_tcp_connect(&k->creq, &k->tcp, (struct sockaddr *)&k->addr,
+                      on_connect);
+  if (rc != 0) {
+    char msg[UVCCL__DETAIL_LEN];
+    snprintf(msg, sizeof(msg), "connecting to the monitor of rank %d: %s",
+             k->rank, uvccl_strerror(rc));
+    uvccl__mon_link_close(k);
+    uvccl__mon_post_simple(k->l, UVCCL__LIVE_LINK_FAILED, k->rank, msg);
+  }
+}
+
+static void on_handshake_timeout(uv_timer_t *t) {
+  link_t *k = t->data;
+  if (k->rank >= 0 || k->state != LK_CONNECTING) return;
+  refusal_log(k->l, "no handshake in time");
+  uvccl__mon_link_close(k);
+}
+
+
+static void link_adopt(uvccl__live_t *l, int fd);
+
+static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
+  live_tls_accept_t *a = arg, **pp;
+  uvccl__live_t *l = a->l;
+  for (pp = &l->tls_accepts; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+  uvccl__free(a);
+  if (status != 0) {
+    refusal_log(l, msg);
+    return;
+  }
+  if (l->closing) {
+    close(fd);
+    return;
+  }
+  link_adopt(l, fd);
+}
+
+static void tls_accept(uvccl__live_t *l, uv_stream_t *server) {
+  live_tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
+  if (a == NULL) return;
+  a->l = l;
+  if (uvccl__tls_accept_from(l->tls, server, l->hb_ms, 1, on_tls_accepted,
+                             a, NULL, 0, &a->hs) != 0) {
+    uvccl__free(a);
+    return;
+  }
+  a->next = l->tls_accepts;
+  l->tls_accepts = a;
+}
+
+void uvccl__mon_on_connection(uv_stream_t *server, int status) {
+  uvccl__live_t *l = server->data;
+  if (status < 0 || l->closing) return;
+  if (l->tls != NULL) tls_accept(l, server);
+  else link_adopt(l, -1);
+}
+
+/* A new incoming link: accepted from the listener (fd -1), or the
+ * plaintext descriptor of one TLS secured. */
+static void link_adopt(uvccl__live_t *l, int fd) {
+  link_t *k;
+  k = uvccl__mon_link_new(l, -1);
+  if (k == NULL) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  uv_tcp_init(&l->loop, &k->tcp);
+  k->tcp.data = k;
+  k->tcp_open = 1;
+  if (fd >= 0 ? uv_tcp_open(&k->tcp, fd) != 0
+              : uv_accept((uv_stream_t *)&l->listener,
+                          (uv_stream_t *)&k->tcp) != 0) {
+    if (fd >= 0) close(fd);
+    uvccl__mon_link_close(k);
+    return;
+  }
+  uv_tcp_nodelay(&k->tcp, 1);
+  k->state = LK_CONNECTING;
+  {
+    uv_os_fd_t sfd;
+    if (uv_fileno((uv_handle_t *)&k->tcp, &sfd) == 0)
+      uvccl__mon_link_set_fd(k, sfd);
+  }
+  /* One that has not named itself (and proven the secret) by then goes. */
+  uv_timer_start(&k->timer, on_handshake_timeout, UVCCL__HANDSHAKE_MS, 0);
+  uv_read_start((uv_stream_t *)&k->tcp, link_alloc, link_read);
+}

@@ -1,0 +1,161 @@
+/* What the monitor's two files share (live.c: commands, writing, events,
+ * declaring, the tick, teardown and the entry points; link.c: the links'
+ * reading and connecting): the link frame format, the link and the
+ * monitor's state. */
+#ifndef UVCCL_CPU_LIVE_MONITOR_H
+#define UVCCL_CPU_LIVE_MONITOR_H
+
+#include "live.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum {
+  LF_HELLO = 1, /* a = from, b = to, c = world; payload: u64 target nonce */
+  LF_ACK,
+  LF_HB,
+  LF_BYE,
+  LF_DEAD,      /* payload: wire_fail_t */
+  LF_NOTICE,    /* payload: wire_notice_t */
+  /* Worlds with a secret (auth.h): HELLO's payload is followed by the
+   * dialer's nonce; CHALLENGE (the listener's nonce and MAC) and PROOF
+   * (the dialer's MAC) come before ACK, and the listener acts on the
+   * hello only once it is proven. */
+  LF_CHALLENGE,
+  LF_PROOF
+};
+
+#define LF_HDR 16
+#define LF_MAX_PAYLOAD 512
+#define LINK_PEND_MAX (64u * 1024) /* a peer this far behind is not reading */
+#define LINK_MAGIC 0x4b4e4c55u     /* "ULNK", in HELLO's payload */
+
+typedef struct {
+  uint8_t kind;
+  uint8_t pad;
+  uint16_t len;
+  uint32_t a, b, c;
+} lf_hdr_t;
+
+typedef struct {
+  int32_t rank, origin, cause, err;
+  char detail[UVCCL__DETAIL_LEN];
+} wire_fail_t;
+
+typedef struct {
+  int32_t what, rank, origin, cause, err;
+  uint32_t gid;
+  char detail[UVCCL__DETAIL_LEN];
+} wire_notice_t;
+
+typedef struct {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t nonce;
+} wire_hello_t;
+
+enum { LK_CONNECTING = 1, LK_UP, LK_DOWN };
+
+typedef struct link_s {
+  uvccl__live_t *l;
+  int rank;                /* -1 until an incoming hello names it */
+  int state;
+  int outgoing;
+  uv_tcp_t tcp;
+  int tcp_open;
+  uv_connect_t creq;
+  uv_timer_t timer;        /* connect backoff, then suspicion grace */
+  int timer_open;
+  struct sockaddr_storage addr;
+  uint64_t nonce;          /* outgoing: the target's */
+  uvccl__tls_hs_t *tls_hs; /* TLS: the connect and handshake under way */
+  int discard_parts;       /* an unnamed incoming link going: handles
+                              still closing before it is freed */
+  int auth_step;           /* 1 challenge or proof sent, 2 proven */
+  lf_hdr_t auth_hdr;       /* the hello, acted on once proven */
+  wire_hello_t auth_hello;
+  uint8_t auth_nc[UVCCL__AUTH_NONCE], auth_ns[UVCCL__AUTH_NONCE];
+  uint64_t deadline;
+  uint64_t backoff;
+  unsigned char rbuf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t rlen;
+  uint64_t last_rx;        /* ms */
+  int bye;                 /* the peer said goodbye */
+  int closing_bye;         /* we said goodbye: wait for its EOF */
+  int suspected;
+  uvccl__fail_t suspicion;
+  /* under l->lock */
+  int fd;                  /* >= 0 while writable */
+  char *pend;              /* bytes the socket did not take yet */
+  size_t pend_len, pend_cap;
+  int blocked;             /* pend grew past LINK_PEND_MAX */
+  struct link_s *next;     /* every link, for teardown */
+} link_t;
+
+struct uvccl__live_s {
+  uv_loop_t *app_loop;
+  uvccl__xqueue_t appq;    /* events, on the application's loop */
+  uvccl__live_cb cb;
+  void *arg;
+  uv_loop_t loop;          /* the monitor's */
+  uvccl__xqueue_t cmdq;    /* commands, on the monitor's loop */
+  uv_thread_t thread;
+  int thread_started;
+  uv_mutex_t lock;
+  int rank, size;
+  uint64_t nonce;
+  uvccl__auth_key_t auth;  /* the world's secret, when it has one */
+  uvccl__tls_ctx_t *tls;   /* TLS for every link, or NULL */
+  struct live_tls_accept_s *tls_accepts; /* server handshakes under way */
+  uint64_t refusal_log_ms; /* rate limit of refusals' log lines */
+  int refusals_logged;
+  uint64_t hb_ms, period_ms, grace_ms;
+  uv_tcp_t listener;
+  uv_timer_t tick;
+  uv_timer_t susp_timer;   /* the next suspicion due (overlays) */
+  uint64_t last_tick;
+  link_t **links;          /* by rank (under lock for the app's writes) */
+  link_t *all;             /* every link object */
+  unsigned char *dead;     /* 1 failed, 2 left */
+  /* Overlays (relay): failures and notices are passed on once; a rank
+   * with no link to us is suspected until susp_due (ms), then declared. */
+  int relay;
+  uint64_t *seen;          /* notices already passed on (their keys) */
+  int nseen, seencap;
+  uvccl__fail_t *susp;
+  uint64_t *susp_due;
+  int fenced;              /* we were declared failed */
+  int closing;
+  int app_closed;          /* live_close was called (app thread) */
+};
+
+/* TLS: the server's handshake runs before the link exists. */
+typedef struct live_tls_accept_s {
+  uvccl__live_t *l;
+  uvccl__tls_hs_t *hs;
+  struct live_tls_accept_s *next;
+} live_tls_accept_t;
+
+void uvccl__mon_connect_retry(link_t *k);
+void uvccl__mon_connect_start(link_t *k);
+void uvccl__mon_declare(uvccl__live_t *l, const uvccl__fail_t *f,
+                        int broadcast);
+void uvccl__mon_declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f);
+void uvccl__mon_link_broken(link_t *k, int err);
+void uvccl__mon_link_close(link_t *k);
+link_t *uvccl__mon_link_new(uvccl__live_t *l, int rank);
+void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
+                          uint32_t c, const void *payload, size_t plen);
+void uvccl__mon_link_set_fd(link_t *k, int fd);
+void uvccl__mon_link_up(link_t *k);
+void uvccl__mon_on_connection(uv_stream_t *server, int status);
+void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
+void uvccl__mon_post_simple(uvccl__live_t *l, int kind, int rank,
+                            const char *msg);
+
+#endif

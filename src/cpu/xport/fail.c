@@ -1,0 +1,382 @@
+/* The TCP transport's failures: what a broken connection says about its
+ * rank, and the liveness monitor's verdicts turned into group failures
+ * that name the rank that failed first. */
+#include "net.h"
+
+/* ---- failure ------------------------------------------------------------- */
+
+/* What a broken data connection says about its rank. */
+static int cause_of(int err) {
+  switch (err) {
+  case UV_EOF:
+  case UVCCL_EPEER:
+    return UVCCL_FAIL_EXITED;
+  case UVCCL_EPROTO:
+  case UVCCL_ELIMIT:
+  case UV_ENOMEM:
+    return UVCCL_FAIL_PROTOCOL;
+  case UV_ETIMEDOUT:
+  case UV_EHOSTUNREACH:
+  case UV_ENETUNREACH:
+    return UVCCL_FAIL_UNREACHABLE;
+  default:
+    return UVCCL_FAIL_RESET;
+  }
+}
+
+static void net_apply_dead(net_t *net, const uvccl__fail_t *f);
+
+/* r left cleanly and its data connection is read to the end: only work
+ * that still needs it fails (nothing it sent is lost). */
+static void net_apply_left(net_t *net, int r) {
+  group_t *g;
+  char msg[200];
+  if (net->peers[r] != NULL) net->peers[r]->left_applied = 1;
+  for (g = net->groups; g != NULL; g = g->next) {
+    if (g->inv[r] < 0) continue;
+    snprintf(msg, sizeof(msg), "rank %d (global %d, %s) left the group",
+             g->inv[r], r, uvccl__net_addr(net, r));
+    net->up->group_fail_peer(g, r, UVCCL_EPEER, msg);
+  }
+  if (net->on_failed != NULL) net->on_failed(net, r);
+}
+
+void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
+  int r = p->rank, was_up = p->state == PEER_UP, cause;
+  char detail[UVCCL__DETAIL_LEN];
+
+  if (p->state == PEER_DEAD || p->state == PEER_CLOSING) return;
+  if (p->tls_hs != NULL) {
+    uvccl__tls_cancel(p->tls_hs);
+    p->tls_hs = NULL;
+  }
+  if (was_up) net->nup--;
+  p->state = PEER_DEAD;
+  p->err = err;
+  if (r < 0) {
+    /* An unnamed incoming connection: nobody depends on it. */
+    if (err == UVCCL_EPROTO) {
+      char m[160];
+      snprintf(m, sizeof(m), "not a uvccl peer (%s)", why);
+      uvccl__net_refusal_log(net, p->addrstr, m);
+    }
+    uvccl__net_peer_close(p);
+    return;
+  }
+  LOG_DEBUG("coll", "rank %d: rank %d (%s): %s (%s)", net->rank, r,
+            p->addrstr, why, uvccl_strerror(err));
+  uvccl__net_peer_close_tcp(p);
+  uvccl__shm_peer_down(p);
+  p->rx.cur_op = NULL;
+  p->rx.rstate = RS_HDR;
+  p->rlen = 0;
+  uvccl__net_ctl_drop(p);
+  if (!was_up && (!net->sparse || net->mesh_cb != NULL)) {
+    /* Still connecting: creation fails, nobody else is involved. */
+    uvccl__net_creation_failed(net, err == UVCCL_EPROTO ? err : UVCCL_EPEER,
+                        "process group creation failed: rank %d (%s): %s: %s",
+                        r, p->addrstr, why, uvccl_strerror(err));
+    return;
+  }
+  if (p->left) {
+    /* It destroyed its groups after finishing. The monitor says so once
+     * it has read that rank's link (a failure it told us of comes first);
+     * then net_apply_left. */
+    if (net->live != NULL)
+      uvccl__live_suspect(net->live, r, UVCCL_FAIL_LEFT, 0, "left the group");
+    else
+      net_apply_left(net, r);
+    return;
+  }
+  cause = cause_of(err);
+  if (cause == UVCCL_FAIL_EXITED)
+    snprintf(detail, sizeof(detail),
+             "its process exited or was killed (connection closed)");
+  else if (err == UV_ECONNRESET || err == UV_EPIPE)
+    /* EPIPE: a send after the peer's reset arrived; the same event */
+    snprintf(detail, sizeof(detail), "connection reset (its process was "
+             "killed, or the network reset it)");
+  else
+    snprintf(detail, sizeof(detail), "%s: %s", why, uvccl_strerror(err));
+  if (net->live == NULL) {
+    uvccl__fail_t f;
+    memset(&f, 0, sizeof(f));
+    f.rank = r;
+    f.origin = f.via = net->rank;
+    f.cause = cause;
+    f.err = err;
+    snprintf(f.detail, sizeof(f.detail), "%s", detail);
+    net_apply_dead(net, &f);
+  } else if (cause == UVCCL_FAIL_PROTOCOL) {
+    uvccl__live_declare(net->live, r, cause, err, detail);
+  } else {
+    /* Settled by the monitor, which first reads what r told us on its
+     * link (r may have gone because another rank failed first). */
+    uvccl__live_suspect(net->live, r, cause, err, detail);
+  }
+}
+
+/* ---- failures: the monitor's verdicts ------------------------------------ */
+
+static int in_group(const group_t *g, int r) {
+  return r >= 0 && r < g->net->size && g->inv[r] >= 0;
+}
+
+void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
+                         char *buf, size_t len) {
+  const uvccl__fail_t *first = net->first.rank >= 0 ? &net->first : f;
+  char seen[48] = "";
+  if (net->fenced) {
+    snprintf(buf, len, "this rank (global %d) was declared failed by global "
+             "rank %d (%s): %s", net->rank, f->origin,
+             uvccl__net_addr(net, f->origin), f->detail);
+    return;
+  }
+  if (first->origin != net->rank && first->origin >= 0)
+    snprintf(seen, sizeof(seen), " [seen by global rank %d]", first->origin);
+  if (in_group(g, first->rank) || !in_group(g, f->rank))
+    snprintf(buf, len, "rank %d (global %d, %s) failed: %s%s",
+             in_group(g, first->rank) ? g->inv[first->rank] : -1, first->rank,
+             uvccl__net_addr(net, first->rank), first->detail, seen);
+  else
+    snprintf(buf, len, "rank %d (global %d, %s) failed: %s; the first to "
+             "fail was global rank %d (%s): %s%s",
+             g->inv[f->rank], f->rank, uvccl__net_addr(net, f->rank),
+             f->detail, first->rank, uvccl__net_addr(net, first->rank),
+             first->detail, seen);
+}
+
+/* rank f->rank failed (the monitor's verdict, in the order it reached
+ * them): fence it off and fail every group that contains it. */
+static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
+  group_t *g;
+  peer_t *p;
+  char msg[UVCCL_WORK_MSG_LEN];
+  int r = f->rank;
+  if (r < 0 || r >= net->size) return;
+  if (r == net->rank) {
+    /* The others cut this rank off (it was stopped too long, say). */
+    int q;
+    if (net->fenced) return;
+    net->fenced = 1;
+    /* Being cut off explains everything that came before it too (a peer
+     * closing on us, say): it becomes the cause everywhere. */
+    net->first = *f;
+    if (net->aborted && f->origin == net->rank)
+      /* our own abort, said back by a rank it reached: nothing new */
+      LOG_DEBUG("coll", "rank %d: the others hold this rank failed: %s",
+                net->rank, f->detail);
+    else
+      LOG_ERROR("coll", "rank %d: declared failed by rank %d: %s", net->rank,
+                f->origin, f->detail);
+    for (q = 0; q < net->size; q++) {
+      p = net->peers[q];
+      if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
+        continue;
+      if (p->state == PEER_UP) net->nup--;
+      p->state = PEER_DEAD;
+      uvccl__net_peer_close_tcp(p);
+    }
+    uvccl__net_fail_msg(net, NULL, f, msg, sizeof(msg));
+    uvccl__net_creation_failed(net, UVCCL_EPEER,
+                               "process group creation failed: %s", msg);
+    for (g = net->groups; g != NULL; g = g->next) {
+      g->broken = 0; /* restate the cause */
+      net->up->group_break(g, UVCCL_EPEER, f, msg);
+    }
+    return;
+  }
+  if (net->fails[r].rank >= 0) return;
+  net->fails[r] = *f;
+  net->failed[net->nfailed++] = r;
+  if (net->first.rank < 0) net->first = *f;
+  LOG_WARN("coll", "rank %d: rank %d (%s) failed: %s%s", net->rank, r,
+           uvccl__net_addr(net, r), f->detail,
+           f->origin != net->rank ? " (reported by another rank)" : "");
+  p = net->peers[r];
+  if (p != NULL && p->state != PEER_DEAD && p->state != PEER_CLOSING) {
+    if (p->state == PEER_UP) net->nup--;
+    p->state = PEER_DEAD;
+    p->err = f->err;
+    uvccl__net_peer_close_tcp(p);
+    uvccl__shm_peer_down(p);
+    p->rx.cur_op = NULL;
+    p->rx.rstate = RS_HDR;
+    p->rlen = 0;
+  }
+  if (net->mesh_cb != NULL) {
+    char m2[UVCCL_WORK_MSG_LEN + 64];
+    snprintf(m2, sizeof(m2), "rank %d (%s) failed: %.100s%s", r,
+             uvccl__net_addr(net, r), f->detail,
+             f->origin != net->rank ? " (reported by another rank)" : "");
+    uvccl__net_creation_failed(net, UVCCL_EPEER,
+                        "process group creation failed: %s", m2);
+  }
+  for (g = net->groups; g != NULL; g = g->next) {
+    if (!in_group(g, r)) continue;
+    uvccl__net_fail_msg(net, g, f, msg, sizeof(msg));
+    net->up->group_break(g, UVCCL_EPEER,
+                       in_group(g, net->first.rank) ? &net->first : f, msg);
+  }
+  if (net->on_failed != NULL) net->on_failed(net, r);
+}
+
+static void net_on_notice(net_t *net, const uvccl__notice_t *n) {
+  group_t *g = uvccl__net_group(net, n->gid);
+  uvccl__fail_t f;
+  char msg[UVCCL_WORK_MSG_LEN];
+  if (g == NULL || !in_group(g, n->origin) || g->broken) return;
+  memset(&f, 0, sizeof(f));
+  f.rank = n->rank;
+  f.origin = f.via = n->origin;
+  f.cause = n->cause;
+  f.err = n->err;
+  snprintf(f.detail, sizeof(f.detail), "%s", n->detail);
+  if (n->what == UVCCL__NOTICE_REVOKE) {
+    snprintf(msg, sizeof(msg), "revoked by rank %d (global %d, %.50s): %.80s",
+             g->inv[n->origin], n->origin, uvccl__net_addr(net, n->origin),
+             n->detail);
+    f.rank = -1;
+    f.cause = UVCCL_FAIL_REVOKED;
+    net->up->group_break(g, UVCCL_EREVOKED, &f, msg);
+  } else {
+    snprintf(msg, sizeof(msg), "rank %d (global %d) gave up: %s",
+             g->inv[n->origin], n->origin, n->detail);
+    net->up->group_break(g, n->err ? n->err : UVCCL_EPEER, &f, msg);
+  }
+}
+
+
+void uvccl__net_on_live(void *arg, const uvccl__live_ev_t *ev) {
+  net_t *net = arg;
+  switch (ev->kind) {
+  case UVCCL__LIVE_LINK_UP:
+    net->links_up++;
+    uvccl__net_check_ready(net);
+    return;
+  case UVCCL__LIVE_LINK_FAILED:
+    uvccl__net_creation_failed(net, ev->fail.err == UVCCL_EAUTH ? UVCCL_EAUTH
+                                                         : UVCCL_EPEER,
+                        "process group creation failed: %s", ev->msg);
+    return;
+  case UVCCL__LIVE_DEAD:
+    if (!net->closing) net_apply_dead(net, &ev->fail);
+    return;
+  case UVCCL__LIVE_LEFT: {
+    peer_t *p = ev->rank >= 0 && ev->rank < net->size ? net->peers[ev->rank]
+                                                       : NULL;
+    /* Only once its data connection said goodbye and was read to its end
+     * (until then frames it sent may still be on their way). */
+    if (p != NULL && p->left && p->state == PEER_DEAD && !net->closing)
+      net_apply_left(net, ev->rank);
+    return;
+  }
+  case UVCCL__LIVE_NOTICE:
+    if (!net->closing) net_on_notice(net, &ev->notice);
+    return;
+  case UVCCL__LIVE_CLOSED:
+    uvccl__net_live_closed(net);
+    return;
+  }
+}
+
+void uvccl__net_on_ctl_written(uvccl__wreq_t *req, int status) {
+  (void)status;
+  uvccl__free(UVCCL__CONTAINER_OF(req, ctl_t, req));
+}
+
+int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
+                        uint32_t seq, uint32_t tag, const void *payload,
+                        size_t len) {
+  peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  frame_hdr_t h;
+  ctl_t *c;
+  int rc;
+  int queue = r >= 0 && r < net->size && uvccl__net_not_yet_connected(net, r);
+  if (!queue && (p == NULL || p->state != PEER_UP || !p->sendq_open))
+    return UVCCL_EPEER;
+  if (queue && (p = uvccl__net_peer_need(net, r)) == NULL) return UV_ENOMEM;
+  c = uvccl__malloc(sizeof(*c) + UVCCL__FRAME_HDR + len);
+  if (c == NULL) return UV_ENOMEM;
+  memset(&h, 0, sizeof(h));
+  h.kind = kind;
+  h.gid = gid;
+  h.seq = seq;
+  h.tag = tag;
+  h.len = len;
+  uvccl__net_hdr_encode(c->buf, &h);
+  if (len) memcpy(c->buf + UVCCL__FRAME_HDR, payload, len);
+  c->len = UVCCL__FRAME_HDR + len;
+  if (queue) {
+    c->next = NULL;
+    if (p->ctlq_tail) p->ctlq_tail->next = c;
+    else p->ctlq = c;
+    p->ctlq_tail = c;
+    uvccl__net_peer_dial(p);
+    return 0;
+  }
+  rc = uvccl__net_peer_write_ctl(p, &c->req, c->buf, c->len,
+                                 uvccl__net_on_ctl_written);
+  if (rc != 0) uvccl__free(c);
+  return rc;
+}
+
+void uvccl__net_reject_all(net_t *net, const char *why) {
+  size_t n = strlen(why);
+  int r;
+  if (n > 1000) n = 1000;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->state != PEER_UP) continue;
+    uvccl__net_send_ctl(net, r, FRAME_REJECT, 0, 0, 0, why, n);
+  }
+}
+
+void uvccl__net_notify(net_t *net, const uvccl__notice_t *n) {
+  if (net->live != NULL) uvccl__live_notify(net->live, n);
+}
+
+void uvccl__net_abort(net_t *net, int err, const char *why) {
+  group_t *g;
+  int r;
+  /* The others hear it before they see our connections close. */
+  if (net->live != NULL && !net->aborted) {
+    char d[UVCCL__DETAIL_LEN];
+    if (strncmp(why, "aborted: ", 9) == 0) why += 9;
+    snprintf(d, sizeof(d), "its application aborted: %.90s", why);
+    uvccl__live_fail_self(net->live, UVCCL_FAIL_ABORTED, err, d);
+  }
+  net->aborted = 1;
+  for (g = net->groups; g != NULL; g = g->next)
+    net->up->group_fail_all(g, err, why);
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->state == PEER_DEAD || p->state == PEER_CLOSING)
+      continue;
+    if (p->state == PEER_UP) net->nup--;
+    p->state = PEER_DEAD;
+    p->err = err;
+    p->rx.cur_op = NULL;
+    uvccl__net_peer_close_tcp(p);
+    uvccl__shm_peer_down(p);
+  }
+}
+
+void uvccl__net_forget_group(net_t *net, uint32_t gid) {
+  int r;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    early_t *st, *next;
+    if (p == NULL) continue;
+    for (st = p->early_head; st != NULL; st = next) {
+      next = st->next;
+      /* (a frame mid-transfer, from the socket or the ring, stays until
+       * it is complete: its reader still writes into it) */
+      if (st->gid == gid && st != p->rx.cur_early &&
+          st != p->srx.cur_early) {
+        uvccl__net_early_unlink(p, st);
+        uvccl__net_early_free(net, st);
+      }
+    }
+  }
+}

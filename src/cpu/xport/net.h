@@ -1,0 +1,75 @@
+/* What the files of the TCP transport share (net.c: the net's life,
+ * busy polling, works, slicing and teardown; conn.c: listening, accepting,
+ * TLS, dialing, lazy connections; rx.c: reading frames, early frames,
+ * handing over, posting receives; tx.c: output and sending; fail.c: a
+ * connection's failure and the monitor's verdicts). The rest of the CPU
+ * backend sees the uvccl__net_* calls of cpu/internal.h only. */
+#ifndef UVCCL_CPU_XPORT_NET_H
+#define UVCCL_CPU_XPORT_NET_H
+
+#include "cpu/internal.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "uvccl's frame format assumes a little-endian host"
+#endif
+
+/* A control frame, copied: written now, or queued on a peer not yet
+ * connected (sparse worlds). */
+typedef struct ctl_s {
+  uvccl__wreq_t req;
+  struct ctl_s *next;
+  size_t len;
+  unsigned char buf[];
+} ctl_t;
+
+/* Takes an unnamed incoming connection off the net's list (it is adopted
+ * as a rank, or closed). */
+static inline void uvccl__net_pending_unlink(peer_t *p) {
+  peer_t **pp;
+  for (pp = &p->net->pending; *pp != NULL; pp = &(*pp)->next_pending)
+    if (*pp == p) {
+      *pp = p->next_pending;
+      break;
+    }
+}
+
+int uvccl__net_awaiting_verdict(net_t *net, int r);
+void uvccl__net_ctl_drop(peer_t *p);
+void uvccl__net_ctl_flush(peer_t *p);
+void uvccl__net_early_free(net_t *net, early_t *st);
+void uvccl__net_early_release(early_t *st);
+void uvccl__net_early_unlink(peer_t *p, early_t *st);
+int uvccl__net_handoff_step(net_t *net);
+void uvccl__net_hdr_decode(frame_hdr_t *h, const unsigned char *b);
+void uvccl__net_hdr_encode(unsigned char *b, const frame_hdr_t *h);
+void uvccl__net_creation_failed(net_t *net, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void uvccl__net_live_closed(net_t *net);
+void uvccl__net_on_live(void *arg, const uvccl__live_ev_t *ev);
+void uvccl__net_refusal_log(net_t *net, const char *from, const char *why);
+int uvccl__net_not_yet_connected(const net_t *net, int r);
+void uvccl__net_on_ctl_written(uvccl__wreq_t *req, int status);
+void uvccl__net_on_peer_closed(uv_handle_t *h);
+void uvccl__net_peer_close(peer_t *p);
+void uvccl__net_peer_close_tcp(peer_t *p);
+void uvccl__net_peer_crossed(peer_t *p);
+void uvccl__net_peer_dial(peer_t *p);
+peer_t *uvccl__net_peer_need(net_t *net, int r);
+peer_t *uvccl__net_peer_new(net_t *net, int rank);
+void uvccl__net_peer_start_read(peer_t *p);
+void uvccl__net_peer_stop_read(peer_t *p);
+void uvccl__net_peer_takeover(peer_t *p, peer_t *q);
+int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op);
+void uvccl__net_peer_up(peer_t *p);
+void uvccl__net_peer_sendq_open(peer_t *p);
+int uvccl__net_peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
+                              size_t len, void (*cb)(uvccl__wreq_t *, int));
+void uvccl__net_slicer_start(net_t *net);
+void uvccl__net_tls_accepts_cancel(net_t *net);
+
+#endif
