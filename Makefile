@@ -245,8 +245,9 @@ torch-suite: all
 bench-store: all
 	$(Q)./bench/store/run.sh
 
-# libFuzzer targets: the store protocol parser, the trace reader, and the
-# HTTP example's request parser (clang). FUZZ_SECONDS bounds each.
+# libFuzzer targets: the store protocol parser, the trace reader, the
+# transport's and the monitor's frames, and the HTTP example's request
+# parser (clang). FUZZ_SECONDS bounds each.
 FUZZ_SECONDS ?= 30
 fuzz:
 	$(Q)mkdir -p build-fuzz
@@ -265,6 +266,12 @@ fuzz:
 	$(Q)mkdir -p build-fuzz/corpus-trace
 	./build-fuzz/trace_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  build-fuzz/corpus-trace fuzz/corpus-trace
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	  $(UV_CFLAGS) -o build-fuzz/frame_fuzz fuzz/frame_fuzz.c \
+	  src/cpu/xport/frame.c src/cpu/live/link_frame.c
+	$(Q)mkdir -p build-fuzz/corpus-frame
+	./build-fuzz/frame_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus-frame fuzz/corpus-frame
 	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	  -Iexamples/vsearch -o build-fuzz/vsearch_query_fuzz \
 	  fuzz/vsearch_query_fuzz.c examples/vsearch/query.c examples/vsearch/table.c -lm

@@ -3,7 +3,7 @@
  * or the launcher's environment, and rank 0 hosts the store server itself
  * for env:// and for tcp:// to a local address, so a job needs nothing
  * else running. */
-#include "cpu/internal.h"
+#include "loop/internal.h"
 #include "bootenv.h"
 
 #include <stdio.h>

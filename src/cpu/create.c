@@ -780,6 +780,8 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net = uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
+  /* Peers of this host talk through shared memory (where they can). */
+  net->local_xport = &uvccl__shm_xport;
   rc = mesh_secret(store, o, &net->auth, err, sizeof(err));
   if (rc == 0)
     rc = uvccl__tls_ctx_new(o->tls_cert, o->tls_key, o->tls_ca, o->tls_none,

@@ -28,68 +28,11 @@
 #include "diag/fingerprint.h"
 #include "diag/trace_watch.h"
 #include "tls/tls.h"
+#include "tls/conn.h"
 #include "cpu/xport/shm_seg.h"
+#include "cpu/xport/frame.h"
 
 #include <string.h>
-
-/* ---- Wire format ----------------------------------------------------------
- * Every frame: a 24-byte header, then len payload bytes. Little-endian
- * (all supported hosts are; checked at compile time in net.c). */
-enum {
-  FRAME_HELLO = 1,     /* connector -> acceptor: hello_t payload */
-  FRAME_HELLO_ACK = 2, /* acceptor -> connector: empty */
-  FRAME_COLL = 3,      /* collective data: (gid, seq, tag) */
-  FRAME_P2P = 4,       /* point to point: (gid, tag = user tag) */
-  FRAME_BYE = 5,       /* the sender is leaving cleanly (destroy) */
-  FRAME_REJECT = 6,    /* acceptor -> connector: refused; payload: why */
-  FRAME_AGREE = 7,     /* shrink's agreement (gid = the group shrunk,
-                          seq = its epoch); payload: agree_msg_t */
-  /* Worlds with a secret (auth.h): HELLO carries the connector's nonce
-   * after hello_t; the acceptor answers CHALLENGE (its nonce, its MAC),
-   * the connector PROOF (its MAC); then HELLO_ACK as without. */
-  FRAME_CHALLENGE = 8,
-  FRAME_PROOF = 9,
-  /* Ranks of one host (shm.c): each tells the other where its inbox is
-   * (uvccl__shm_info_t), then whether it attached to the other's. */
-  FRAME_SHM = 10,
-  /* Lazy connections (worlds above UVCCL_MESH_MAX): two ranks dialed each
-   * other at once; the lower one's connection is refused with this and
-   * it waits for the higher one's (see peer_takeover in net.c). */
-  FRAME_CROSSED = 11
-};
-
-#define UVCCL__FRAME_HDR 24
-/* frame_hdr_t.flags: the payload is not in the ring: a descriptor (its
- * address in the sender and the transfer's number, 8 bytes each) follows
- * the header, and the receiver reads the payload from the sender's
- * memory (shared memory only; see shm.c). */
-#define UVCCL__FRAME_F_CMA 0x01
-#define UVCCL__CMA_DESC 16
-#define UVCCL__HELLO_MAGIC 0x4c435655u /* "UVCL" */
-/* 2: the shared-memory offer (FRAME_SHM) grew its single-copy address,
- * and frames may carry UVCCL__FRAME_F_CMA. */
-#define UVCCL__WIRE_VERSION 2
-
-typedef struct {
-  uint8_t kind;
-  uint8_t flags;
-  uint16_t reserved;
-  uint32_t gid;
-  uint32_t seq;
-  uint32_t tag;
-  uint64_t len;
-} frame_hdr_t;
-
-typedef struct {
-  uint32_t magic;
-  uint32_t version;
-  uint32_t from;       /* sender's world rank */
-  uint32_t to;         /* the rank it believes it reached */
-  uint64_t to_nonce;   /* the listener id the target published */
-  uint32_t world;
-  uint32_t pad;
-  char addr[64];       /* the sender's advertised "host:port" */
-} hello_t;
 
 /* ---- Forward declarations ----------------------------------------------- */
 typedef struct net_s net_t;
@@ -372,6 +315,7 @@ struct peer_s {
 };
 
 struct net_s {
+  const struct uvccl__xport_s *local_xport; /* same-host peers: shm.c's */
   uv_loop_t *loop;
   const net_upcalls_t *up;  /* the schedules' (see above) */
   int rank, size;
@@ -383,9 +327,8 @@ struct net_s {
   uint64_t nonce;
   uvccl__auth_key_t auth; /* the world's secret: connections prove it */
   uvccl__tls_ctx_t *tls;  /* TLS for every connection, or NULL */
-  struct tls_accept_s *tls_accepts; /* server handshakes under way */
-  uint64_t auth_log_ms;  /* rate limit of refusals' log lines */
-  int auth_logged;
+  uvccl__acceptor_t acceptor; /* incoming connections (TLS first) */
+  uvccl__refusals_t refusals;  /* their refusals' log lines, bounded */
   peer_t **peers;        /* by world rank; NULL for self (and, in a sparse
                             world, for a rank not yet needed) */
   /* Sparse worlds (more ranks than UVCCL_MESH_MAX): data connections are
@@ -688,28 +631,42 @@ void uvccl__net_maybe_closed(net_t *net);
 /* The next loop iteration polls without blocking. */
 void uvccl__net_spin_now(net_t *net);
 
-/* ---- shm.c: same-host peers through shared memory ----------------------------- */
-/* Sets up the inbox (unless $UVCCL_TRANSPORT=tcp or a world of one). */
-int uvccl__shm_net_init(net_t *net, char *err, size_t errlen);
-/* A peer's connection is up: tell it where our inbox is. */
-void uvccl__shm_peer_up(peer_t *p);
-/* A FRAME_SHM arrived (payload complete). */
-void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
-                         const unsigned char *payload);
-/* Sends op's frame through the ring: 1 all in, 0 queued (op_done later),
- * or an error. */
-int uvccl__shm_send(peer_t *p, sop_t *op);
-/* A queued send goes on from a copy (see uvccl__net_orphan). */
-int uvccl__shm_orphan(peer_t *p, sop_t *op);
-/* Reads what the peer's ring holds (a clean leave, or an EOF first). */
-void uvccl__shm_drain(peer_t *p);
-/* The peer is gone: its ring is no longer read; queued sends are lost. */
-void uvccl__shm_peer_down(peer_t *p);
-/* Its ring is read again (it was paused: early frames over their limit). */
-void uvccl__shm_kick(peer_t *p);
-/* One look at the rings that moved and the blocked sends; 1 when
- * something moved. */
-int uvccl__shm_poll(net_t *net);
+/* ---- the same-host transport: a table (shm.c's) ---------------------------
+ * Peers of this host also talk through shared memory: the TCP transport
+ * (net.c, conn.c, rx.c, tx.c, fail.c) reaches it through net->local_xport
+ * only, set by the group's creation; shm.c, shm_tx.c and shm_rx.c read
+ * their frames through the TCP transport's frame steps. */
+typedef struct uvccl__xport_s {
+  const char *name;
+  /* Sets up (unless $UVCCL_TRANSPORT=tcp or a world of one). */
+  int (*net_init)(net_t *net, char *err, size_t errlen);
+  /* 1 when it carries traffic of this net. */
+  int (*active)(net_t *net);
+  /* One look at what moved; 1 when something did. */
+  int (*poll)(net_t *net);
+  /* A peer's connection is up: tell it where to reach us. */
+  void (*peer_up)(peer_t *p);
+  /* Its offer arrived (FRAME_SHM, payload complete). */
+  void (*on_frame)(peer_t *p, const frame_hdr_t *h,
+                   const unsigned char *payload);
+  /* Sends op's frame: 1 all in, 0 queued (op_done later), or an error. */
+  int (*send)(peer_t *p, sop_t *op);
+  /* A queued send goes on from a copy (see uvccl__net_orphan). */
+  int (*orphan)(peer_t *p, sop_t *op);
+  /* Reads what the peer sent (a clean leave, or an EOF first). */
+  void (*drain)(peer_t *p);
+  /* Its input is read again (it was paused: early frames over their
+   * limit). */
+  void (*kick)(peer_t *p);
+  /* The peer is gone: its input is no longer read; queued sends are
+   * lost. */
+  void (*peer_down)(peer_t *p);
+  void (*net_close)(net_t *net);
+  void (*net_free)(net_t *net);
+} uvccl__xport_t;
+
+extern const uvccl__xport_t uvccl__shm_xport;
+
 /* Ranks of the world on this host (by address; a sparse world's share
  * of those it knows). */
 int uvccl__net_local_ranks(const net_t *net);
@@ -720,10 +677,6 @@ int uvccl__shm_boxes_agreed(net_t *net);
 void uvccl__shm_box_start(net_t *net, sop_t *op);
 void uvccl__shm_box_remove(net_t *net, sop_t *op);
 int uvccl__shm_box_needs(net_t *net, sop_t *op, int world_rank);
-/* 1 when shared memory carries traffic of this net. */
-int uvccl__shm_active(net_t *net);
-void uvccl__shm_net_close(net_t *net);
-void uvccl__shm_net_free(net_t *net);
 
 /* ---- shrink.c ---------------------------------------------------------------- */
 /* The net's shrink upcalls (every world net gets them at creation). */

@@ -293,11 +293,6 @@ void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
 void uvccl__addr_fmt(const struct sockaddr *sa, char *buf, size_t len);
 /* The connection's peer the same way; "?:0" when it is already gone. */
 void uvccl__peer_addr(const uv_tcp_t *tcp, char *buf, size_t len);
-/* Nonzero when a connection to a local port nobody listens on met itself
- * (TCP simultaneous open: the kernel picked the destination port as the
- * source port). It is then no peer at all: callers treat it as refused,
- * else a client would read its own request as the answer. */
-int uvccl__tcp_is_self(const uv_tcp_t *tcp);
 
 /* ---- Allocation ---------------------------------------------------------- */
 /* Large buffers (bigmem.c): mapped on their own, so that one no longer

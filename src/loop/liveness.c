@@ -41,15 +41,6 @@ void uvccl__peer_addr(const uv_tcp_t *tcp, char *buf, size_t len) {
     snprintf(buf, len, "?:0");
 }
 
-int uvccl__tcp_is_self(const uv_tcp_t *tcp) {
-  struct sockaddr_storage a, b;
-  int la = sizeof(a), lb = sizeof(b);
-  if (uv_tcp_getsockname(tcp, (struct sockaddr *)&a, &la) != 0 ||
-      uv_tcp_getpeername(tcp, (struct sockaddr *)&b, &lb) != 0)
-    return 0;
-  return la == lb && memcmp(&a, &b, (size_t)la) == 0;
-}
-
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {
   int on = 1, idle, intvl, cnt = 3;
   unsigned ut;

@@ -26,7 +26,7 @@
  * nothing else was sent between. */
 #include "internal.h"
 #include "auth.h"
-#include "tls/tls.h"
+#include "tls/conn.h"
 #include "proto.h"
 
 #include <stdio.h>
@@ -93,7 +93,7 @@ typedef struct {
   uv_timer_t retry;
   struct addrinfo *addrs, *next_addr;
   uint64_t deadline;
-  unsigned backoff_ms;
+  uint64_t backoff_ms;
   int last_err;
   int connect_attempts;
   uvccl__work_list_t queued; /* not yet sent */
@@ -786,7 +786,7 @@ static void client_on_connect(uv_connect_t *req, int status) {
   client_t *c = req->data;
   if (c->state != ST_CONNECTING) return; /* closing */
   c->got_reply = 0;
-  if (status == 0 && uvccl__tcp_is_self(&c->tcp)) status = UV_ECONNREFUSED;
+  status = uvccl__dial_status(&c->tcp, status);
   if (status < 0) {
     c->last_err = status;
     client_drop_tcp(c);
@@ -954,8 +954,7 @@ static void client_connect_failed(client_t *c, int err) {
 
   c->connect_attempts++;
   if (now < c->deadline) {
-    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : 10;
-    if (c->backoff_ms > MAX_BACKOFF_MS) c->backoff_ms = MAX_BACKOFF_MS;
+    uvccl__backoff_next(&c->backoff_ms, MAX_BACKOFF_MS);
     /* Jitter spreads thousands of clients retrying against one server. */
     delay = c->backoff_ms / 2 + (uint64_t)(rand() % (int)(c->backoff_ms / 2 + 1));
     if (now + delay > c->deadline) delay = c->deadline - now;

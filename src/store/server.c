@@ -15,7 +15,7 @@
 #include "auth.h"
 #include "kv.h"
 #include "proto.h"
-#include "tls/tls.h"
+#include "tls/conn.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -96,10 +96,9 @@ struct server_s {
   uvccl_store_server_close_cb close_cb;
   uvccl_store_server_stats_t st;
   uvccl__auth_key_t auth;
-  uint64_t auth_log_ms;      /* rate limit of the refusals' log lines */
-  int auth_logged;
+  uvccl__refusals_t refusals; /* their log lines, bounded */
   uvccl__tls_ctx_t *tls;     /* TLS for every client, or NULL */
-  struct tls_accept_s *tls_accepts; /* handshakes under way */
+  uvccl__acceptor_t acceptor; /* new clients (TLS first) */
 };
 
 static void conn_close(conn_t *c, const char *why);
@@ -453,17 +452,12 @@ static int conn_handle(conn_t *c, const uvccl__proto_req_t *q) {
 /* A refused client: counted, logged (at most 10 lines a second, so a
  * flood of strangers cannot flood the log), closed. */
 static void refusal_log(server_t *s, const char *peer, const char *why) {
-  uint64_t now = uv_now(s->loop);
+  int unlogged;
+  int log = uvccl__refusals_admit(&s->refusals, uv_now(s->loop), &unlogged);
   s->st.auth_failures++;
-  if (now - s->auth_log_ms >= 1000) {
-    if (s->auth_logged > 10)
-      LOG_WARN("store", "(%d more refused connections not logged)",
-               s->auth_logged - 10);
-    s->auth_log_ms = now;
-    s->auth_logged = 0;
-  }
-  if (++s->auth_logged <= 10)
-    LOG_WARN("store", "%s: refused: %s", peer, why);
+  if (unlogged > 0)
+    LOG_WARN("store", "(%d more refused connections not logged)", unlogged);
+  if (log) LOG_WARN("store", "%s: refused: %s", peer, why);
 }
 
 static void auth_log(conn_t *c, const char *why) {
@@ -805,46 +799,26 @@ static void peer_name(uv_tcp_t *t, char *buf, size_t cap) {
   uvccl__peer_addr(t, buf + sizeof(prefix) - 1, cap - (sizeof(prefix) - 1));
 }
 
-/* TLS (tls.h): the handshake runs before the client is a connection. */
-typedef struct tls_accept_s {
-  server_t *s;
-  uvccl__tls_hs_t *hs;
-  char peer[64];
-  struct tls_accept_s *next;
-} tls_accept_t;
-
+/* TLS (tls.h): the handshake runs before the client is a connection
+ * (tls/conn.h). */
 static void conn_adopt(server_t *s, int fd, const char *peer);
 
-static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
-  tls_accept_t *a = arg, **pp;
-  server_t *s = a->s;
+static void on_adopt(void *owner, int fd, const char *from) {
   char peer[80];
-  for (pp = &s->tls_accepts; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == a) {
-      *pp = a->next;
-      break;
-    }
-  snprintf(peer, sizeof(peer), "client %s", a->peer); /* as peer_name's */
-  if (status != 0) {
-    s->st.auth_failures++;
-    refusal_log(s, peer, msg);
-  } else {
-    conn_adopt(s, fd, peer);
-  }
-  uvccl__free(a);
-}
-
-static void tls_accept(server_t *s, uv_stream_t *ls) {
-  tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  if (a == NULL) return;
-  a->s = s;
-  if (uvccl__tls_accept_from(s->tls, ls, 0, 0, on_tls_accepted, a, a->peer,
-                             sizeof(a->peer), &a->hs) != 0) {
-    uvccl__free(a);
+  if (from == NULL) {
+    conn_adopt(owner, fd, NULL);
     return;
   }
-  a->next = s->tls_accepts;
-  s->tls_accepts = a;
+  snprintf(peer, sizeof(peer), "client %s", from); /* as peer_name's */
+  conn_adopt(owner, fd, peer);
+}
+
+static void on_refused(void *owner, const char *from, const char *why) {
+  server_t *s = owner;
+  char peer[80];
+  snprintf(peer, sizeof(peer), "client %s", from); /* as peer_name's */
+  s->st.auth_failures++;
+  refusal_log(s, peer, why);
 }
 
 static void server_on_connection(uv_stream_t *ls, int status) {
@@ -853,8 +827,7 @@ static void server_on_connection(uv_stream_t *ls, int status) {
     LOG_WARN("store", "accept: %s", uv_strerror(status));
     return;
   }
-  if (s->tls != NULL) tls_accept(s, ls);
-  else conn_adopt(s, -1, NULL);
+  uvccl__acceptor_incoming(&s->acceptor, ls);
 }
 
 /* A new client: accepted from the listener (fd -1), or the plaintext
@@ -869,22 +842,18 @@ static void conn_adopt(server_t *s, int fd, const char *peer) {
     return;
   }
   c->srv = s;
-  uv_tcp_init(s->loop, &c->tcp);
+  r = uvccl__conn_take(s->loop, &c->tcp, (uv_stream_t *)&s->listener, fd);
   c->tcp.data = c;
   uvccl__sendq_init(&c->sendq, s->loop, &c->tcp);
   c->sendq.data = c;
   s->handles_open++;
-  r = fd >= 0 ? uv_tcp_open(&c->tcp, fd)
-              : uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp);
   if (r != 0) {
     LOG_WARN("store", "accept: %s", uv_strerror(r));
-    if (fd >= 0) close(fd);
     c->closing = 1;
     c->parts = 1;
     uv_close((uv_handle_t *)&c->tcp, conn_closed);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
   if (peer != NULL) snprintf(c->peer, sizeof(c->peer), "%s", peer);
   else peer_name(&c->tcp, c->peer, sizeof(c->peer));
   c->next = s->conns;
@@ -1010,6 +979,7 @@ int uvccl_store_server_init(uv_loop_t *loop, uvccl_store_server_t *pub,
     r = UV_ENOMEM;
     goto fail_alloc;
   }
+  uvccl__acceptor_init(&s->acceptor, s->tls, 0, 0, on_adopt, on_refused, s);
   r = uv_tcp_init(loop, &s->listener);
   if (r != 0) goto fail_alloc;
   s->listener.data = s;
@@ -1091,12 +1061,7 @@ void uvccl_store_server_close(uvccl_store_server_t *pub,
   s->close_cb = cb;
   s->closing_since = uv_now(s->loop);
   uv_close((uv_handle_t *)&s->listener, server_handle_closed);
-  while (s->tls_accepts != NULL) {
-    tls_accept_t *a = s->tls_accepts;
-    s->tls_accepts = a->next;
-    uvccl__tls_cancel(a->hs);
-    uvccl__free(a);
-  }
+  uvccl__acceptor_cancel(&s->acceptor);
   /* No new clients; the ones there are keep being answered a moment. */
   LOG_DEBUG("store", "server closing: %d clients", (int)s->st.connections);
   for (c = s->conns; c != NULL; c = c->next) {

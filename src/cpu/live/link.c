@@ -25,16 +25,17 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   }
   k->last_rx = uvccl__now_ms();
   k->rlen += (size_t)n;
-  while (k->tcp_open && k->rlen - pos >= LF_HDR) {
+  while (k->tcp_open) {
     lf_hdr_t h;
-    memcpy(&h, k->rbuf + pos, LF_HDR);
-    if (h.len > LF_MAX_PAYLOAD) {
+    int whole = uvccl__lframe_next((const unsigned char *)k->rbuf + pos,
+                                   k->rlen - pos, &h);
+    if (whole < 0) {
       LOG_WARN("live", "rank %d: bad frame on the monitor link from %d: "
                "closing it", k->l->rank, k->rank);
       uvccl__mon_link_broken(k, UVCCL_EPROTO);
       return;
     }
-    if (k->rlen - pos < LF_HDR + (size_t)h.len) break;
+    if (whole == 0) break;
     on_frame(k, &h, k->rbuf + pos + LF_HDR);
     pos += LF_HDR + h.len;
   }
@@ -45,15 +46,12 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
 
 /* Refused monitor connections are logged, up to 10 a second. */
 static void refusal_log(uvccl__live_t *l, const char *why) {
-  uint64_t now = uvccl__now_ms();
-  if (now - l->refusal_log_ms >= 1000) {
-    if (l->refusals_logged > 10)
-      LOG_WARN("live", "rank %d: %d more monitor connections refused in the "
-               "last second", l->rank, l->refusals_logged - 10);
-    l->refusal_log_ms = now;
-    l->refusals_logged = 0;
-  }
-  if (++l->refusals_logged <= 10)
+  int unlogged;
+  int log = uvccl__refusals_admit(&l->refusals, uvccl__now_ms(), &unlogged);
+  if (unlogged > 0)
+    LOG_WARN("live", "rank %d: %d more monitor connections refused in the "
+             "last second", l->rank, unlogged);
+  if (log)
     LOG_WARN("live", "rank %d: refusing a monitor connection: %s", l->rank,
              why);
 }
@@ -99,14 +97,14 @@ static void on_hello(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
   wire_hello_t hw;
   size_t want = sizeof(hw) + (l->auth.set ? UVCCL__AUTH_NONCE : 0);
   char purpose[96];
-  if (h->len != want) {
+  int rc = uvccl__lframe_hello(h, p, want, &hw);
+  if (rc == -1) {
     refusal_log(l, l->auth.set ? "no secret offered, or not a uvccl monitor"
                                : "not a uvccl monitor");
     uvccl__mon_link_close(k);
     return;
   }
-  memcpy(&hw, p, sizeof(hw));
-  if (hw.magic != LINK_MAGIC) {
+  if (rc != 0) {
     refusal_log(l, "not a uvccl monitor");
     uvccl__mon_link_close(k);
     return;
@@ -252,18 +250,8 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
     k->bye = 1;
     return;
   case LF_DEAD: {
-    wire_fail_t w;
     uvccl__fail_t f;
-    if (h->len != sizeof(w)) return;
-    memcpy(&w, p, sizeof(w));
-    w.detail[sizeof(w.detail) - 1] = '\0';
-    memset(&f, 0, sizeof(f));
-    f.rank = w.rank;
-    f.origin = w.origin;
-    f.via = k->rank;
-    f.cause = w.cause;
-    f.err = w.err;
-    memcpy(f.detail, w.detail, sizeof(f.detail));
+    if (uvccl__lframe_dead(h, p, k->rank, &f) != 0) return;
     if (f.rank == l->rank) {
       uvccl__mon_declare_self_dead(l, &f);
       return;
@@ -278,9 +266,7 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
   case LF_NOTICE: {
     wire_notice_t w;
     uvccl__live_ev_t ev;
-    if (h->len != sizeof(w)) return;
-    memcpy(&w, p, sizeof(w));
-    w.detail[sizeof(w.detail) - 1] = '\0';
+    if (uvccl__lframe_notice(h, p, &w) != 0) return;
     if (l->relay && !notice_first(l, &w, h, p, k)) return;
     memset(&ev, 0, sizeof(ev));
     ev.kind = UVCCL__LIVE_NOTICE;
@@ -323,8 +309,7 @@ void uvccl__mon_connect_retry(link_t *k) {
   uvccl__mon_link_set_fd(k, -1);
   k->rlen = 0;
   if (uvccl__now_ms() < k->deadline) {
-    k->backoff = k->backoff ? k->backoff * 2 : 10;
-    if (k->backoff > 1000) k->backoff = 1000;
+    uvccl__backoff_next(&k->backoff, 1000);
     if (k->tcp_open) {
       k->tcp_open = 0;
       uv_close((uv_handle_t *)&k->tcp, on_retry_closed);
@@ -382,7 +367,7 @@ static void on_connect(uv_connect_t *req, int status) {
   link_t *k = req->data;
   uvccl__live_t *l = k->l;
   if (l->closing || k->state != LK_CONNECTING) return;
-  if (status == 0 && uvccl__tcp_is_self(&k->tcp)) status = UV_ECONNREFUSED;
+  status = uvccl__dial_status(&k->tcp, status);
   if (status < 0) {
     if (uvccl__now_ms() < k->deadline && status != UV_ECANCELED) {
       uvccl__mon_connect_retry(k);
@@ -476,68 +461,40 @@ static void on_handshake_timeout(uv_timer_t *t) {
 }
 
 
-static void link_adopt(uvccl__live_t *l, int fd);
 
-static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
-  live_tls_accept_t *a = arg, **pp;
-  uvccl__live_t *l = a->l;
-  for (pp = &l->tls_accepts; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == a) {
-      *pp = a->next;
-      break;
-    }
-  uvccl__free(a);
-  if (status != 0) {
-    refusal_log(l, msg);
-    return;
-  }
-  if (l->closing) {
-    close(fd);
-    return;
-  }
-  link_adopt(l, fd);
-}
-
-static void tls_accept(uvccl__live_t *l, uv_stream_t *server) {
-  live_tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  if (a == NULL) return;
-  a->l = l;
-  if (uvccl__tls_accept_from(l->tls, server, l->hb_ms, 1, on_tls_accepted,
-                             a, NULL, 0, &a->hs) != 0) {
-    uvccl__free(a);
-    return;
-  }
-  a->next = l->tls_accepts;
-  l->tls_accepts = a;
+/* A TLS handshake failed: the link never existed. */
+void uvccl__mon_on_refused(void *owner, const char *from, const char *why) {
+  refusal_log(owner, why);
 }
 
 void uvccl__mon_on_connection(uv_stream_t *server, int status) {
   uvccl__live_t *l = server->data;
   if (status < 0 || l->closing) return;
-  if (l->tls != NULL) tls_accept(l, server);
-  else link_adopt(l, -1);
+  uvccl__acceptor_incoming(&l->acceptor, server);
 }
 
 /* A new incoming link: accepted from the listener (fd -1), or the
  * plaintext descriptor of one TLS secured. */
-static void link_adopt(uvccl__live_t *l, int fd) {
+void uvccl__mon_link_adopt(void *owner, int fd, const char *from) {
+  uvccl__live_t *l = owner;
   link_t *k;
+  int rc;
+  if (fd >= 0 && l->closing) { /* its handshake ended after the close */
+    close(fd);
+    return;
+  }
   k = uvccl__mon_link_new(l, -1);
   if (k == NULL) {
     if (fd >= 0) close(fd);
     return;
   }
-  uv_tcp_init(&l->loop, &k->tcp);
+  rc = uvccl__conn_take(&l->loop, &k->tcp, (uv_stream_t *)&l->listener, fd);
   k->tcp.data = k;
   k->tcp_open = 1;
-  if (fd >= 0 ? uv_tcp_open(&k->tcp, fd) != 0
-              : uv_accept((uv_stream_t *)&l->listener,
-                          (uv_stream_t *)&k->tcp) != 0) {
-    if (fd >= 0) close(fd);
+  if (rc != 0) {
     uvccl__mon_link_close(k);
     return;
   }
-  uv_tcp_nodelay(&k->tcp, 1);
   k->state = LK_CONNECTING;
   {
     uv_os_fd_t sfd;

@@ -105,26 +105,10 @@ static void link_write_locked(link_t *k, const void *p, size_t len) {
   k->pend_len += len - (size_t)n;
 }
 
-/* Lays out a frame in buf (LF_HDR + LF_MAX_PAYLOAD bytes); its length. */
-static size_t frame_build(unsigned char *buf, int kind, uint32_t a,
-                          uint32_t b, uint32_t c, const void *payload,
-                          size_t plen) {
-  lf_hdr_t h;
-  memset(&h, 0, sizeof(h));
-  h.kind = (uint8_t)kind;
-  h.len = (uint16_t)plen;
-  h.a = a;
-  h.b = b;
-  h.c = c;
-  memcpy(buf, &h, LF_HDR);
-  if (plen) memcpy(buf + LF_HDR, payload, plen);
-  return LF_HDR + plen;
-}
-
 void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
                           uint32_t c, const void *payload, size_t plen) {
   unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
-  size_t len = frame_build(buf, kind, a, b, c, payload, plen);
+  size_t len = uvccl__lframe_build(buf, kind, a, b, c, payload, plen);
   uv_mutex_lock(&k->l->lock);
   link_write_locked(k, buf, len);
   uv_mutex_unlock(&k->l->lock);
@@ -138,7 +122,7 @@ void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
 static void send_to_all(uvccl__live_t *l, int kind, const void *payload,
                         size_t plen) {
   unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
-  size_t len = frame_build(buf, kind, 0, 0, 0, payload, plen);
+  size_t len = uvccl__lframe_build(buf, kind, 0, 0, 0, payload, plen);
   int r;
   uv_mutex_lock(&l->lock);
   for (r = 0; r < l->size; r++)
@@ -146,19 +130,9 @@ static void send_to_all(uvccl__live_t *l, int kind, const void *payload,
   uv_mutex_unlock(&l->lock);
 }
 
-static void wire_fail(wire_fail_t *w, const uvccl__fail_t *f) {
-  memset(w, 0, sizeof(*w));
-  w->rank = f->rank;
-  w->origin = f->origin;
-  w->cause = f->cause;
-  w->err = f->err;
-  memcpy(w->detail, f->detail, sizeof(w->detail));
-  w->detail[sizeof(w->detail) - 1] = '\0';
-}
-
 static void send_dead(link_t *k, const uvccl__fail_t *f) {
   wire_fail_t w;
-  wire_fail(&w, f);
+  uvccl__lframe_fail_put(&w, f);
   uvccl__mon_link_send(k, LF_DEAD, 0, 0, 0, &w, sizeof(w));
 }
 
@@ -526,12 +500,7 @@ static void close_all(uvccl__live_t *l, int bye) {
   uv_close((uv_handle_t *)&l->tick, NULL);
   uv_close((uv_handle_t *)&l->susp_timer, NULL);
   uv_close((uv_handle_t *)&l->listener, NULL);
-  while (l->tls_accepts != NULL) {
-    live_tls_accept_t *a = l->tls_accepts;
-    l->tls_accepts = a->next;
-    uvccl__tls_cancel(a->hs);
-    uvccl__free(a);
-  }
+  uvccl__acceptor_cancel(&l->acceptor);
   for (k = l->all; k != NULL; k = k->next)
     if (k->tls_hs != NULL) {
       uvccl__tls_cancel(k->tls_hs);
@@ -621,6 +590,8 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     l->tls = tls;
   }
   l->hb_ms = hb_timeout_ms;
+  uvccl__acceptor_init(&l->acceptor, l->tls, l->hb_ms, 1,
+                       uvccl__mon_link_adopt, uvccl__mon_on_refused, l);
   l->relay = relay;
   l->period_ms = hb_timeout_ms ? hb_timeout_ms / 10 : 1000;
   if (l->period_ms < 20) l->period_ms = 20;
@@ -752,7 +723,7 @@ void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
   wire_fail_t w;
   if (l == NULL || l->app_closed) return;
   fail_set(&f, l->rank, l->rank, cause, err, "%s", detail);
-  wire_fail(&w, &f);
+  uvccl__lframe_fail_put(&w, &f);
   send_to_all(l, LF_DEAD, &w, sizeof(w));
 }
 

@@ -1,11 +1,13 @@
 /* What the monitor's two files share (live.c: commands, writing, events,
  * declaring, the tick, teardown and the entry points; link.c: the links'
- * reading and connecting): the link frame format, the link and the
- * monitor's state. */
+ * reading and connecting): the link and the monitor's state. The link
+ * frames are link_frame.h's. */
 #ifndef UVCCL_CPU_LIVE_MONITOR_H
 #define UVCCL_CPU_LIVE_MONITOR_H
 
 #include "live.h"
+#include "link_frame.h"
+#include "tls/conn.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -15,49 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum {
-  LF_HELLO = 1, /* a = from, b = to, c = world; payload: u64 target nonce */
-  LF_ACK,
-  LF_HB,
-  LF_BYE,
-  LF_DEAD,      /* payload: wire_fail_t */
-  LF_NOTICE,    /* payload: wire_notice_t */
-  /* Worlds with a secret (auth.h): HELLO's payload is followed by the
-   * dialer's nonce; CHALLENGE (the listener's nonce and MAC) and PROOF
-   * (the dialer's MAC) come before ACK, and the listener acts on the
-   * hello only once it is proven. */
-  LF_CHALLENGE,
-  LF_PROOF
-};
-
-#define LF_HDR 16
-#define LF_MAX_PAYLOAD 512
 #define LINK_PEND_MAX (64u * 1024) /* a peer this far behind is not reading */
-#define LINK_MAGIC 0x4b4e4c55u     /* "ULNK", in HELLO's payload */
-
-typedef struct {
-  uint8_t kind;
-  uint8_t pad;
-  uint16_t len;
-  uint32_t a, b, c;
-} lf_hdr_t;
-
-typedef struct {
-  int32_t rank, origin, cause, err;
-  char detail[UVCCL__DETAIL_LEN];
-} wire_fail_t;
-
-typedef struct {
-  int32_t what, rank, origin, cause, err;
-  uint32_t gid;
-  char detail[UVCCL__DETAIL_LEN];
-} wire_notice_t;
-
-typedef struct {
-  uint32_t magic;
-  uint32_t pad;
-  uint64_t nonce;
-} wire_hello_t;
 
 enum { LK_CONNECTING = 1, LK_UP, LK_DOWN };
 
@@ -111,9 +71,8 @@ struct uvccl__live_s {
   uint64_t nonce;
   uvccl__auth_key_t auth;  /* the world's secret, when it has one */
   uvccl__tls_ctx_t *tls;   /* TLS for every link, or NULL */
-  struct live_tls_accept_s *tls_accepts; /* server handshakes under way */
-  uint64_t refusal_log_ms; /* rate limit of refusals' log lines */
-  int refusals_logged;
+  uvccl__acceptor_t acceptor;  /* incoming links (TLS first) */
+  uvccl__refusals_t refusals;   /* their refusals' log lines, bounded */
   uint64_t hb_ms, period_ms, grace_ms;
   uv_tcp_t listener;
   uv_timer_t tick;
@@ -134,12 +93,6 @@ struct uvccl__live_s {
   int app_closed;          /* live_close was called (app thread) */
 };
 
-/* TLS: the server's handshake runs before the link exists. */
-typedef struct live_tls_accept_s {
-  uvccl__live_t *l;
-  uvccl__tls_hs_t *hs;
-  struct live_tls_accept_s *next;
-} live_tls_accept_t;
 
 void uvccl__mon_connect_retry(link_t *k);
 void uvccl__mon_connect_start(link_t *k);
@@ -157,5 +110,9 @@ void uvccl__mon_on_connection(uv_stream_t *server, int status);
 void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
 void uvccl__mon_post_simple(uvccl__live_t *l, int kind, int rank,
                             const char *msg);
+
+/* The acceptor's callbacks (link.c): a new incoming link; a refused one. */
+void uvccl__mon_link_adopt(void *owner, int fd, const char *from);
+void uvccl__mon_on_refused(void *owner, const char *from, const char *why);
 
 #endif

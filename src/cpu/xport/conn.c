@@ -10,15 +10,12 @@
  * never finish their handshake, are logged: up to 10 a second, so that
  * a flood of them cannot flood the log. */
 void uvccl__net_refusal_log(net_t *net, const char *from, const char *why) {
-  uint64_t now = uvccl__now_ms();
-  if (now - net->auth_log_ms >= 1000) {
-    if (net->auth_logged > 10)
-      LOG_WARN("coll", "rank %d: %d more connections refused in the last "
-               "second", net->rank, net->auth_logged - 10);
-    net->auth_log_ms = now;
-    net->auth_logged = 0;
-  }
-  if (++net->auth_logged <= 10)
+  int unlogged;
+  int log = uvccl__refusals_admit(&net->refusals, uvccl__now_ms(), &unlogged);
+  if (unlogged > 0)
+    LOG_WARN("coll", "rank %d: %d more connections refused in the last "
+             "second", net->rank, unlogged);
+  if (log)
     LOG_WARN("coll", "rank %d: refusing the connection from %s: %s",
              net->rank, from, why);
 }
@@ -33,57 +30,10 @@ static void on_handshake_timeout(uv_timer_t *t) {
   uvccl__net_peer_close(p);
 }
 
-/* ---- TLS (tls.h): the server's handshake runs before the connection is
- * a pending peer; its plaintext descriptor is then adopted as if
- * accepted. */
-typedef struct tls_accept_s {
-  net_t *net;
-  uvccl__tls_hs_t *hs;
-  char from[64];
-  struct tls_accept_s *next;
-} tls_accept_t;
+static void peer_adopt(void *owner, int fd, const char *from);
 
-static void peer_adopt(net_t *net, int fd, const char *from);
-
-static void tls_accept_unlink(tls_accept_t *a) {
-  tls_accept_t **pp;
-  for (pp = &a->net->tls_accepts; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == a) {
-      *pp = a->next;
-      break;
-    }
-}
-
-static void on_tls_accepted(void *arg, int status, int fd, const char *msg) {
-  tls_accept_t *a = arg;
-  net_t *net = a->net;
-  tls_accept_unlink(a);
-  if (status != 0) uvccl__net_refusal_log(net, a->from, msg);
-  else peer_adopt(net, fd, a->from);
-  uvccl__free(a);
-}
-
-void uvccl__net_tls_accepts_cancel(net_t *net) {
-  while (net->tls_accepts != NULL) {
-    tls_accept_t *a = net->tls_accepts;
-    net->tls_accepts = a->next;
-    uvccl__tls_cancel(a->hs);
-    uvccl__free(a);
-  }
-}
-
-static void tls_accept(net_t *net, uv_stream_t *server) {
-  tls_accept_t *a = uvccl__calloc(1, sizeof(*a));
-  if (a == NULL) return;
-  a->net = net;
-  if (uvccl__tls_accept_from(net->tls, server, net->hb_ms, 0,
-                             on_tls_accepted, a, a->from, sizeof(a->from),
-                             &a->hs) != 0) {
-    uvccl__free(a);
-    return;
-  }
-  a->next = net->tls_accepts;
-  net->tls_accepts = a;
+static void on_refused(void *owner, const char *from, const char *why) {
+  uvccl__net_refusal_log(owner, from, why);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -92,33 +42,28 @@ static void on_connection(uv_stream_t *server, int status) {
     LOG_WARN("coll", "accept failed: %s", uvccl_strerror(status));
     return;
   }
-  if (net->tls != NULL) {
-    tls_accept(net, server);
-    return;
-  }
-  peer_adopt(net, -1, NULL);
+  uvccl__acceptor_incoming(&net->acceptor, server);
 }
 
 /* A new incoming connection: accepted from the listener (fd -1), or the
  * plaintext descriptor of one TLS secured. */
-static void peer_adopt(net_t *net, int fd, const char *from) {
+static void peer_adopt(void *owner, int fd, const char *from) {
+  net_t *net = owner;
   peer_t *p;
+  int rc;
   p = uvccl__net_peer_new(net, -1);
   if (p == NULL) {
     if (fd >= 0) close(fd);
     return;
   }
-  uv_tcp_init(net->loop, &p->tcp);
+  rc = uvccl__conn_take(net->loop, &p->tcp, (uv_stream_t *)&net->listener,
+                        fd);
   p->tcp.data = p;
   p->tcp_open = 1;
-  if (fd >= 0 ? uv_tcp_open(&p->tcp, fd) != 0
-              : uv_accept((uv_stream_t *)&net->listener,
-                          (uv_stream_t *)&p->tcp) != 0) {
-    if (fd >= 0) close(fd);
+  if (rc != 0) {
     uvccl__net_peer_close(p);
     return;
   }
-  uv_tcp_nodelay(&p->tcp, 1);
   uvccl__net_peer_sendq_open(p);
   if (from != NULL) {
     snprintf(p->addrstr, sizeof(p->addrstr), "%s", from);
@@ -138,6 +83,8 @@ static void peer_adopt(net_t *net, int fd, const char *from) {
 int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
                       char *err, size_t errlen) {
   int rc, len = sizeof(net->self);
+  uvccl__acceptor_init(&net->acceptor, net->tls, hb_ms, 0, peer_adopt,
+                       on_refused, net);
   uv_tcp_init(net->loop, &net->listener);
   net->listener.data = net;
   net->listener_open = 1;
@@ -155,7 +102,7 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   uvccl__addr_fmt((struct sockaddr *)&net->self, net->selfstr,
                   sizeof(net->selfstr));
   net->hb_ms = hb_ms;
-  rc = uvccl__shm_net_init(net, err, errlen);
+  rc = net->local_xport->net_init(net, err, errlen);
   if (rc != 0) return rc;
   if (net->size > 1) {
     net->live = uvccl__live_new(net->loop, net->rank, net->size,
@@ -199,13 +146,12 @@ static void on_connect(uv_connect_t *req, int status) {
   net_t *net = p->net;
 
   if (net->closing || p->state != PEER_CONNECTING) return;
-  if (status == 0 && uvccl__tcp_is_self(&p->tcp)) status = UV_ECONNREFUSED;
+  status = uvccl__dial_status(&p->tcp, status);
   if (status < 0) {
     /* Until the deadline, a refused or unreachable peer is one that has
      * not started listening yet: try again with backoff (10 ms .. 1 s). */
     if (uvccl__now_ms() < p->retry.timeout && status != UV_ECANCELED) {
-      p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 10;
-      if (p->backoff_ms > 1000) p->backoff_ms = 1000;
+      uvccl__backoff_next(&p->backoff_ms, 1000);
       p->tcp_open = 0;
       net->nclosing++;
       uv_close((uv_handle_t *)&p->tcp, on_retry_closed);
@@ -236,8 +182,7 @@ static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
   }
   if (status < 0) {
     if (uvccl__now_ms() < p->retry.timeout) {
-      p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 10;
-      if (p->backoff_ms > 1000) p->backoff_ms = 1000;
+      uvccl__backoff_next(&p->backoff_ms, 1000);
       uv_timer_start(&p->retry, on_retry_timer, p->backoff_ms, 0);
       return;
     }
@@ -283,7 +228,7 @@ static void peer_connected(peer_t *p) {
   hello.to_nonce = p->nonce;
   hello.world = (uint32_t)net->size;
   snprintf(hello.addr, sizeof(hello.addr), "%s", net->selfstr);
-  uvccl__net_hdr_encode(p->hello_buf, &h);
+  uvccl__frame_encode(p->hello_buf, &h);
   memcpy(p->hello_buf + UVCCL__FRAME_HDR, &hello, sizeof(hello));
   if (net->auth.set) {
     memcpy(p->hello_buf + UVCCL__FRAME_HDR + sizeof(hello), p->auth_nc,

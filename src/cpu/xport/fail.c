@@ -66,7 +66,7 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   LOG_DEBUG("coll", "rank %d: rank %d (%s): %s (%s)", net->rank, r,
             p->addrstr, why, uvccl_strerror(err));
   uvccl__net_peer_close_tcp(p);
-  uvccl__shm_peer_down(p);
+  p->net->local_xport->peer_down(p);
   p->rx.cur_op = NULL;
   p->rx.rstate = RS_HDR;
   p->rlen = 0;
@@ -199,7 +199,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     p->state = PEER_DEAD;
     p->err = f->err;
     uvccl__net_peer_close_tcp(p);
-    uvccl__shm_peer_down(p);
+    p->net->local_xport->peer_down(p);
     p->rx.cur_op = NULL;
     p->rx.rstate = RS_HDR;
     p->rlen = 0;
@@ -304,7 +304,7 @@ int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,
   h.seq = seq;
   h.tag = tag;
   h.len = len;
-  uvccl__net_hdr_encode(c->buf, &h);
+  uvccl__frame_encode(c->buf, &h);
   if (len) memcpy(c->buf + UVCCL__FRAME_HDR, payload, len);
   c->len = UVCCL__FRAME_HDR + len;
   if (queue) {
@@ -358,7 +358,7 @@ void uvccl__net_abort(net_t *net, int err, const char *why) {
     p->err = err;
     p->rx.cur_op = NULL;
     uvccl__net_peer_close_tcp(p);
-    uvccl__shm_peer_down(p);
+    p->net->local_xport->peer_down(p);
   }
 }
 

@@ -25,14 +25,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-void uvccl__net_hdr_encode(unsigned char *b, const frame_hdr_t *h) {
-  memcpy(b, h, UVCCL__FRAME_HDR);
-}
-
-void uvccl__net_hdr_decode(frame_hdr_t *h, const unsigned char *b) {
-  memcpy(h, b, UVCCL__FRAME_HDR);
-}
-
 const char *uvccl__net_transport(net_t *net, int r) {
   peer_t *p;
   if (r < 0 || r >= net->size) return "?";
@@ -106,9 +98,36 @@ static void on_tick(uv_prepare_t *h) {
   uvccl__turn_tick(&net->turn);
 }
 
+/* No same-host transport: every peer over TCP, until the group's creation
+ * sets one (uvccl__shm_xport). */
+static int none_net_init(net_t *net, char *err, size_t errlen) { return 0; }
+static int none_net(net_t *net) { return 0; }
+static void none_peer(peer_t *p) {}
+static void none_on_frame(peer_t *p, const frame_hdr_t *h,
+                          const unsigned char *payload) {}
+static int none_send(peer_t *p, sop_t *op) { return UV_ENOTSUP; }
+static void none_net_void(net_t *net) {}
+
+static const uvccl__xport_t none_xport = {
+    .name = "none",
+    .net_init = none_net_init,
+    .active = none_net,
+    .poll = none_net,
+    .peer_up = none_peer,
+    .on_frame = none_on_frame,
+    .send = none_send,
+    .orphan = none_send,
+    .drain = none_peer,
+    .kick = none_peer,
+    .peer_down = none_peer,
+    .net_close = none_net_void,
+    .net_free = none_net_void,
+};
+
 net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net_t *net = uvccl__calloc(1, sizeof(*net));
   if (net == NULL) return NULL;
+  net->local_xport = &none_xport;
   net->loop = loop;
   net->rank = rank;
   net->size = size;
@@ -189,7 +208,7 @@ static void on_spin(uv_idle_t *h) {
   uint64_t now, window;
   if (net->shm != NULL) {
     uvccl__turn_enter(&net->turn, UVCCL__SITE_SPIN, NULL);
-    uvccl__shm_poll(net);
+    net->local_xport->poll(net);
     uvccl__turn_leave(&net->turn);
   }
   if (net->inflight == 0) {
@@ -265,7 +284,7 @@ void uvccl__net_deadline_off(net_t *net) {
 }
 
 int uvccl__net_poll_fast(net_t *net) {
-  if (net->closing || !uvccl__shm_active(net) ||
+  if (net->closing || !net->local_xport->active(net) ||
       (net->spin_check != 1 && net->spin_check != 2) ||
       !uv_is_active((uv_handle_t *)&net->spin) ||
       uv_is_active((uv_handle_t *)&net->slicer))
@@ -275,7 +294,7 @@ int uvccl__net_poll_fast(net_t *net) {
    * epoll_wait, the timers, the handles): with ranks taking turns on a
    * CPU, a turn's length is the latency, and that system call was half
    * of a turn's system calls. */
-  if (!uvccl__shm_poll(net) && net->spin_check == 2) sched_yield();
+  if (!net->local_xport->poll(net) && net->spin_check == 2) sched_yield();
   return 1;
 }
 
@@ -356,7 +375,7 @@ void uvccl__net_kick_spin(net_t *net) {
   uint32_t us;
   if (net->closing || net->inflight == 0) return;
   us = net_busy_us(net);
-  if (us == 0 && uvccl__shm_active(net)) us = shm_spin_us();
+  if (us == 0 && net->local_xport->active(net)) us = shm_spin_us();
   if (us == 0) return;
   uvccl__net_oversubscribed(net);
   /* Oversubscribed: TCP does not spin (see above); shared memory spins
@@ -365,7 +384,7 @@ void uvccl__net_kick_spin(net_t *net) {
    * allreduce that way, 55 us sleeping in epoll. Past 2 ranks a CPU
    * nobody spins (the spinners' turns then delay the ranks awaited). */
   if (net->spin_check == 3 ||
-      (net->spin_check == 2 && !uvccl__shm_active(net)))
+      (net->spin_check == 2 && !net->local_xport->active(net)))
     return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
@@ -443,7 +462,7 @@ void uvccl__net_slice_remove(net_t *net, sop_t *op) {
 
 static void net_free(net_t *net) {
   int r;
-  uvccl__shm_net_free(net);
+  net->local_xport->net_free(net);
   while (net->handoffs != NULL) {
     early_t *st = net->handoffs;
     net->handoffs = st->next;
@@ -624,7 +643,7 @@ static void on_bye_written(uvccl__wreq_t *req, int status) {
 static void peer_teardown(peer_t *p) {
   net_t *net = p->net;
   uv_timer_stop(&p->retry);
-  uvccl__shm_peer_down(p);
+  p->net->local_xport->peer_down(p);
   if (p->tcp_open && p->state == PEER_UP && !p->eof) {
     /* Half-close after our queued writes, then read until the peer's EOF:
      * closing with unread data would send a reset. */
@@ -636,7 +655,7 @@ static void peer_teardown(peer_t *p) {
       frame_hdr_t bye;
       memset(&bye, 0, sizeof(bye));
       bye.kind = FRAME_BYE;
-      uvccl__net_hdr_encode(p->bye_hdr, &bye);
+      uvccl__frame_encode(p->bye_hdr, &bye);
     }
     p->draining = 1;
     net->nclosing++; /* the socket, until it closes */
@@ -718,7 +737,7 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
     uvccl__net_peer_close(p);
   }
   net->pending = NULL;
-  uvccl__net_tls_accepts_cancel(net);
+  uvccl__acceptor_cancel(&net->acceptor);
   for (r = 0; r < net->size; r++)
     if (net->peers[r] != NULL) {
       if (net->peers[r]->tls_hs != NULL) {
@@ -727,5 +746,5 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
       }
       peer_teardown(net->peers[r]);
     }
-  uvccl__shm_net_close(net);
+  net->local_xport->net_close(net);
 }

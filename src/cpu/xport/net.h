@@ -14,10 +14,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "uvccl's frame format assumes a little-endian host"
-#endif
-
 /* A control frame, copied: written now, or queued on a peer not yet
  * connected (sparse worlds). */
 typedef struct ctl_s {
@@ -45,8 +41,6 @@ void uvccl__net_early_free(net_t *net, early_t *st);
 void uvccl__net_early_release(early_t *st);
 void uvccl__net_early_unlink(peer_t *p, early_t *st);
 int uvccl__net_handoff_step(net_t *net);
-void uvccl__net_hdr_decode(frame_hdr_t *h, const unsigned char *b);
-void uvccl__net_hdr_encode(unsigned char *b, const frame_hdr_t *h);
 void uvccl__net_creation_failed(net_t *net, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void uvccl__net_live_closed(net_t *net);
@@ -70,6 +64,5 @@ void uvccl__net_peer_sendq_open(peer_t *p);
 int uvccl__net_peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
                               size_t len, void (*cb)(uvccl__wreq_t *, int));
 void uvccl__net_slicer_start(net_t *net);
-void uvccl__net_tls_accepts_cancel(net_t *net);
 
 #endif

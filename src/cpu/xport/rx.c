@@ -281,7 +281,7 @@ void uvccl__net_early_unlink(peer_t *p, early_t *st) {
   if (p->paused && p->early_bytes <= p->net->early_limit / 2) {
     p->paused = 0;
     uvccl__net_peer_start_read(p);
-    uvccl__shm_kick(p); /* its ring too */
+    p->net->local_xport->kick(p); /* its ring too */
   }
 }
 
@@ -446,7 +446,7 @@ static void send_reject(peer_t *p) {
   memset(&h, 0, sizeof(h));
   h.kind = FRAME_REJECT;
   h.len = n;
-  uvccl__net_hdr_encode(p->reject_buf, &h);
+  uvccl__frame_encode(p->reject_buf, &h);
   memcpy(p->reject_buf + UVCCL__FRAME_HDR, p->reject, n);
   p->state = PEER_CLOSING;
   if (uvccl__net_peer_write_ctl(p, &p->hello_req, p->reject_buf,
@@ -539,7 +539,7 @@ static void hello_accept(peer_t *p, hello_t *hello) {
       frame_hdr_t x;
       memset(&x, 0, sizeof(x));
       x.kind = FRAME_CROSSED;
-      uvccl__net_hdr_encode(p->reject_buf, &x);
+      uvccl__frame_encode(p->reject_buf, &x);
       p->state = PEER_CLOSING;
       if (uvccl__net_peer_write_ctl(p, &p->hello_req, p->reject_buf,
                                     UVCCL__FRAME_HDR, on_reject_written) != 0)
@@ -566,7 +566,7 @@ adopt:
            hello->addr);
   memset(&ack, 0, sizeof(ack));
   ack.kind = FRAME_HELLO_ACK;
-  uvccl__net_hdr_encode(p->hello_buf, &ack);
+  uvccl__frame_encode(p->hello_buf, &ack);
   if (uvccl__net_peer_write_ctl(p, &p->hello_req, p->hello_buf,
                                 UVCCL__FRAME_HDR, NULL) != 0) {
     uvccl__net_peer_fail(net, p, UV_EPIPE, "sending hello ack failed");
@@ -591,7 +591,7 @@ static void auth_challenge(peer_t *p, const hello_t *hello,
   memset(&h, 0, sizeof(h));
   h.kind = FRAME_CHALLENGE;
   h.len = UVCCL__AUTH_NONCE + UVCCL__AUTH_MAC;
-  uvccl__net_hdr_encode(p->auth_buf, &h);
+  uvccl__frame_encode(p->auth_buf, &h);
   memcpy(p->auth_buf + UVCCL__FRAME_HDR, p->auth_ns, UVCCL__AUTH_NONCE);
   uvccl__auth_mac(&p->net->auth, "server", purpose, p->auth_nc, p->auth_ns,
                   p->auth_buf + UVCCL__FRAME_HDR + UVCCL__AUTH_NONCE);
@@ -642,7 +642,7 @@ static void auth_answer(peer_t *p, const unsigned char *payload) {
   memset(&h, 0, sizeof(h));
   h.kind = FRAME_PROOF;
   h.len = UVCCL__AUTH_MAC;
-  uvccl__net_hdr_encode(p->auth_buf, &h);
+  uvccl__frame_encode(p->auth_buf, &h);
   uvccl__auth_mac(&net->auth, "client", purpose, p->auth_nc, p->auth_ns,
                   p->auth_buf + UVCCL__FRAME_HDR);
   p->auth_step = 2;
@@ -657,6 +657,8 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
                          const unsigned char *payload) {
   net_t *net = p->net;
   hello_t hello;
+  hello_verdict_t hv;
+  const unsigned char *nonce;
   int offered;
 
   if (p->outgoing && p->state == PEER_CONNECTING) {
@@ -685,9 +687,9 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     auth_proof(p, payload);
     return;
   }
-  offered = h->len == sizeof(hello) + UVCCL__AUTH_NONCE;
+  hv = uvccl__frame_hello_parse(h, payload, &hello, &offered, &nonce);
   if (h->kind != FRAME_HELLO || p->outgoing || p->rank >= 0 ||
-      p->auth_step != 0 || (h->len != sizeof(hello) && !offered)) {
+      p->auth_step != 0 || hv == UVCCL__HELLO_BAD_SIZE) {
     if (net->auth.set && p->rank < 0)
       auth_refuse(p, "not the handshake (a stray or hostile connection)");
     else
@@ -695,9 +697,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
                            "unexpected handshake frame");
     return;
   }
-  memcpy(&hello, payload, sizeof(hello));
-  hello.addr[sizeof(hello.addr) - 1] = '\0';
-  if (hello.magic != UVCCL__HELLO_MAGIC) {
+  if (hv == UVCCL__HELLO_BAD_MAGIC) {
     if (net->auth.set) {
       auth_refuse(p, "not a uvccl peer");
       return;
@@ -705,7 +705,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
     return;
   }
-  if (hello.version != UVCCL__WIRE_VERSION) {
+  if (hv == UVCCL__HELLO_BAD_VERSION) {
     peer_reject(p, "wire version %u, rank %d speaks %d", hello.version,
                 net->rank, UVCCL__WIRE_VERSION);
     return;
@@ -716,7 +716,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
                   "UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE)");
       return;
     }
-    auth_challenge(p, &hello, payload + sizeof(hello));
+    auth_challenge(p, &hello, nonce);
     return;
   }
   if (offered) {
@@ -731,6 +731,16 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
   hello_accept(p, &hello);
 }
 
+/* What a frame may be on this connection now (frame.c decides). */
+static void frame_context(const peer_t *p, frame_ctx_t *ctx) {
+  ctx->up = p->state == PEER_UP;
+  ctx->outgoing = p->outgoing;
+  ctx->sparse = p->net->sparse;
+  ctx->creating = p->net->mesh_cb != NULL;
+  ctx->world = p->net->size;
+  ctx->shm_info = sizeof(uvccl__shm_info_t);
+}
+
 /* Consumes what the read buffer holds. */
 static void process_rbuf(peer_t *p) {
   size_t pos = 0;
@@ -739,31 +749,32 @@ static void process_rbuf(peer_t *p) {
   while (p->state == PEER_UP || p->state == PEER_CONNECTING) {
     size_t avail = p->rlen - pos;
     if (p->rx.rstate == RS_HDR) {
+      frame_ctx_t ctx;
+      uint64_t need;
+      const char *why;
+      frame_verdict_t v;
       if (avail < UVCCL__FRAME_HDR) break;
-      uvccl__net_hdr_decode(&h, (unsigned char *)p->rbuf + pos);
-      if (h.kind == FRAME_HELLO || h.kind == FRAME_HELLO_ACK ||
-          h.kind == FRAME_CHALLENGE || h.kind == FRAME_PROOF) {
-        if (h.len > sizeof(hello_t) + UVCCL__AUTH_NONCE) {
-          uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, "oversized hello");
-          return;
-        }
-        if (avail < UVCCL__FRAME_HDR + h.len) break;
+      uvccl__frame_decode(&h, (unsigned char *)p->rbuf + pos);
+      frame_context(p, &ctx);
+      v = uvccl__frame_classify(&h, &ctx, &need, &why);
+      if (v == UVCCL__FRAME_BAD) {
+        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, why);
+        return;
+      }
+      if (avail < UVCCL__FRAME_HDR + need) break;
+      switch (v) {
+      case UVCCL__FRAME_HANDSHAKE:
         pos += UVCCL__FRAME_HDR;
         handle_hello(p, &h, (unsigned char *)p->rbuf + pos);
         /* A failed handshake may have dropped the buffer's contents. */
         if (p->state != PEER_UP && p->state != PEER_CONNECTING) return;
         pos += (size_t)h.len;
         continue;
-      }
-      if (h.kind == FRAME_REJECT &&
-          ((p->outgoing && p->state == PEER_CONNECTING) ||
-           (p->state == PEER_UP && p->net->mesh_cb != NULL))) {
-        size_t n = h.len < sizeof(p->reject) - 1 ? (size_t)h.len
-                                                 : sizeof(p->reject) - 1;
-        if (avail < UVCCL__FRAME_HDR + h.len && h.len < 4096) break;
-        memcpy(p->reject, p->rbuf + pos + UVCCL__FRAME_HDR,
-               avail - UVCCL__FRAME_HDR < n ? avail - UVCCL__FRAME_HDR : n);
-        p->reject[n] = '\0';
+      case UVCCL__FRAME_REJECTED:
+        uvccl__frame_reject_text(&h, (unsigned char *)p->rbuf + pos +
+                                         UVCCL__FRAME_HDR,
+                                 avail - UVCCL__FRAME_HDR, p->reject,
+                                 sizeof(p->reject));
         uvccl__net_creation_failed(p->net,
                             strncmp(p->reject, "authentication failed", 21)
                                 ? UV_EINVAL : UVCCL_EAUTH,
@@ -774,56 +785,37 @@ static void process_rbuf(peer_t *p) {
                             p->reject);
         uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
         return;
-      }
-      if (h.kind == FRAME_CROSSED && p->outgoing &&
-          p->state == PEER_CONNECTING && p->net->sparse && h.len == 0) {
+      case UVCCL__FRAME_CROSSED:
         uvccl__net_peer_crossed(p);
         return;
-      }
-      if (h.kind == FRAME_AGREE && p->state == PEER_UP) {
+      case UVCCL__FRAME_AGREE: {
         net_t *net = p->net;
-        if (h.len > 8 + 2 * (uint64_t)net->size) {
-          uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "oversized agree frame");
-          return;
-        }
-        if (avail < UVCCL__FRAME_HDR + h.len) break;
         pos += UVCCL__FRAME_HDR;
         if (net->on_agree != NULL)
           net->on_agree(net, p->rank, &h, (unsigned char *)p->rbuf + pos);
         pos += (size_t)h.len;
         continue;
       }
-      if (h.kind == FRAME_SHM && p->state == PEER_UP) {
-        if (h.len != sizeof(uvccl__shm_info_t)) {
-          uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO,
-                               "bad shared-memory frame");
-          return;
-        }
-        if (avail < UVCCL__FRAME_HDR + h.len) break;
+      case UVCCL__FRAME_SHM_OFFER:
         pos += UVCCL__FRAME_HDR;
-        uvccl__shm_on_frame(p, &h, (unsigned char *)p->rbuf + pos);
+        p->net->local_xport->on_frame(p, &h, (unsigned char *)p->rbuf + pos);
         if (p->state != PEER_UP) return;
         pos += (size_t)h.len;
         continue;
-      }
-      if (h.kind == FRAME_BYE && p->state == PEER_UP && h.len == 0) {
+      case UVCCL__FRAME_LEAVING:
         /* What it sent through shared memory before leaving is read
          * first (it was in the ring before the goodbye left). */
-        uvccl__shm_drain(p);
+        p->net->local_xport->drain(p);
         if (p->state != PEER_UP) return;
         p->left = 1;
         pos += UVCCL__FRAME_HDR;
         continue;
+      case UVCCL__FRAME_DATA:
+      default:
+        pos += UVCCL__FRAME_HDR;
+        if (uvccl__net_frame_begin(p, &p->rx, &h) != 0) return;
+        continue;
       }
-      if (p->state != PEER_UP ||
-          (h.kind != FRAME_COLL && h.kind != FRAME_P2P)) {
-        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO,
-                             "bad frame (garbage, or not a uvccl peer)");
-        return;
-      }
-      pos += UVCCL__FRAME_HDR;
-      if (uvccl__net_frame_begin(p, &p->rx, &h) != 0) return;
-      continue;
     }
     if (avail == 0) break;
     if (p->rx.rstate == RS_REDUCE) {
@@ -900,7 +892,7 @@ static void peer_read(peer_t *p, ssize_t n) {
     }
     if (p->state == PEER_DEAD) return;
     /* Frames it put in our inbox before it went are still delivered. */
-    if (n == UV_EOF) uvccl__shm_drain(p);
+    if (n == UV_EOF) p->net->local_xport->drain(p);
     if (p->state == PEER_DEAD) return;
     if (net->tls != NULL) {
       /* The TLS session may say why (a refused certificate arrives as an
@@ -1061,7 +1053,7 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
     return 0;
   }
   if (p != NULL && (op->list == &p->shm_sendq || p->cma_op == op))
-    rc = uvccl__shm_orphan(p, op);
+    rc = p->net->local_xport->orphan(p, op);
   else
     rc = p != NULL && p->sendq_open ? uvccl__sendq_orphan(&p->sendq, &op->wreq)
                                  : UV_ENOENT;

@@ -667,3 +667,19 @@ void uvccl__shm_net_free(net_t *net) {
   uvccl__free(sn);
   net->shm = NULL;
 }
+
+const uvccl__xport_t uvccl__shm_xport = {
+    .name = "shm",
+    .net_init = uvccl__shm_net_init,
+    .active = uvccl__shm_active,
+    .poll = uvccl__shm_poll,
+    .peer_up = uvccl__shm_peer_up,
+    .on_frame = uvccl__shm_on_frame,
+    .send = uvccl__shm_send,
+    .orphan = uvccl__shm_orphan,
+    .drain = uvccl__shm_drain,
+    .kick = uvccl__shm_kick,
+    .peer_down = uvccl__shm_peer_down,
+    .net_close = uvccl__shm_net_close,
+    .net_free = uvccl__shm_net_free,
+};

@@ -66,4 +66,19 @@ int uvccl__shm_pump(peer_t *p);
 void uvccl__shm_reduce_part(void *ctx, size_t off, size_t n);
 void uvccl__shm_ring_corrupt(peer_t *p);
 
+/* The transport's table entries (uvccl__shm_xport, shm.c). */
+int uvccl__shm_net_init(net_t *net, char *err, size_t errlen);
+int uvccl__shm_active(net_t *net);
+int uvccl__shm_poll(net_t *net);
+void uvccl__shm_peer_up(peer_t *p);
+void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
+                         const unsigned char *payload);
+int uvccl__shm_send(peer_t *p, sop_t *op);
+int uvccl__shm_orphan(peer_t *p, sop_t *op);
+void uvccl__shm_drain(peer_t *p);
+void uvccl__shm_kick(peer_t *p);
+void uvccl__shm_peer_down(peer_t *p);
+void uvccl__shm_net_close(net_t *net);
+void uvccl__shm_net_free(net_t *net);
+
 #endif

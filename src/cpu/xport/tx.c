@@ -75,7 +75,7 @@ void uvccl__net_peer_up(peer_t *p) {
   }
   /* Same host? Each side offers its inbox (shm.c); creation completes
    * once every peer answered. */
-  uvccl__shm_peer_up(p);
+  p->net->local_xport->peer_up(p);
   if (p->state != PEER_UP) return;
   uvccl__net_ctl_flush(p);
   if (p->state != PEER_UP) return;
@@ -112,7 +112,7 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   h.seq = seq;
   h.tag = op->tag;
   h.len = op->len;
-  uvccl__net_hdr_encode(op->hdr, &h);
+  uvccl__frame_encode(op->hdr, &h);
   if (uvccl__net_not_yet_connected(net, op->peer) ||
       (net->sparse && p != NULL && p->state == PEER_UP &&
        (p->shm_step != 3 || p->waitq.head))) {
@@ -135,7 +135,7 @@ int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op) {
   uv_buf_t b[2];
   int rc, nb;
   if (p->shm_tx) {
-    rc = uvccl__shm_send(p, op);
+    rc = p->net->local_xport->send(p, op);
     if (rc < 0)
       return uvccl__net_awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
     return rc;
