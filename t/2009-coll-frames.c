@@ -220,7 +220,10 @@ static void test_link(void) {
   memcpy(buf, &h, LF_HDR);
   ok(uvccl__lframe_next(buf, sizeof(buf), &h) == -1,
      "a payload over %d bytes: not a link frame", LF_MAX_PAYLOAD);
-  n = uvccl__lframe_build(buf, LF_BYE, 0, 0, 0, buf, LF_MAX_PAYLOAD + 100);
+  {
+    static unsigned char big[LF_MAX_PAYLOAD + 100];
+    n = uvccl__lframe_build(buf, LF_BYE, 0, 0, 0, big, sizeof(big));
+  }
   ok(n == LF_HDR + LF_MAX_PAYLOAD, "building cuts a payload at %d",
      LF_MAX_PAYLOAD);
 
