@@ -8,14 +8,6 @@
 #error "uvccl's frame format assumes a little-endian host"
 #endif
 
-void uvccl__frame_encode(unsigned char *b, const frame_hdr_t *h) {
-  memcpy(b, h, UVCCL__FRAME_HDR);
-}
-
-void uvccl__frame_decode(frame_hdr_t *h, const unsigned char *b) {
-  memcpy(h, b, UVCCL__FRAME_HDR);
-}
-
 static int is_handshake(uint8_t kind) {
   return kind == FRAME_HELLO || kind == FRAME_HELLO_ACK ||
          kind == FRAME_CHALLENGE || kind == FRAME_PROOF;

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum {
   FRAME_HELLO = 1,     /* connector -> acceptor: hello_t payload */
@@ -70,8 +71,15 @@ typedef struct {
   char addr[64];       /* the sender's advertised "host:port" */
 } hello_t;
 
-void uvccl__frame_encode(unsigned char *b, const frame_hdr_t *h);
-void uvccl__frame_decode(frame_hdr_t *h, const unsigned char *b);
+/* The header's bytes (every frame's: inline). */
+static inline void uvccl__frame_encode(unsigned char *b,
+                                       const frame_hdr_t *h) {
+  memcpy(b, h, UVCCL__FRAME_HDR);
+}
+static inline void uvccl__frame_decode(frame_hdr_t *h,
+                                       const unsigned char *b) {
+  memcpy(h, b, UVCCL__FRAME_HDR);
+}
 
 /* Where a connection stands: what a frame may be on it. */
 typedef struct {
