@@ -124,12 +124,21 @@ deps:
 	$(Q)./tools/deps.sh
 
 ifneq ($(TORCH_EXT),)
-$(TORCH_EXT): python/uvccl_torch/csrc/process_group.cpp include/uvccl.h $(STATIC)
-	@$(if $(Q),echo "  TORCH   $@")
-	$(Q)$(CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter \
+# One object a concern (python/uvccl_torch/csrc/): they build in parallel.
+TORCH_SRCS  := $(sort $(wildcard python/uvccl_torch/csrc/*.cpp))
+TORCH_OBJS  := $(TORCH_SRCS:python/uvccl_torch/csrc/%.cpp=$(BUILD)/torch/%.o)
+TORCH_FLAGS  = -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter \
 	  -Iinclude -I$(TORCH_PYINC) -I/usr/include/torch/csrc/api/include \
-	  $(UV_CFLAGS) -o $@ $< $(STATIC) $(UV_LIBS) -ltorch -ltorch_cpu -lc10 \
-	  -ltorch_python -lssl -lcrypto -pthread -ldl -lm
+	  $(UV_CFLAGS)
+$(BUILD)/torch/%.o: python/uvccl_torch/csrc/%.cpp include/uvccl.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TORCH   $<")
+	$(Q)$(CXX) $(TORCH_FLAGS) -MMD -MP -c $< -o $@
+$(TORCH_EXT): $(TORCH_OBJS) $(STATIC)
+	@$(if $(Q),echo "  TORCH   $@")
+	$(Q)$(CXX) -shared -o $@ $(TORCH_OBJS) $(STATIC) $(UV_LIBS) -ltorch \
+	  -ltorch_cpu -lc10 -ltorch_python -lssl -lcrypto -pthread -ldl -lm
+-include $(TORCH_OBJS:.o=.d)
 endif
 
 # deps is order-only: with make -j on a fresh machine nothing compiles

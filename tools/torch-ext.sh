@@ -63,7 +63,7 @@ echo "torch-ext: $out (PyTorch in $TORCH_DIR${CUDA:+, CUDA $CUDA})"
 eval "$CXX -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter $defs \
   $cuda_flags -Iinclude -I$PYINC -I$tinc \
   -I$tinc/torch/csrc/api/include ${UV_CFLAGS:-} \
-  -o $out python/uvccl_torch/csrc/process_group.cpp build/libuvccl.a \
+  -o $out python/uvccl_torch/csrc/*.cpp build/libuvccl.a \
   ${UV_LIBS:--luv} -L$tlib -Wl,-rpath,$tlib \
   -ltorch -ltorch_cpu -lc10 -ltorch_python $cuda_libs \
   ${SSL_LIBS:--lssl -lcrypto} -pthread -ldl -lm"

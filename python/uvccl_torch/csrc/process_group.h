@@ -1,0 +1,290 @@
+// uvccl as a PyTorch c10d backend (PyTorch 1.13's ProcessGroup API, 2.x's Backend API).
+//
+// One libuv loop per process, on a thread of this extension: PyTorch's
+// calls (any thread) post operations to it through a uv_async_t; uvccl
+// completes them there, and the c10d Work objects they return are finished
+// from uvccl's callbacks (wait() and get_future() see the result, an error
+// becomes a RuntimeError carrying uvccl's message).
+//
+// Bootstrap: whatever store PyTorch hands the backend (TCPStore, FileStore,
+// HashStore, each inside a PrefixStore), rank 0 starts a uvccl store server
+// on this loop and publishes its address there ("uvccl/server"); every rank
+// then makes the uvccl group through that server. The c10d store is only
+// used for that one key: its kind does not matter, and the group's own
+// rendezvous runs on the loop, never blocking on a c10d store.
+//
+// CUDA tensors (built against a PyTorch with CUDA: UVCCL_TORCH_CUDA):
+// through a uvccl NCCL group beside the TCP one where every rank has a GPU
+// of its own, else staged over the TCP group (see "CUDA tensors" in the
+// process group).
+#pragma once
+
+#include "c10d.h"
+#include "loop.h"
+#include "tensors.h"
+#include "work.h"
+
+namespace uvccl_torch {
+
+class ProcessGroupUVCCL : public PGBase {
+  // how CUDA tensors travel (see "CUDA tensors" below)
+  enum CudaMode { kCudaNone, kCudaStaged, kCudaNccl };
+
+  // where an operation runs
+  struct Target {
+    uvccl_pg_t* pg;
+    int dev = -1;        // CUDA tensors' device
+    bool nccl = false;   // through npg_
+  };
+
+ public:
+  // cuda_device: this rank's CUDA device (PyTorch's current one), -1
+  // without CUDA; cuda_id: which GPU that is, the same string on two ranks
+  // only where they share it (host, boot and device UUID); nccl_ok: NCCL
+  // is there (see "CUDA tensors" below).
+  ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                    int size, std::chrono::milliseconds timeout,
+                    std::string name = "uvccl", int cuda_device = -1,
+                    std::string cuda_id = "", bool nccl_ok = false);
+
+  // "nccl", "staged" or "none": how CUDA tensors travel in this group.
+  std::string cuda_mode() const;
+
+  ~ProcessGroupUVCCL() override;
+
+  const std::string getBackendName() const override;
+
+  // Fails every pending operation of the group at once, here and (with
+  // the reason) on every other rank; the group is unusable after (destroy
+  // it). For an application that must stop a stuck job without waiting
+  // for its timeouts.
+  // c10d's own abort (a virtual of Backend in newer PyTorch, which
+  // _abort_process_group calls; declared without `override` so that it
+  // overrides where the base has it and is a plain method where not).
+  void abort();
+
+  void abort(const std::string& reason);
+
+  // c10d's per-group sequence number: every collective counts one (point-
+  // to-point operations do not: they need not match across ranks). Groups
+  // are made by all their ranks at once, so every rank starts at 0.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  // Runs one uvccl operation started by start (on the loop) and waits for
+  // it; 0 or the code, with its message in *msg.
+  int blocking(std::function<int(uvccl_work_t*, uvccl_work_cb)> start,
+               std::string* msg);
+
+  // At creation, on every rank alike: how CUDA tensors will travel. The
+  // ranks exchange (GPU identity, device, NCCL there) over the TCP group
+  // and all reach the same answer from the same facts; where it is NCCL,
+  // the NCCL group is made now, by every rank at once (made at a first
+  // CUDA operation instead, a point-to-point one would wait for ranks
+  // that never join). $UVCCL_TORCH_CUDA: auto (default), nccl (fail
+  // where it cannot be), staged.
+  void setup_cuda(int dev, const std::string& id, bool nccl_ok);
+
+  // ---- collectives ----
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dst, int tag) override;
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int src, int tag) override;
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors, int tag) override;
+
+  // One flat buffer per dtype: one operation each, then the pieces go back.
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override;
+
+  // Each rank's inputs as bytes, one allgather, then every rank's pieces
+  // into output_lists[rank] (any mix of dtypes and shapes, the same on
+  // every rank).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+
+  // Sparse SUM the way Gloo does it: each rank's coalesced indices and
+  // values are allgathered (their counts first), and every rank adds them
+  // up into one coalesced tensor, which replaces the input's contents.
+#ifdef UVCCL_TORCH2
+  // PyTorch 2 sends sparse tensors here
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+#endif
+
+  c10::intrusive_ptr<c10d::Work> sparse_sum(
+      at::Tensor& t, const c10d::AllreduceOptions& opts);
+
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,
+      const c10d::AllToAllOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts) override;
+
+#ifdef UVCCL_TORCH2
+  // c10d's coalescing blocks (batch_isend_irecv on CUDA tensors, the
+  // _coalescing_manager): the sends and receives called inside start
+  // together as one uvccl_p2p_batch at the end (on NCCL a send and a
+  // receive started one after the other could wait for each other); the
+  // collectives run as called. endCoalescing's Work covers them all.
+  void startCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#endif
+
+  // c10d's monitored_barrier, with c10d's messages (scripts and PyTorch's
+  // tests match them): every rank tells rank 0 it arrived and waits for
+  // rank 0's answer; rank 0 waits for each within the timeout and names
+  // the first that did not come (all of them with waitAllRanks), uvccl's
+  // own account of the failure following. The messages travel on a
+  // private subgroup (mb_pg_), so they never meet the application's own
+  // sends and receives, whatever their tags.
+  void monitoredBarrier(const c10d::BarrierOptions& opts,
+                        bool waitAllRanks) override;
+
+ private:
+  // On the loop: uvccl's op id; a PREMUL_SUM factor becomes an id of the
+  // group g once, then is found again (DDP's 1/world_size on every bucket).
+  uvccl_redop_t redop(uvccl_pg_t* g, const Redop& r);
+
+  // A send or receive inside a coalescing block: started with the others
+  // at endCoalescing (its own Work completes with the batch).
+  struct Deferred {
+    c10::intrusive_ptr<WorkUVCCL> work;
+    Target tg;
+    bool is_send;
+    at::Tensor buf;
+    int peer, tag;
+  };
+
+  c10::intrusive_ptr<c10d::Work> defer_p2p(
+      const c10::intrusive_ptr<WorkUVCCL>& work, const Target& tg,
+      bool is_send, const at::Tensor& buf, int peer, int tag);
+
+  c10::intrusive_ptr<WorkUVCCL> submit_batch();
+
+  // ---- CUDA tensors ----
+  //
+  // Where every rank has its own GPU (no two share one) and NCCL loads,
+  // CUDA tensors go through a uvccl NCCL group made beside the TCP group
+  // at creation (mode "nccl"): each operation first makes the NCCL group's
+  // stream wait for the caller's current stream (the kernels that wrote
+  // the inputs), and completes once the GPU finished it. Elsewhere (ranks
+  // sharing a GPU, no NCCL, UVCCL_TORCH_CUDA=staged) they go through the
+  // TCP group, which stages device memory through pinned host memory
+  // (mode "staged"): the caller's current stream is waited for first.
+  // Either way wait() returns with the results in place (the host waits,
+  // as Gloo's CUDA work does; NCCL's own backend waits on the stream
+  // only), and the tensors stay referenced until the GPU is done with
+  // them. What NCCL cannot do (BAND/BOR/BXOR) is staged on every rank
+  // alike, so the ranks always agree on the transport.
+
+  static bool nccl_can(const Redop& r);
+
+  // Which group runs an operation on these tensors.
+  Target target(const std::vector<at::Tensor>& ts, const char* op,
+                bool nccl_ok = true);
+
+  static std::string publish_host();
+
+  // outputs: what result() and the future give; keep: the buffers the
+  // operation uses; (user, buf): copy buf back into user after success
+  // when they differ (a non-contiguous output).
+  c10::intrusive_ptr<WorkUVCCL> make_work(
+      c10d::OpType type, const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
+      at::Tensor user = at::Tensor(), at::Tensor buf = at::Tensor());
+
+  static const char* op_title(c10d::OpType type);
+
+  // Queues the operation's steps (first, then any already on the work)
+  // for the loop, on tg's group. timeout: the options' (unset: the
+  // group's).
+  c10::intrusive_ptr<c10d::Work> submit(
+      const c10::intrusive_ptr<WorkUVCCL>& work, const Target& tg, Step first,
+      std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+
+  void shutdown();
+
+  // destroy order: the group, then its store client, then the server
+  void part_done();
+
+  std::shared_ptr<Loop> loop_;
+  std::string name_;
+  std::map<std::pair<uvccl_pg_t*, double>, uvccl_redop_t> premul_;
+  std::atomic<uint64_t> seq_{0};
+  uvccl_pg_t pg_;
+  uvccl_pg_t mb_pg_;                 // monitoredBarrier's messages
+  uvccl_pg_t npg_;                   // CUDA tensors' NCCL group (mode nccl)
+  CudaMode cuda_mode_ = kCudaNone;
+  int cuda_dev_ = -1;                // this rank's device, -1: none
+  bool gpu_loaded_ = false;          // staging loaded (mode staged)
+  // a coalescing block is open: its collectives, its deferred sends and
+  // receives
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<WorkUVCCL>> coalesced_;
+  std::vector<Deferred> batch_;
+  uint32_t mb_count_ = 0;
+  uvccl_store_t store_;
+  uvccl_store_server_t server_;
+  std::string host_;
+  uint64_t timeout_ms_ = 0;
+  bool has_server_ = false, has_store_ = false, pg_up_ = false, shut_ = false;
+  int parts_ = 0;
+  std::promise<void>* part_done_ = nullptr;
+};
+
+}  // namespace uvccl_torch
