@@ -817,8 +817,7 @@ static void on_refused(void *owner, const char *from, const char *why) {
   server_t *s = owner;
   char peer[80];
   snprintf(peer, sizeof(peer), "client %s", from); /* as peer_name's */
-  s->st.auth_failures++;
-  refusal_log(s, peer, why);
+  refusal_log(s, peer, why); /* counts it */
 }
 
 static void server_on_connection(uv_stream_t *ls, int status) {

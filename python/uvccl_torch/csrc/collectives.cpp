@@ -109,8 +109,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::barrier(
   }, opts.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::send(std::vector<at::Tensor>& tensors,
-                                    int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::send(
+    std::vector<at::Tensor>& tensors, int dst, int tag) {
   auto& t = single(tensors, "send");
   Target tg = target({t}, "send");
   auto buf = t.contiguous();
@@ -122,8 +122,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::send(std::vector<at::Tensor>& 
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::recv(std::vector<at::Tensor>& tensors,
-                                    int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::recv(
+    std::vector<at::Tensor>& tensors, int src, int tag) {
   auto& t = single(tensors, "recv");
   Target tg = target({t}, "recv");
   auto buf = t.contiguous();

@@ -4,13 +4,11 @@
 
 namespace uvccl_torch {
 
-ProcessGroupUVCCL::ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                  int size, std::chrono::milliseconds timeout,
-                  std::string name, int cuda_device,
-                  std::string cuda_id, bool nccl_ok)
-    : PGBase(rank, size),
-      loop_(Loop::get()),
-      name_(std::move(name)) {
+ProcessGroupUVCCL::ProcessGroupUVCCL(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, std::string name, int cuda_device,
+    std::string cuda_id, bool nccl_ok)
+    : PGBase(rank, size), loop_(Loop::get()), name_(std::move(name)) {
   std::memset(&pg_, 0, sizeof(pg_));
   std::memset(&mb_pg_, 0, sizeof(mb_pg_));
   std::memset(&npg_, 0, sizeof(npg_));
@@ -120,8 +118,8 @@ void ProcessGroupUVCCL::setSequenceNumberForGroup() { seq_ = 0; }
 
 uint64_t ProcessGroupUVCCL::getSequenceNumberForGroup() { return seq_.load(); }
 
-int ProcessGroupUVCCL::blocking(std::function<int(uvccl_work_t*, uvccl_work_cb)> start,
-             std::string* msg) {
+int ProcessGroupUVCCL::blocking(
+    std::function<int(uvccl_work_t*, uvccl_work_cb)> start, std::string* msg) {
   struct Wait {
     uvccl_work_t w;
     std::promise<int> done;
@@ -149,7 +147,8 @@ int ProcessGroupUVCCL::blocking(std::function<int(uvccl_work_t*, uvccl_work_cb)>
   return rc;
 }
 
-void ProcessGroupUVCCL::setup_cuda(int dev, const std::string& id, bool nccl_ok) {
+void ProcessGroupUVCCL::setup_cuda(int dev, const std::string& id,
+                                   bool nccl_ok) {
   const char* env = getenv("UVCCL_TORCH_CUDA");
   std::string want = env && *env ? env : "auto";
   TORCH_CHECK(want == "auto" || want == "nccl" || want == "staged",

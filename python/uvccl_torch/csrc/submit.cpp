@@ -78,8 +78,8 @@ bool ProcessGroupUVCCL::nccl_can(const Redop& r) {
   return r.op != UVCCL_BAND && r.op != UVCCL_BOR && r.op != UVCCL_BXOR;
 }
 
-ProcessGroupUVCCL::Target ProcessGroupUVCCL::target(const std::vector<at::Tensor>& ts, const char* op,
-              bool nccl_ok) {
+ProcessGroupUVCCL::Target ProcessGroupUVCCL::target(
+    const std::vector<at::Tensor>& ts, const char* op, bool nccl_ok) {
   Target tg{&pg_};
   bool any_cpu = false;
   for (auto& t : ts) {
