@@ -756,7 +756,7 @@ void uvccl__sched_reduce_in(sop_t *op, size_t off, const void *in, size_t n);
  * `after` (UINT32_MAX: none); returns the op that ends it. */
 uint32_t uvccl__barrier_build(sched_t *s, uint32_t tag0, uint32_t after);
 
-/* ---- algo.c, algo_bytes.c: the host collectives ---------------------------
+/* ---- algo/: the host collectives ------------------------------------------
  * What the public calls (ops.c) run for host buffers on TCP groups, and
  * what GPU staging (stage.c) runs on its pinned copies: same arguments,
  * same contract. */

@@ -1,9 +1,8 @@
-/* The public collective and point-to-point calls: where each goes. An
- * NCCL group's to its NCCL counterpart (src/gpu/); GPU buffers in a TCP
- * group through pinned staging (stage.c), which then runs the host
- * collective; host buffers straight to the host collective (algo.c,
- * algo_bytes.c), which builds the schedule. Layers: this file -> stage.c
- * -> algo*.c -> sched.c -> net.c. */
+/* The CPU backend's collective and point-to-point calls (its table,
+ * backend.c): GPU buffers through pinned staging (stage.c), which then runs
+ * the host collective; host buffers straight to the host collective
+ * (algo/), which builds the schedule. Layers: this file -> stage.c ->
+ * algo/ -> sched.c -> xport/. */
 #include "internal.h"
 #include "stage.h"
 

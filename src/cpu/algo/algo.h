@@ -1,0 +1,106 @@
+/* The collectives, as schedules (see sched.c), one family a file:
+ * allreduce.c, reduce_scatter.c, rooted.c (broadcast, reduce), gather.c
+ * (allgather(v), gather, scatter), alltoall.c, barrier.c, p2p.c; byte
+ * payloads in algo_bytes.c; what they share, here. Each builder only says who
+ * sends what to whom and what waits for what; the executor does the rest.
+ *
+ * Choices (P ranks, S bytes; thresholds are per group, see
+ * uvccl_pg_options_t):
+ *  - allreduce: recursive doubling for S <= small_max (a direct exchange
+ *    at P = 2; non-powers of two fold the extra ranks in first, as in
+ *    Thakur et al. 2005); a ring reduce-scatter + allgather above, every
+ *    chunk cut in segments so the two phases pipeline.
+ *  - reduce_scatter: a ring, natively (never P allreduces).
+ *  - broadcast: binomial tree for small S, a pipelined chain for large.
+ *  - reduce: binomial tree for small S, a pipelined chain for large.
+ *  - allgather(v): Bruck (log2 P rounds) for small totals at P > 2, else a
+ *    ring, segmented.
+ *  - alltoall(v), gather, scatter: every transfer posted at once.
+ *  - barrier: dissemination, ceil(log2 P) rounds of empty messages.
+ * Tags only need to be unique per (peer, direction) within one operation;
+ * each builder numbers its messages explicitly. */
+#ifndef UVCCL_CPU_ALGO_ALGO_H
+#define UVCCL_CPU_ALGO_ALGO_H
+
+#include "cpu/internal.h"
+
+#include <stdio.h>
+
+#define NONE UINT32_MAX
+
+static inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+static inline uint32_t nseg_for(size_t bytes, size_t segment) {
+  size_t n = segment ? (bytes + segment - 1) / segment : 1;
+  if (n == 0) n = 1;
+  if (n > 65536) n = 65536;
+  return (uint32_t)n;
+}
+
+/* A NOP that waits for `a` (and later whatever is added). */
+static inline uint32_t join(sched_t *s, uint32_t a) {
+  uint32_t j = uvccl__sop_nop(s);
+  uvccl__sop_dep(s, a, j);
+  return j;
+}
+
+/* AVG and PREMUL_SUM: buf[0..n) scaled once, after `last`; returns the
+ * op that ends it (last itself for the other reductions). */
+static inline uint32_t then_scale(sched_t *s, char *buf, size_t n,
+                                  uint32_t last) {
+  uint32_t sc;
+  if (s->divisor <= 1 && s->scale == 1.0) return last;
+  sc = uvccl__sop_scale(s, buf, n);
+  uvccl__sop_dep(s, last, sc);
+  return sc;
+}
+
+static inline int check_count(size_t count, size_t esize, const void *p) {
+  if (esize == 0) return UV_EINVAL;
+  if (count > SIZE_MAX / esize / 64) return UV_EINVAL;
+  if (count > 0 && p == NULL) return UV_EINVAL;
+  return 0;
+}
+
+static inline int check_root(const group_t *g, int root) {
+  return root >= 0 && root < g->size ? 0 : UV_EINVAL;
+}
+
+/* Segment k of a block of n elements cut in nseg pieces. */
+static inline void seg_range(size_t n, uint32_t nseg, uint32_t k, size_t *off,
+                      size_t *len) {
+  size_t per = (n + nseg - 1) / nseg;
+  size_t a = (size_t)k * per, b = a + per;
+  if (a > n) a = n;
+  if (b > n) b = n;
+  *off = a;
+  *len = b - a;
+}
+
+/* A transfer of len bytes cut in segment-sized frames (tags 0..n-1): one
+ * huge frame per peer moved at half the speed of the segmented rings. Both
+ * sides cut the same length the same way. */
+static inline void send_segs(sched_t *s, int to, const void *buf, size_t len) {
+  uint32_t n = nseg_for(len, s->g->segment), k;
+  size_t o, l;
+  for (k = 0; k < n; k++) {
+    seg_range(len, n, k, &o, &l);
+    uvccl__sop_send(s, to, k, (const char *)buf + o, l);
+  }
+}
+
+static inline void recv_segs(sched_t *s, int from, void *buf, size_t len) {
+  uint32_t n = nseg_for(len, s->g->segment), k;
+  size_t o, l;
+  for (k = 0; k < n; k++) {
+    seg_range(len, n, k, &o, &l);
+    uvccl__sop_recv(s, from, k, (char *)buf + o, l);
+  }
+}
+
+/* Shared by the families (allreduce.c). */
+uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
+                                    uint32_t dep0);
+int uvccl__algo_box_fits(const group_t *g, size_t n);
+
+#endif

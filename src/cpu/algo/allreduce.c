@@ -1,0 +1,310 @@
+/* allreduce and allreduce_coalesced: recursive doubling, boxes, or a
+ * segmented ring reduce-scatter + allgather (see algo.h). */
+#include "algo.h"
+
+/* ---- allreduce ----------------------------------------------------------- */
+
+static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, pof2 = 1, rem, newrank, mask, k = 1;
+  uint32_t last = dep0, snd, rcv, red, fin;
+  char *tmp;
+  while (pof2 * 2 <= P) pof2 *= 2;
+  rem = P - pof2;
+  tmp = uvccl__sched_tmp(s, n);
+  if (tmp == NULL) return NONE;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      /* Folds into r + 1, gets the result back at the end. */
+      snd = uvccl__sop_send(s, r + 1, 0, buf, n);
+      uvccl__sop_dep(s, last, snd);
+      rcv = uvccl__sop_recv(s, r + 1, 0xffff, buf, n);
+      uvccl__sop_dep(s, snd, rcv);
+      return join(s, rcv);
+    }
+    rcv = uvccl__sop_recv(s, r - 1, 0, tmp, n);
+    uvccl__sop_dep(s, last, rcv);
+    red = uvccl__sop_reduce(s, buf, tmp, n);
+    uvccl__sop_dep(s, rcv, red);
+    last = red;
+    newrank = r / 2;
+  } else {
+    newrank = r - rem;
+  }
+  for (mask = 1; mask < pof2; mask <<= 1, k++) {
+    int nd = newrank ^ mask;
+    int dst = nd < rem ? nd * 2 + 1 : nd + rem;
+    snd = uvccl__sop_send(s, dst, (uint32_t)k, buf, n);
+    rcv = uvccl__sop_recv(s, dst, (uint32_t)k, tmp, n);
+    uvccl__sop_dep(s, last, snd);
+    uvccl__sop_dep(s, last, rcv);
+    /* buf may change only once its send has left */
+    red = uvccl__sop_reduce(s, buf, tmp, n);
+    uvccl__sop_dep(s, rcv, red);
+    uvccl__sop_dep(s, snd, red);
+    last = red;
+  }
+  last = then_scale(s, buf, n, last);
+  fin = join(s, last);
+  if (r < 2 * rem) {
+    snd = uvccl__sop_send(s, r - 1, 0xffff, buf, n);
+    uvccl__sop_dep(s, last, snd);
+    uvccl__sop_dep(s, snd, fin);
+  }
+  return fin;
+}
+
+/* Two ranks, small: each sends its input and reduces the other's into the
+ * result as it arrives: buf = src op (what came), no copy and no scratch;
+ * the same orientation as recursive doubling's reduce (own op other's), so
+ * the same bits. In place, buf changes only once its send has left. */
+static uint32_t allreduce_pair(sched_t *s, const char *src, char *buf,
+                               size_t n, uint32_t dep0) {
+  int peer = 1 - s->g->rank;
+  uint32_t snd = uvccl__sop_send(s, peer, 1, src, n), rcv, fin;
+  uvccl__sop_dep(s, dep0, snd);
+  rcv = uvccl__sop_recv_red_from(s, peer, 1, buf, src, n);
+  uvccl__sop_dep(s, dep0, rcv);
+  if (src == buf) uvccl__sop_dep(s, snd, rcv);
+  fin = join(s, then_scale(s, buf, n, rcv));
+  uvccl__sop_dep(s, snd, fin);
+  return fin;
+}
+
+/* Binomial reduce into rank 0 (children reduced into buf as they come),
+ * then a binomial broadcast back: 2(P - 1) messages in all and about two
+ * wake-ups a rank, against recursive doubling's P log2 P messages (see
+ * group_t.small_tree). buf holds this rank's input. */
+uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
+                               uint32_t dep0) {
+  group_t *g = s->g;
+  int P = g->size, vr = g->rank, mask = 1;
+  uint32_t end = join(s, dep0), up = NONE, fin, rcv;
+  while (mask < P) {
+    if ((vr & mask) == 0) {
+      if ((vr | mask) < P) {
+        rcv = n ? uvccl__sop_recv_red(s, vr | mask, 0, buf, n)
+                : uvccl__sop_recv(s, vr | mask, 0, NULL, 0);
+        uvccl__sop_dep(s, dep0, rcv);
+        uvccl__sop_dep(s, rcv, end);
+      }
+    } else {
+      up = uvccl__sop_send(s, vr & ~mask, 0, buf, n);
+      uvccl__sop_dep(s, end, up);
+      break;
+    }
+    mask <<= 1;
+  }
+  if (up == NONE) end = then_scale(s, buf, n, end); /* once, at the root */
+  /* back down: receive (after our own send left) from the parent, pass on
+   * to the children */
+  fin = uvccl__sop_nop(s);
+  rcv = up == NONE ? end : uvccl__sop_recv(s, vr & ~mask, 1, buf, n);
+  if (up != NONE) uvccl__sop_dep(s, up, rcv);
+  uvccl__sop_dep(s, rcv, fin);
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vr + mask < P && (vr & mask) == 0) {
+      uint32_t snd = uvccl__sop_send(s, vr + mask, 1, buf, n);
+      uvccl__sop_dep(s, rcv, snd);
+      uvccl__sop_dep(s, snd, fin);
+    }
+  return fin;
+}
+
+/* Out of place costs no copy: the first step sends straight from src, and
+ * every reducing receive computes buf = src op (what arrived), since each
+ * chunk is reduced exactly once per rank. src may equal buf. */
+static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
+                               size_t count, uint32_t dep0) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, st;
+  int left = mod(r - 1, P), right = mod(r + 1, P);
+  size_t es = s->esize, base = count / (size_t)P, extra = count % (size_t)P;
+  size_t maxc = base + (extra ? 1 : 0);
+  uint32_t nseg = nseg_for(maxc * es, g->segment), k;
+  uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, fin;
+  size_t nsteps = (size_t)(P - 1) * nseg;
+
+  rs_send = uvccl__malloc(nsteps * sizeof(uint32_t));
+  rs_recv = uvccl__malloc(nsteps * sizeof(uint32_t));
+  ag_recv = uvccl__malloc(nsteps * sizeof(uint32_t));
+  fin_k = uvccl__malloc(nseg * sizeof(uint32_t));
+  if (!rs_send || !rs_recv || !ag_recv || !fin_k) {
+    s->status = UV_ENOMEM;
+    fin = NONE;
+    goto out;
+  }
+#define CHUNK_OFF(c) \
+  ((size_t)(c)*base + ((size_t)(c) < extra ? (size_t)(c) : extra))
+#define CHUNK_LEN(c) (base + ((size_t)(c) < extra ? 1 : 0))
+  fin = uvccl__sop_nop(s);
+  for (st = 0; st < P - 1; st++) {
+    int cs = mod(r - st, P), cr = mod(r - st - 1, P);
+    for (k = 0; k < nseg; k++) {
+      size_t so, sl, ro, rl;
+      uint32_t tag = (uint32_t)st * nseg + k, i = (uint32_t)st * nseg + k;
+      seg_range(CHUNK_LEN(cs), nseg, k, &so, &sl);
+      seg_range(CHUNK_LEN(cr), nseg, k, &ro, &rl);
+      rs_send[i] = uvccl__sop_send(s, right, tag,
+                                   (st == 0 ? src : buf) +
+                                       (CHUNK_OFF(cs) + so) * es,
+                                   sl * es);
+      uvccl__sop_dep(s, st == 0 ? dep0 : rs_recv[i - nseg], rs_send[i]);
+      rs_recv[i] = uvccl__sop_recv_red_from(
+          s, left, tag, buf + (CHUNK_OFF(cr) + ro) * es,
+          src + (CHUNK_OFF(cr) + ro) * es, rl * es);
+      uvccl__sop_dep(s, dep0, rs_recv[i]);
+    }
+  }
+  /* The chunk this rank finished reducing: r + 1. Scale it once. */
+  for (k = 0; k < nseg; k++) {
+    uint32_t last = rs_recv[(uint32_t)(P - 2) * nseg + k];
+    size_t o, l;
+    int c = mod(r + 1, P);
+    seg_range(CHUNK_LEN(c), nseg, k, &o, &l);
+    last = then_scale(s, buf + (CHUNK_OFF(c) + o) * es, l * es, last);
+    fin_k[k] = last;
+    uvccl__sop_dep(s, last, fin);
+  }
+  for (st = 0; st < P - 1; st++) {
+    int cs = mod(r + 1 - st, P), cr = mod(r - st, P);
+    for (k = 0; k < nseg; k++) {
+      size_t so, sl, ro, rl;
+      uint32_t tag = (uint32_t)(P - 1 + st) * nseg + k,
+               i = (uint32_t)st * nseg + k, snd;
+      seg_range(CHUNK_LEN(cs), nseg, k, &so, &sl);
+      seg_range(CHUNK_LEN(cr), nseg, k, &ro, &rl);
+      snd = uvccl__sop_send(s, right, tag, buf + (CHUNK_OFF(cs) + so) * es,
+                            sl * es);
+      uvccl__sop_dep(s, st == 0 ? fin_k[k] : ag_recv[i - nseg], snd);
+      uvccl__sop_dep(s, snd, fin);
+      ag_recv[i] = uvccl__sop_recv(s, left, tag,
+                                   buf + (CHUNK_OFF(cr) + ro) * es, rl * es);
+      /* overwrites a chunk this rank sent at the same reduce step */
+      uvccl__sop_dep(s, rs_send[i], ag_recv[i]);
+      uvccl__sop_dep(s, ag_recv[i], fin);
+    }
+  }
+#undef CHUNK_OFF
+#undef CHUNK_LEN
+out:
+  uvccl__free(rs_send);
+  uvccl__free(rs_recv);
+  uvccl__free(ag_recv);
+  uvccl__free(fin_k);
+  return fin;
+}
+
+/* A world collective of n > 0 bytes per part that boxes carry (shm.c). */
+int uvccl__algo_box_fits(const group_t *g, size_t n) {
+  return g->box_ok && n > 0 && n <= UVCCL__SHM_BOX_MAX;
+}
+
+/* From src into buf (count elements; src may be buf); returns the op that
+ * ends it. */
+static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
+                                size_t count, uint32_t dep0) {
+  group_t *g = s->g;
+  size_t n = count * s->esize;
+  if (uvccl__algo_box_fits(g, n)) {
+    /* every rank's part through shared memory, one round (shm.c) */
+    uint32_t bx = uvccl__sop_box(s, UVCCL__BOX_REDUCE, -1, src, buf, n);
+    uvccl__sop_dep(s, dep0, bx);
+    return join(s, then_scale(s, buf, n, bx));
+  }
+  if (g->size == 2 && count > 0 && n <= g->small_max)
+    return allreduce_pair(s, src, buf, n, dep0);
+  if (src != buf && count > 0 && (g->size == 1 || n <= g->small_max)) {
+    uint32_t cp = uvccl__sop_copy(s, buf, src, n);
+    uvccl__sop_dep(s, dep0, cp);
+    dep0 = cp;
+  }
+  if (g->size == 1 || count == 0) {
+    uint32_t j = uvccl__sop_nop(s);
+    uvccl__sop_dep(s, dep0, j);
+    if (count > 0) {
+      uint32_t sc = then_scale(s, buf, n, j);
+      if (sc != j) return join(s, sc);
+    }
+    return j;
+  }
+  if (n <= g->small_max && g->small_tree && g->size > 2)
+    return uvccl__algo_allreduce_tree(s, buf, n, dep0);
+  if (n <= g->small_max) return allreduce_rd(s, buf, n, dep0);
+  return allreduce_ring(s, src, buf, count, dep0);
+}
+
+int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
+                          const void *sendbuf, void *recvbuf, size_t count,
+                          uvccl_dtype_t dtype, uvccl_redop_t op,
+                          uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  int rc = uvccl__pg_check(pg, work, &g);
+  if (rc != 0) return rc;
+  if ((rc = check_count(count, uvccl_dtype_size(dtype), recvbuf)) != 0 ||
+      (count > 0 && sendbuf == NULL))
+    return rc ? rc : UV_EINVAL;
+  s = uvccl__sched_new(g, "allreduce", 0);
+  if (s == NULL) return UV_ENOMEM;
+  rc = uvccl__sched_set_op(s, dtype, op);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  allreduce_build(s, sendbuf, recvbuf, count, NONE);
+  uvccl__sched_stream(s, count * s->esize);
+  uvccl__sched_describe(s, -1, count, count, -1);
+  return uvccl__sched_start(s, work, cb);
+}
+
+static void free_user(sched_t *s) { uvccl__free(s->user); }
+
+int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
+                                    const uvccl_buf_t *bufs, size_t nbufs,
+                                    uvccl_dtype_t dtype, uvccl_redop_t op,
+                                    uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  size_t i, total = 0, off = 0, es = uvccl_dtype_size(dtype);
+  uint32_t in, done;
+  char *flat;
+  int rc = uvccl__pg_check(pg, work, &g);
+  if (rc != 0) return rc;
+  if (es == 0 || (nbufs > 0 && bufs == NULL)) return UV_EINVAL;
+  for (i = 0; i < nbufs; i++) {
+    if (bufs[i].len % es != 0 || (bufs[i].len > 0 && bufs[i].base == NULL))
+      return UV_EINVAL;
+    total += bufs[i].len;
+  }
+  s = uvccl__sched_new(g, "allreduce_coalesced", 0);
+  if (s == NULL) return UV_ENOMEM;
+  rc = uvccl__sched_set_op(s, dtype, op);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  /* One flat buffer: one allreduce instead of nbufs small ones. */
+  flat = uvccl__malloc(total ? total : 1);
+  if (flat == NULL) {
+    uvccl__sched_free(s);
+    return UV_ENOMEM;
+  }
+  s->user = flat;
+  s->release = free_user;
+  in = uvccl__sop_nop(s);
+  for (i = 0; i < nbufs; i++) {
+    uvccl__sop_dep(s, uvccl__sop_copy(s, flat + off, bufs[i].base,
+                                      bufs[i].len), in);
+    off += bufs[i].len;
+  }
+  done = allreduce_build(s, flat, flat, total / es, in);
+  off = 0;
+  for (i = 0; i < nbufs; i++) {
+    uint32_t c = uvccl__sop_copy(s, bufs[i].base, flat + off, bufs[i].len);
+    uvccl__sop_dep(s, done, c);
+    off += bufs[i].len;
+  }
+  uvccl__sched_describe(s, -1, total / es, total / es, -1);
+  return uvccl__sched_start(s, work, cb);
+}

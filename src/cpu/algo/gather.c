@@ -1,0 +1,218 @@
+/* allgather(v) (Bruck or a segmented ring), gather and scatter. */
+#include "algo.h"
+
+/* ---- allgather ----------------------------------------------------------- */
+
+/* Ring: at step t, block r - t goes right and block r - t - 1 comes from
+ * the left, straight into its place. Used by split and the bytes
+ * collectives too (lens in bytes). */
+/* Bruck's allgather for small totals: ceil(log2 P) rounds instead of the
+ * ring's P - 1. After round k rank r holds blocks r .. r + 2^(k+1) - 1;
+ * in round k it passes the (at most 2^k) blocks it holds to r - 2^k and
+ * gets the next ones from r + 2^k. Blocks land straight in place (each
+ * block its own message, tagged with its index: one peer per round), so
+ * no rotation or scratch copy is needed. */
+static int allgather_bruck(sched_t *s, const void *sendbuf, void *const *bufs,
+                           const size_t *lens) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, d, i;
+  uint32_t *have = uvccl__malloc((size_t)P * sizeof(uint32_t));
+  if (have == NULL) return UV_ENOMEM;
+  for (i = 0; i < P; i++) have[i] = NONE;
+  for (d = 1; d < P; d *= 2) {
+    int to = mod(r - d, P), from = mod(r + d, P);
+    int cnt = d < P - d ? d : P - d;
+    uint32_t *got = uvccl__malloc((size_t)cnt * sizeof(uint32_t));
+    if (got == NULL) {
+      uvccl__free(have);
+      return UV_ENOMEM;
+    }
+    for (i = 0; i < cnt; i++) {
+      int b = mod(r + i, P), nb = mod(from + i, P);
+      const char *src = b == r ? sendbuf : bufs[b];
+      uint32_t snd = uvccl__sop_send(s, to, (uint32_t)b, src, lens[b]);
+      uvccl__sop_dep(s, have[b], snd);
+      got[i] = uvccl__sop_recv(s, from, (uint32_t)nb, bufs[nb], lens[nb]);
+    }
+    /* blocks received in this round are forwarded only in later ones */
+    for (i = 0; i < cnt; i++) have[mod(from + i, P)] = got[i];
+    uvccl__free(got);
+  }
+  uvccl__free(have);
+  return 0;
+}
+
+int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
+                           const size_t *lens) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, st, c;
+  int left = mod(r - 1, P), right = mod(r + 1, P);
+  size_t maxl = 0, total = 0;
+  uint32_t nseg, k, *prev;
+  if (sendbuf != bufs[r] && lens[r] > 0)
+    uvccl__sop_copy(s, bufs[r], sendbuf, lens[r]);
+  if (P == 1) return 0;
+  for (c = 0; c < P; c++) {
+    if (lens[c] > maxl) maxl = lens[c];
+    total += lens[c];
+  }
+  if (P > 2 && total <= g->small_max)
+    return allgather_bruck(s, sendbuf, bufs, lens);
+  nseg = nseg_for(maxl, g->segment);
+  prev = uvccl__malloc(nseg * sizeof(uint32_t));
+  if (prev == NULL) return UV_ENOMEM;
+  for (st = 0; st < P - 1; st++) {
+    int cs = mod(r - st, P), cr = mod(r - st - 1, P);
+    for (k = 0; k < nseg; k++) {
+      size_t so, sl, ro, rl;
+      uint32_t tag = (uint32_t)st * nseg + k, snd, rcv;
+      const char *src;
+      seg_range(lens[cs], nseg, k, &so, &sl);
+      seg_range(lens[cr], nseg, k, &ro, &rl);
+      src = st == 0 ? (const char *)sendbuf + so : (const char *)bufs[cs] + so;
+      snd = uvccl__sop_send(s, right, tag, src, sl);
+      if (st > 0) uvccl__sop_dep(s, prev[k], snd);
+      rcv = uvccl__sop_recv(s, left, tag, (char *)bufs[cr] + ro, rl);
+      prev[k] = rcv;
+    }
+  }
+  uvccl__free(prev);
+  return 0;
+}
+
+static int allgather_common(uvccl_pg_t *pg, uvccl_work_t *work,
+                            const void *sendbuf, size_t sendcount,
+                            void *recvbuf, void *const *recvbufs,
+                            const size_t *recvcounts, uvccl_dtype_t dtype,
+                            uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  size_t es = uvccl_dtype_size(dtype), total = 0;
+  void **bufs;
+  size_t *lens;
+  int rc = uvccl__pg_check(pg, work, &g), i;
+  if (rc != 0) return rc;
+  if (es == 0) return UV_EINVAL;
+  if (recvcounts != NULL && recvcounts[g->rank] != sendcount) return UV_EINVAL;
+  if (sendcount > 0 && sendbuf == NULL) return UV_EINVAL;
+  bufs = uvccl__malloc((size_t)g->size * sizeof(void *));
+  lens = uvccl__malloc((size_t)g->size * sizeof(size_t));
+  if (bufs == NULL || lens == NULL) {
+    uvccl__free(bufs);
+    uvccl__free(lens);
+    return UV_ENOMEM;
+  }
+  for (i = 0; i < g->size; i++) {
+    size_t c = recvcounts ? recvcounts[i] : sendcount;
+    lens[i] = c * es;
+    bufs[i] = recvbufs ? recvbufs[i] : (char *)recvbuf + total * es;
+    total += c;
+    if (lens[i] > 0 && bufs[i] == NULL) rc = UV_EINVAL;
+  }
+  if (rc == 0) rc = check_count(total, es, total ? (void *)1 : NULL);
+  s = rc == 0 ? uvccl__sched_new(g, "allgather", 0) : NULL;
+  if (rc == 0 && s == NULL) rc = UV_ENOMEM;
+  if (rc == 0 && recvbufs == NULL && recvcounts == NULL &&
+      uvccl__algo_box_fits(g, sendcount * es)) {
+    /* every rank's part through shared memory, one round (shm.c) */
+    uvccl__sop_box(s, UVCCL__BOX_CONCAT, -1, sendbuf, recvbuf, sendcount * es);
+  } else if (rc == 0) {
+    rc = uvccl__allgather_build(s, sendbuf, bufs, lens);
+  }
+  if (rc == 0) {
+    uvccl__sched_stream(s, total * es);
+    uvccl__sched_describe(s, (int)dtype, sendcount, total, -1);
+  }
+  uvccl__free(bufs);
+  uvccl__free(lens);
+  if (rc != 0) {
+    if (s) uvccl__sched_free(s);
+    return rc;
+  }
+  return uvccl__sched_start(s, work, cb);
+}
+
+int uvccl__host_allgather(uvccl_pg_t *pg, uvccl_work_t *work,
+                          const void *sendbuf, void *recvbuf, size_t count,
+                          uvccl_dtype_t dtype, uvccl_work_cb cb) {
+  if (count > 0 && recvbuf == NULL) return UV_EINVAL;
+  return allgather_common(pg, work, sendbuf, count, recvbuf, NULL, NULL,
+                          dtype, cb);
+}
+
+int uvccl__host_allgatherv(uvccl_pg_t *pg, uvccl_work_t *work,
+                           const void *sendbuf, size_t sendcount,
+                           void *const *recvbufs, const size_t *recvcounts,
+                           uvccl_dtype_t dtype, uvccl_work_cb cb) {
+  if (recvbufs == NULL || recvcounts == NULL) return UV_EINVAL;
+  return allgather_common(pg, work, sendbuf, sendcount, NULL, recvbufs,
+                          recvcounts, dtype, cb);
+}
+
+/* ---- gather / scatter ---------------------------------------------------- */
+
+int uvccl__host_gather(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                       void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                       int root, uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  size_t n;
+  int rc = uvccl__pg_check(pg, work, &g), i;
+  if (rc != 0) return rc;
+  if ((rc = check_count(count, uvccl_dtype_size(dtype), sendbuf)) != 0 ||
+      (rc = check_root(g, root)) != 0)
+    return rc;
+  if (g->rank == root && count > 0 && recvbuf == NULL) return UV_EINVAL;
+  s = uvccl__sched_new(g, "gather", 0);
+  if (s == NULL) return UV_ENOMEM;
+  n = count * uvccl_dtype_size(dtype);
+  if (g->rank == root) {
+    for (i = 0; i < g->size; i++) {
+      char *dst = (char *)recvbuf + (size_t)i * n;
+      if (i == root) {
+        if (n) uvccl__sop_copy(s, dst, sendbuf, n);
+      } else {
+        recv_segs(s, i, dst, n);
+      }
+    }
+  } else {
+    send_segs(s, root, sendbuf, n);
+  }
+  uvccl__sched_describe(s, (int)dtype, count,
+                        g->rank == root ? count * (size_t)g->size : 0, root);
+  return uvccl__sched_start(s, work, cb);
+}
+
+int uvccl__host_scatter(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
+                        void *recvbuf, size_t count, uvccl_dtype_t dtype,
+                        int root, uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  size_t n;
+  int rc = uvccl__pg_check(pg, work, &g), i;
+  if (rc != 0) return rc;
+  if ((rc = check_count(count, uvccl_dtype_size(dtype), recvbuf)) != 0 ||
+      (rc = check_root(g, root)) != 0)
+    return rc;
+  if (g->rank == root && count > 0 && sendbuf == NULL) return UV_EINVAL;
+  s = uvccl__sched_new(g, "scatter", 0);
+  if (s == NULL) return UV_ENOMEM;
+  n = count * uvccl_dtype_size(dtype);
+  if (g->rank == root) {
+    for (i = 1; i <= g->size; i++) {
+      int d = mod(root + i, g->size);
+      const char *src = (const char *)sendbuf + (size_t)d * n;
+      if (d == root) {
+        if (n) uvccl__sop_copy(s, recvbuf, src, n);
+      } else {
+        send_segs(s, d, src, n);
+      }
+    }
+  } else {
+    recv_segs(s, root, recvbuf, n);
+  }
+  uvccl__sched_describe(s, (int)dtype,
+                        g->rank == root ? count * (size_t)g->size : 0, count,
+                        root);
+  return uvccl__sched_start(s, work, cb);
+}

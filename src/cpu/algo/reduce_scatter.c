@@ -1,0 +1,126 @@
+/* reduce_scatter(v): a ring, natively. */
+#include "algo.h"
+
+/* ---- reduce_scatter ------------------------------------------------------ */
+
+/* Ring where rank r finishes with block r: at step t it sends block
+ * r - t - 1 and reduces block r - t - 2 into its working copy. */
+static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
+                                const size_t *counts) {
+  group_t *g = s->g;
+  int P = g->size, r = g->rank, st, c;
+  int left = mod(r - 1, P), right = mod(r + 1, P);
+  size_t es = s->esize, maxc = 0, total = 0, *off;
+  uint32_t nseg, k, *prev;
+  char *work;
+
+  off = uvccl__malloc((size_t)P * sizeof(size_t));
+  if (off == NULL) return UV_ENOMEM;
+  for (c = 0; c < P; c++) {
+    off[c] = total;
+    total += counts[c];
+    if (counts[c] > maxc) maxc = counts[c];
+  }
+  if (P == 1) {
+    uint32_t cp = uvccl__sop_copy(s, recvbuf, sendbuf, counts[0] * es);
+    if (s->divisor > 1 || s->scale != 1.0)
+      uvccl__sop_dep(s, cp, uvccl__sop_scale(s, recvbuf, counts[0] * es));
+    uvccl__free(off);
+    return 0;
+  }
+  nseg = nseg_for(maxc * es, g->segment);
+  work = uvccl__sched_tmp(s, total * es);
+  prev = uvccl__malloc(nseg * sizeof(uint32_t));
+  if (work == NULL || prev == NULL) {
+    uvccl__free(off);
+    uvccl__free(prev);
+    return UV_ENOMEM;
+  }
+  for (st = 0; st < P - 1; st++) {
+    int cs = mod(r - st - 1, P), cr = mod(r - st - 2, P);
+    for (k = 0; k < nseg; k++) {
+      size_t so, sl, ro, rl;
+      uint32_t tag = (uint32_t)st * nseg + k, snd, rcv;
+      const char *src;
+      char *dst;
+      seg_range(counts[cs], nseg, k, &so, &sl);
+      seg_range(counts[cr], nseg, k, &ro, &rl);
+      src = st == 0 ? sendbuf + (off[cs] + so) * es
+                    : work + (off[cs] + so) * es;
+      snd = uvccl__sop_send(s, right, tag, src, sl * es);
+      if (st > 0) uvccl__sop_dep(s, prev[k], snd);
+      dst = cr == r ? recvbuf + ro * es : work + (off[cr] + ro) * es;
+      /* each block is reduced once per rank: dst = own input op arrival */
+      rcv = uvccl__sop_recv_red_from(s, left, tag, dst,
+                                     sendbuf + (off[cr] + ro) * es, rl * es);
+      if (cr == r && (s->divisor > 1 || s->scale != 1.0))
+        uvccl__sop_dep(s, rcv, uvccl__sop_scale(s, dst, rl * es));
+      prev[k] = rcv;
+    }
+  }
+  uvccl__free(prev);
+  uvccl__free(off);
+  return 0;
+}
+
+static int reduce_scatter_common(uvccl_pg_t *pg, uvccl_work_t *work,
+                                 const void *sendbuf, void *recvbuf,
+                                 const size_t *counts, size_t even,
+                                 uvccl_dtype_t dtype, uvccl_redop_t op,
+                                 uvccl_work_cb cb) {
+  group_t *g;
+  sched_t *s;
+  size_t *c = NULL, total = 0;
+  int rc = uvccl__pg_check(pg, work, &g), i;
+  if (rc != 0) return rc;
+  c = uvccl__malloc((size_t)g->size * sizeof(size_t));
+  if (c == NULL) return UV_ENOMEM;
+  for (i = 0; i < g->size; i++) {
+    c[i] = counts ? counts[i] : even;
+    total += c[i];
+  }
+  if ((rc = check_count(total, uvccl_dtype_size(dtype), sendbuf)) != 0 ||
+      (c[g->rank] > 0 && recvbuf == NULL)) {
+    uvccl__free(c);
+    return rc ? rc : UV_EINVAL;
+  }
+  s = uvccl__sched_new(g, "reduce_scatter", 0);
+  if (s == NULL) {
+    uvccl__free(c);
+    return UV_ENOMEM;
+  }
+  rc = uvccl__sched_set_op(s, dtype, op);
+  if (rc == 0 && counts == NULL && uvccl__algo_box_fits(g, even * s->esize)) {
+    /* every rank's blocks through shared memory, one round (shm.c) */
+    size_t n = even * s->esize;
+    uint32_t bx = uvccl__sop_box(s, UVCCL__BOX_REDUCE_SCATTER, -1, sendbuf,
+                                 recvbuf, n);
+    then_scale(s, recvbuf, n, bx);
+  } else if (rc == 0) {
+    rc = reduce_scatter_build(s, sendbuf, recvbuf, c);
+  }
+  uvccl__sched_describe(s, -1, total, c[g->rank], -1);
+  uvccl__free(c);
+  if (rc != 0) {
+    uvccl__sched_free(s);
+    return rc;
+  }
+  return uvccl__sched_start(s, work, cb);
+}
+
+int uvccl__host_reduce_scatter(uvccl_pg_t *pg, uvccl_work_t *work,
+                               const void *sendbuf, void *recvbuf, size_t count,
+                               uvccl_dtype_t dtype, uvccl_redop_t op,
+                               uvccl_work_cb cb) {
+  return reduce_scatter_common(pg, work, sendbuf, recvbuf, NULL, count, dtype,
+                               op, cb);
+}
+
+int uvccl__host_reduce_scatterv(uvccl_pg_t *pg, uvccl_work_t *work,
+                                const void *sendbuf, void *recvbuf,
+                                const size_t *recvcounts, uvccl_dtype_t dtype,
+                                uvccl_redop_t op, uvccl_work_cb cb) {
+  if (recvcounts == NULL) return UV_EINVAL;
+  return reduce_scatter_common(pg, work, sendbuf, recvbuf, recvcounts, 0,
+                               dtype, op, cb);
+}
