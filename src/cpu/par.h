@@ -3,8 +3,8 @@
  *
  * A rank's loop thread does every byte of its shared-memory traffic: the
  * copy into a peer's ring, and the copy or reduction out of its own. On a
- * 16-core host running 4 ranks that bounds a 16 MiB allreduce by one
- * core's memcpy (10-13 GB/s there) while 12 cores idle. With the helper
+ * host with more cores than ranks that bounds a large allreduce by one
+ * core's memcpy while the other cores idle (bench/RESULTS.md). With the helper
  * on, a chunk of at least UVCCL__PAR_MIN bytes is cut in two: the helper
  * does the second part while the caller does the first, and the call
  * returns when both are done. */

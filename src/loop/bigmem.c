@@ -1,8 +1,8 @@
 /* Large buffers that go back to the system a piece at a time.
  *
- * Unmapping memory costs per page that was touched: 256 MiB of a staged
- * frame or a collective's scratch takes 10-20 ms to unmap on the machines
- * measured, far beyond a turn on the application's loop (see turn.c). So
+ * Unmapping memory costs per page that was touched: a large staged frame
+ * or a collective's scratch takes far longer to unmap than a turn on the
+ * application's loop may last (see turn.c; bench/RESULTS.md). So
  * such buffers are mapped on their own, and a buffer no longer needed is
  * retired to a list whose owner unmaps it from the end, a few MiB per
  * turn; its first page, which holds the list's link, goes last. */

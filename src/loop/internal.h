@@ -210,8 +210,8 @@ static inline size_t uvccl__turn_allow(const uvccl__turn_t *t, size_t want,
 }
 /* The most one step of copying or reducing moves (uvccl__turn_piece), so
  * that a turn reads its clock between steps: memory faulted in for the
- * first time costs 0.6 ms a MiB on the VM measured, several times the
- * copy itself. */
+ * first time can cost several times the copy itself (bench/RESULTS.md,
+ * "Loop responsiveness"). */
 #define UVCCL__TURN_PIECE ((size_t)128 * 1024)
 static inline size_t uvccl__turn_piece(const uvccl__turn_t *t, size_t want,
                                        size_t step) {

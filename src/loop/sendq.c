@@ -38,9 +38,8 @@ static int sendq_fd(uvccl__sendq_t *q) {
 /* The least a sendmsg in a spent turn may take (a step worth its system
  * call), and the most one takes: a turn larger than that sends in pieces
  * and looks at its clock between them (turn.c). Smaller pieces cost TCP
- * its bandwidth on loopback (each push wakes the receiver): 128 KiB
- * pieces ran 1 MiB broadcasts between 2 ranks at 0.4x, 256 KiB at 0.6x
- * (bench/RESULTS.md). */
+ * its bandwidth on loopback (each push wakes the receiver; see
+ * bench/RESULTS.md). */
 #define SENDQ_STEP (64u * 1024)
 #define SENDQ_PIECE (512u * 1024)
 

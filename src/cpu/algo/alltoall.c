@@ -59,7 +59,8 @@ static int alltoall_common(uvccl_pg_t *pg, uvccl_work_t *work,
                                    (const char *)sendbuf + soff[to] * es, sl);
       continue;
     }
-    /* segmented: 64 MiB at W=2 went from 35-41 ms to 17-20 ms */
+    /* segmented: one huge frame per peer moves at about half the speed
+     * (bench/notes/cpu-collectives-history.md) */
     send_segs(s, to, (const char *)sendbuf + soff[to] * es, sl);
     recv_segs(s, from, (char *)recvbuf + roff[from] * es, rl);
   }

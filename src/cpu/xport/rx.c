@@ -89,8 +89,8 @@ static void op_recv_done(sop_t *op) {
  * A frame that arrives before its receive is posted is copied into an early
  * buffer. That is the common case for pipelined collectives (a peer a step
  * ahead), and a large buffer from malloc is fresh pages each time (glibc
- * maps and unmaps it): a page fault per 4 KiB, about a tenth of a rank's
- * time in a 1 MiB allreduce of 4 ranks on 2 cores (bench/RESULTS.md). So
+ * maps and unmaps it): a page fault per 4 KiB, a large share of a rank's
+ * time in a 1 MiB allreduce (bench/notes/shm-history.md). So
  * the net keeps a few freed buffers of EARLY_SPARE_MIN bytes or more for
  * the next frames, EARLY_SPARE_N of them and EARLY_SPARE_BYTES in all,
  * until it closes; smaller ones are malloc's business. */

@@ -44,10 +44,9 @@
  * (the peer offers the address of its cookie; the kernel's ptrace check,
  * Yama and seccomp decide); without it everything goes through the ring.
  * By default (auto) a process turns it on only where it measured it
- * paying (cma_auto_decide): on the machines measured so far (a KVM guest,
- * kernel 6.18) process_vm_readv copies at a quarter of memcpy's speed in
- * cache and a third out of it, so the ring's two copies, which overlap on
- * two cores, are faster there (bench/RESULTS.md). A bad descriptor
+ * paying (cma_auto_decide): where process_vm_readv copies well below
+ * memcpy's speed, the ring's two copies, which overlap on two cores, are
+ * faster (bench/RESULTS.md). A bad descriptor
  * fails that peer (the kernel checks the address), never this process. A
  * send taken back while being read (its work failed) is redirected to a
  * copy: the sender publishes the copy, revokes the transfer and waits

@@ -372,11 +372,11 @@ int uvccl__shm_cma_probe(uint32_t pid, uint64_t addr, uint64_t expect) {
  * round whose ratio is the median gives the figures. A ratio of two times taken a moment apart
  * drifts little when the host is busy (with more ranks than CPUs, every
  * rank measures at once), and a round where a preemption landed in one
- * of the two falls to either end of the order. Best-of-4 of each copy
- * separately once put memcpy at 7.9 GB/s where its peers measured 13-30
- * (every memcpy round slowed, not every process_vm_readv), made single
- * copy look 0.83 of memcpy's speed, and turned it on in a job where it
- * tripled the time of every large collective. */
+ * of the two falls to either end of the order. The best of a few rounds
+ * of each copy taken separately once caught every memcpy round slowed and
+ * not every process_vm_readv, made single copy look nearly as fast as
+ * memcpy, and turned it on in a job where it slowed every large
+ * collective (bench/notes/shm-history.md). */
 #define CMA_SPEED_BYTES (1u << 20)
 #define CMA_SPEED_ROUNDS 11
 

@@ -96,12 +96,11 @@ static int tx_cma(peer_t *p, sop_t *op) {
  * whether to. The ring costs two copies that overlap (the sender fills
  * while the receiver empties), so it moves data at about memcpy's speed,
  * and single copy pays only where process_vm_readv comes close to that
- * (CMA_AUTO_RATIO). That holds with more ranks than CPUs too: at 4 ranks
- * on 2 CPUs, where process_vm_readv runs at 0.3-0.5 of memcpy, single
- * copy was slower in 13 of 16 cells of 256 KiB-16 MiB allreduce,
- * allgather, reduce_scatter and broadcast, down to 0.26x the rings'
- * bandwidth (bench/RESULTS.md), against the guess that one copy instead
- * of two pays from half memcpy's speed there. Measured once a process,
+ * (CMA_AUTO_RATIO). That holds with more ranks than CPUs too: there, with
+ * process_vm_readv well below memcpy, single copy was slower in most
+ * cells of allreduce, allgather, reduce_scatter and broadcast
+ * (bench/RESULTS.md), against the guess that one copy instead of two
+ * pays from half memcpy's speed. Measured once a process,
  * on a thread of its own (about a millisecond the loop does not wait
  * for: frames take the ring meanwhile), decided once a net when it is
  * in. */
