@@ -288,8 +288,6 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
 
 /* ---- links: connecting --------------------------------------------------- */
 
-void uvccl__mon_connect_start(link_t *k);
-
 static void on_retry(uv_timer_t *t) {
   link_t *k = t->data;
   if (k->l->closing || k->state != LK_CONNECTING) return;

@@ -34,11 +34,6 @@ typedef struct {
   uvccl__live_ev_t ev;
 } evi_t;
 
-void uvccl__mon_declare(uvccl__live_t *l, const uvccl__fail_t *f,
-                        int broadcast);
-void uvccl__mon_link_close(link_t *k);
-void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
-
 /* ---- small helpers ------------------------------------------------------- */
 
 static void fail_set(uvccl__fail_t *f, int rank, int origin, int cause,

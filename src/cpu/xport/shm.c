@@ -96,7 +96,6 @@ static void on_prepare(uv_prepare_t *h);
 static void on_check(uv_check_t *h);
 static void on_bell(uv_poll_t *h, int status, int events);
 static void on_defer(uv_timer_t *t);
-int uvccl__shm_box_pump(net_t *net);
 static int box_ready(net_t *net);
 
 int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
