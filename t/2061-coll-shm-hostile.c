@@ -57,7 +57,7 @@ static int spoiled_allreduce(world_t *W, void (*spoil)(peer_t *p),
     return 1;
   }
   spoil(p);
-  uvccl__shm_kick(p); /* its dirty bit, as a producer sets it */
+  p->net->local_xport->kick(p); /* its dirty bit, as a producer sets it */
   uv_timer_init(&L, &guard_t);
   uv_timer_start(&guard_t, on_noop, 10000, 0);
   while (!uvccl_work_done(&W->w[0]) && uv_run(&L, UV_RUN_ONCE) >= 0 &&
@@ -193,7 +193,7 @@ static void scenario_cma_revoke(void) {
      "to a copy", uvccl_strerror(ws.status));
   memset(sb, 0xab, N); /* the caller's buffer again */
   p0->paused = 0;
-  uvccl__shm_kick(p0);
+  p0->net->local_xport->kick(p0);
   rc = uvccl_recv(&W.pg[0], &wr, rb, N, 1, 9, NULL);
   if (rc == 0) rc = uvccl_work_wait(&wr);
   for (i = 0; i < N && rc == 0; i++)
