@@ -14,6 +14,7 @@
  * the same descriptor twice, but takes a duplicate of it, and libuv's
  * stream keeps its own watcher on the original. */
 #include "internal.h"
+#include "loop/sendq.h"
 
 #include <errno.h>
 #include <fcntl.h>

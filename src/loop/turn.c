@@ -1,6 +1,7 @@
 /* Turns on the application's loop: a budget of bytes and time per
  * callback, and what the callbacks cost (see internal.h). */
 #include "internal.h"
+#include "loop/turn.h"
 
 #include <string.h>
 #include <time.h>

@@ -27,6 +27,7 @@
 #include "internal.h"
 #include "auth.h"
 #include "tls/conn.h"
+#include "loop/sendq.h"
 #include "proto.h"
 
 #include <stdio.h>

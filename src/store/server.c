@@ -16,6 +16,7 @@
 #include "kv.h"
 #include "proto.h"
 #include "tls/conn.h"
+#include "loop/sendq.h"
 
 #include <errno.h>
 #include <stdio.h>
