@@ -340,7 +340,7 @@ static void boot_maybe_barrier(boot_t *b) {
     boot_done(b);
     return;
   }
-  /* said before the barrier, read after it (shm.c, "Boxes") */
+  /* said before the barrier, read after it (shm_box.c) */
   uvccl__shm_boxes_offer(b->g->net);
   snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
   rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);

@@ -22,6 +22,7 @@
 #define UVCCL_CPU_INTERNAL_H
 
 #include "loop/internal.h"
+#include "loop/sendq.h"
 #include "reduce/reduce.h"
 #include "cpu/live/live.h"
 #include "diag/flight.h"
@@ -60,7 +61,7 @@ typedef enum {
   SOP_SCALE,      /* AVG / PREMUL_SUM on buf (len bytes) */
   SOP_CALL,       /* fn(sched, op): glue (sizes known only at run time) */
   SOP_BOX,        /* one of the world's small collectives through
-                     shared-memory boxes (shm.c): every rank posts its
+                     shared-memory boxes (shm_box.c): every rank posts its
                      part, then each uses all P parts as `tag` says
                      (uvccl__box_kind_t) */
   SOP_NOP
@@ -448,7 +449,7 @@ struct group_s {
    * more than 4 ranks a CPU). Every rank must choose alike. */
   int small_tree;
   int box_ok;             /* the world's small allreduces and barriers go
-                             through shared-memory boxes (shm.c) */
+                             through shared-memory boxes (shm_box.c) */
   uint64_t box_seq;       /* the next box collective's number */
   size_t segment;
   size_t stream_min;      /* outputs this large are written around the

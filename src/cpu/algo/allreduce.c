@@ -195,7 +195,7 @@ out:
   return fin;
 }
 
-/* A world collective of n > 0 bytes per part that boxes carry (shm.c). */
+/* A world collective of n > 0 bytes per part that boxes carry (shm_box.c). */
 int uvccl__algo_box_fits(const group_t *g, size_t n) {
   return g->box_ok && n > 0 && n <= UVCCL__SHM_BOX_MAX;
 }

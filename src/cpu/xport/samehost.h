@@ -1,8 +1,9 @@
 /* What the shared-memory transport's files share (shm.c: setting up,
- * boxes, the loop's hooks, failure and teardown; shm_tx.c: sending through
- * a peer's ring, single copies; shm_rx.c: reading the rings). */
-#ifndef UVCCL_CPU_XPORT_SHM_H
-#define UVCCL_CPU_XPORT_SHM_H
+ * the loop's hooks, failure and teardown; shm_box.c: small collectives
+ * through boxes; shm_tx.c: sending through a peer's ring, single copies;
+ * shm_rx.c: reading the rings). */
+#ifndef UVCCL_CPU_XPORT_SAMEHOST_H
+#define UVCCL_CPU_XPORT_SAMEHOST_H
 
 #include "cpu/internal.h"
 #include "cpu/par.h"
@@ -61,6 +62,7 @@ static inline uint64_t uvccl__shm_pad8(uint64_t len) {
 }
 
 int uvccl__shm_box_pump(net_t *net);
+int uvccl__shm_box_ready(net_t *net);
 int uvccl__shm_cma_acked(peer_t *p);
 int uvccl__shm_pump(peer_t *p);
 void uvccl__shm_reduce_part(void *ctx, size_t off, size_t n);

@@ -1,7 +1,7 @@
 /* Shared memory, receiving: a peer's ring read through the transport's
  * frame steps (uvccl__net_frame_begin/end), single copies pulled and
  * acknowledged. */
-#include "shm.h"
+#include "samehost.h"
 
 /* ---- receiving ----------------------------------------------------------- */
 

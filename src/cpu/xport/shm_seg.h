@@ -33,7 +33,7 @@ typedef struct {
   uint64_t cookie;
   uint64_t ring_size;
   /* 1: the owner links every peer of its world through shared memory and
-   * takes small collectives through boxes (shm.c, "Boxes"); written
+   * takes small collectives through boxes (shm_box.c); written
    * before creation's store barrier, read after it */
   _Atomic uint32_t boxes_ok;
   char pad0[36];
@@ -71,7 +71,7 @@ typedef struct {
 /* Boxes: in each ring slot's first page, after the ring's header, two
  * boxes where that slot's producer leaves its part of the world's small
  * collectives (number t in box t % 2): the number t + 1, then the bytes
- * in the same and the following lines (shm.c, "Boxes"). */
+ * in the same and the following lines (shm_box.c). */
 #define UVCCL__SHM_BOX_OFF 512u
 #define UVCCL__SHM_BOX_MAX 1024u
 #define UVCCL__SHM_BOX_STRIDE 1088u

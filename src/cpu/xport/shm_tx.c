@@ -1,7 +1,7 @@
 /* Shared memory, sending: a frame into the receiver's ring in steps,
  * a large one offered for a single copy (process_vm_readv) instead, and
  * the reductions a receiver runs out of a sender's memory. */
-#include "shm.h"
+#include "samehost.h"
 
 /* ---- sending ---------------------------------------------------------------- */
 
