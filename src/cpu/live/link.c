@@ -1,7 +1,157 @@
-/* The monitor's links: reading link frames (hello, heartbeats, failure
- * notices, goodbyes) and connecting them, with TLS and authentication,
- * retries and refusals logged at a bounded rate. */
+/* A monitor's link to another rank's monitor: writing frames (from
+ * either thread), its life cycle, reading link frames (hello, heartbeats,
+ * failure notices, goodbyes), connecting and accepting, with TLS and
+ * authentication, retries and refusals logged at a bounded rate. What a
+ * link learns goes up through the monitor's table (monitor.h). */
 #include "monitor.h"
+
+/* ---- writing (either thread) --------------------------------------------- */
+
+/* Sends a frame on k, behind whatever the socket did not take before.
+ * Caller holds l->lock. */
+static void link_write_locked(link_t *k, const void *p, size_t len) {
+  ssize_t n;
+  if (k->fd < 0) return;
+  while (k->pend_len > 0) {
+    n = send(k->fd, k->pend, k->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;
+    memmove(k->pend, k->pend + n, k->pend_len - (size_t)n);
+    k->pend_len -= (size_t)n;
+  }
+  n = 0;
+  if (k->pend_len == 0) {
+    do
+      n = send(k->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return; /* read side
+                                                              sees it */
+      n = 0;
+    }
+  }
+  if ((size_t)n == len) return;
+  /* Keep the rest so the stream stays whole; a peer whose monitor does
+   * not read for this long is declared failed by the tick. */
+  if (k->pend_len + (len - (size_t)n) > LINK_PEND_MAX) {
+    k->blocked = 1;
+    return;
+  }
+  if (k->pend_len + len > k->pend_cap) {
+    size_t cap = k->pend_cap ? k->pend_cap * 2 : 1024;
+    char *b;
+    while (cap < k->pend_len + len) cap *= 2;
+    b = uvccl__realloc(k->pend, cap);
+    if (b == NULL) {
+      k->blocked = 1;
+      return;
+    }
+    k->pend = b;
+    k->pend_cap = cap;
+  }
+  memcpy(k->pend + k->pend_len, (const char *)p + n, len - (size_t)n);
+  k->pend_len += len - (size_t)n;
+}
+
+void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
+                          uint32_t c, const void *payload, size_t plen) {
+  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t len = uvccl__lframe_build(buf, kind, a, b, c, payload, plen);
+  uv_mutex_lock(&k->l->lock);
+  link_write_locked(k, buf, len);
+  uv_mutex_unlock(&k->l->lock);
+}
+
+/* The application's frame to every rank it has a link to, all under one
+ * hold of the lock. One at a time, the first rank told could answer
+ * before the last is: told that this rank failed (an abort), it says so
+ * back, and this monitor, fencing itself, closes the links the others
+ * were still to hear it on. They would see only the connections close. */
+void uvccl__mon_send_to_all(uvccl__live_t *l, int kind, const void *payload,
+                            size_t plen) {
+  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
+  size_t len = uvccl__lframe_build(buf, kind, 0, 0, 0, payload, plen);
+  int r;
+  uv_mutex_lock(&l->lock);
+  for (r = 0; r < l->size; r++)
+    if (l->links[r] != NULL) link_write_locked(l->links[r], buf, len);
+  uv_mutex_unlock(&l->lock);
+}
+
+/* Publishes (fd >= 0) or withdraws (-1) a link's descriptor. */
+void uvccl__mon_link_set_fd(link_t *k, int fd) {
+  uv_mutex_lock(&k->l->lock);
+  k->fd = fd;
+  uv_mutex_unlock(&k->l->lock);
+}
+
+/* ---- links: life cycle --------------------------------------------------- */
+
+static void on_discard_closed(uv_handle_t *h) {
+  link_t *k = h->data, **pp;
+  if (--k->discard_parts > 0) return;
+  for (pp = &k->l->all; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  uvccl__free(k->pend);
+  uvccl__free(k);
+}
+
+/* The link's socket closes (its memory stays until the monitor goes,
+ * but for incoming connections that never became a rank's link: nothing
+ * refers to those, and strays must not pile up). */
+void uvccl__mon_link_close(link_t *k) {
+  k->state = LK_DOWN;
+  uvccl__mon_link_set_fd(k, -1);
+  if (k->timer_open) uv_timer_stop(&k->timer);
+  if (k->rank < 0 && !k->outgoing && !k->l->closing && !k->discard_parts) {
+    /* Freed once both handles closed (callers may still read k until
+     * they return). */
+    if (k->tcp_open) {
+      k->tcp_open = 0;
+      k->discard_parts++;
+      k->tcp.data = k;
+      uv_close((uv_handle_t *)&k->tcp, on_discard_closed);
+    }
+    if (k->timer_open) {
+      k->timer_open = 0;
+      k->discard_parts++;
+      uv_close((uv_handle_t *)&k->timer, on_discard_closed);
+    }
+    return;
+  }
+  if (k->tcp_open) {
+    k->tcp_open = 0;
+    uv_close((uv_handle_t *)&k->tcp, NULL);
+  }
+}
+
+link_t *uvccl__mon_link_new(uvccl__live_t *l, int rank) {
+  link_t *k = uvccl__calloc(1, sizeof(*k));
+  if (k == NULL) return NULL;
+  k->l = l;
+  k->rank = rank;
+  k->fd = -1;
+  uv_timer_init(&l->loop, &k->timer);
+  k->timer.data = k;
+  k->timer_open = 1;
+  k->next = l->all;
+  l->all = k;
+  return k;
+}
+
+void uvccl__mon_link_up(link_t *k) {
+  uvccl__live_t *l = k->l;
+  uv_os_fd_t fd = -1;
+  k->state = LK_UP;
+  k->last_rx = uvccl__now_ms();
+  uv_fileno((uv_handle_t *)&k->tcp, &fd);
+  uvccl__tune_socket(fd, l->hb_ms, 1);
+  uvccl__mon_link_set_fd(k, fd);
+  uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_UP, k->rank, NULL);
+}
+
 
 /* ---- links: reading ------------------------------------------------------ */
 
@@ -20,7 +170,7 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   (void)b;
   if (n == 0) return;
   if (n < 0) {
-    uvccl__mon_link_broken(k, (int)n);
+    k->l->up->link_broken(k, (int)n);
     return;
   }
   k->last_rx = uvccl__now_ms();
@@ -32,7 +182,7 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
     if (whole < 0) {
       LOG_WARN("live", "rank %d: bad frame on the monitor link from %d: "
                "closing it", k->l->rank, k->rank);
-      uvccl__mon_link_broken(k, UVCCL_EPROTO);
+      k->l->up->link_broken(k, UVCCL_EPROTO);
       return;
     }
     if (whole == 0) break;
@@ -233,7 +383,7 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
         ev.rank = k->rank;
         ev.fail.err = UVCCL_EAUTH;
         snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
-        uvccl__mon_post_ev(l, &ev);
+        l->up->post(l, &ev);
       }
     } else if (h->kind == LF_ACK && k->outgoing &&
                (!l->auth.set || k->auth_step == 2)) {
@@ -253,14 +403,14 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
     uvccl__fail_t f;
     if (uvccl__lframe_dead(h, p, k->rank, &f) != 0) return;
     if (f.rank == l->rank) {
-      uvccl__mon_declare_self_dead(l, &f);
+      l->up->declare_self_dead(l, &f);
       return;
     }
     /* In a full mesh the sender told everyone; no need to relay (a rank
      * it could not tell finds out for itself: the failed rank's links
-     * break). An overlay passes it on, once (uvccl__mon_declare ignores
+     * break). An overlay passes it on, once (declaring ignores
      * repeats). */
-    uvccl__mon_declare(l, &f, l->relay);
+    l->up->declare(l, &f, l->relay);
     return;
   }
   case LF_NOTICE: {
@@ -278,7 +428,7 @@ static void on_frame(link_t *k, const lf_hdr_t *h, const unsigned char *p) {
     ev.notice.cause = w.cause;
     ev.notice.err = w.err;
     memcpy(ev.notice.detail, w.detail, sizeof(w.detail));
-    uvccl__mon_post_ev(l, &ev);
+    l->up->post(l, &ev);
     return;
   }
   default:
@@ -341,7 +491,7 @@ static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
     ev.fail.err = status == UVCCL_EAUTH ? UVCCL_EAUTH : 0;
     snprintf(ev.msg, sizeof(ev.msg), "the monitor of rank %d: %s", k->rank,
              msg);
-    uvccl__mon_post_ev(l, &ev);
+    l->up->post(l, &ev);
     return;
   }
   if (status < 0) {

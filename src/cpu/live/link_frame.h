@@ -6,7 +6,7 @@
 #ifndef UVCCL_CPU_LIVE_LINK_FRAME_H
 #define UVCCL_CPU_LIVE_LINK_FRAME_H
 
-#include "live.h"
+#include "cpu/live/event.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,6 +12,7 @@
  * Link frames: a 16-byte header (kind, payload length, three words) and
  * at most 512 payload bytes, little-endian like the data frames. */
 #include "monitor.h"
+#include "live.h"
 
 /* ---- commands (application thread -> monitor) ------------------------------- */
 
@@ -53,89 +54,10 @@ static void fail_set(uvccl__fail_t *f, int rank, int origin, int cause,
   va_end(ap);
 }
 
-/* ---- writing (either thread) --------------------------------------------- */
-
-/* Sends a frame on k, behind whatever the socket did not take before.
- * Caller holds l->lock. */
-static void link_write_locked(link_t *k, const void *p, size_t len) {
-  ssize_t n;
-  if (k->fd < 0) return;
-  while (k->pend_len > 0) {
-    n = send(k->fd, k->pend, k->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n <= 0) break;
-    memmove(k->pend, k->pend + n, k->pend_len - (size_t)n);
-    k->pend_len -= (size_t)n;
-  }
-  n = 0;
-  if (k->pend_len == 0) {
-    do
-      n = send(k->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return; /* read side
-                                                              sees it */
-      n = 0;
-    }
-  }
-  if ((size_t)n == len) return;
-  /* Keep the rest so the stream stays whole; a peer whose monitor does
-   * not read for this long is declared failed by the tick. */
-  if (k->pend_len + (len - (size_t)n) > LINK_PEND_MAX) {
-    k->blocked = 1;
-    return;
-  }
-  if (k->pend_len + len > k->pend_cap) {
-    size_t cap = k->pend_cap ? k->pend_cap * 2 : 1024;
-    char *b;
-    while (cap < k->pend_len + len) cap *= 2;
-    b = uvccl__realloc(k->pend, cap);
-    if (b == NULL) {
-      k->blocked = 1;
-      return;
-    }
-    k->pend = b;
-    k->pend_cap = cap;
-  }
-  memcpy(k->pend + k->pend_len, (const char *)p + n, len - (size_t)n);
-  k->pend_len += len - (size_t)n;
-}
-
-void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
-                          uint32_t c, const void *payload, size_t plen) {
-  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
-  size_t len = uvccl__lframe_build(buf, kind, a, b, c, payload, plen);
-  uv_mutex_lock(&k->l->lock);
-  link_write_locked(k, buf, len);
-  uv_mutex_unlock(&k->l->lock);
-}
-
-/* The application's frame to every rank it has a link to, all under one
- * hold of the lock. One at a time, the first rank told could answer
- * before the last is: told that this rank failed (an abort), it says so
- * back, and this monitor, fencing itself, closes the links the others
- * were still to hear it on. They would see only the connections close. */
-static void send_to_all(uvccl__live_t *l, int kind, const void *payload,
-                        size_t plen) {
-  unsigned char buf[LF_HDR + LF_MAX_PAYLOAD];
-  size_t len = uvccl__lframe_build(buf, kind, 0, 0, 0, payload, plen);
-  int r;
-  uv_mutex_lock(&l->lock);
-  for (r = 0; r < l->size; r++)
-    if (l->links[r] != NULL) link_write_locked(l->links[r], buf, len);
-  uv_mutex_unlock(&l->lock);
-}
-
 static void send_dead(link_t *k, const uvccl__fail_t *f) {
   wire_fail_t w;
   uvccl__lframe_fail_put(&w, f);
   uvccl__mon_link_send(k, LF_DEAD, 0, 0, 0, &w, sizeof(w));
-}
-
-/* Publishes (fd >= 0) or withdraws (-1) a link's descriptor. */
-void uvccl__mon_link_set_fd(link_t *k, int fd) {
-  uv_mutex_lock(&k->l->lock);
-  k->fd = fd;
-  uv_mutex_unlock(&k->l->lock);
 }
 
 /* ---- events (monitor -> application) ------------------------------------- */
@@ -151,7 +73,7 @@ static void ev_run(uvccl__xitem_t *it) {
   if (ev.kind == UVCCL__LIVE_CLOSED) on_app_closed(l);
 }
 
-void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev) {
+static void post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev) {
   evi_t *e = uvccl__calloc(1, sizeof(*e));
   if (e == NULL) return; /* out of memory: the collective timeout remains */
   e->l = l;
@@ -160,22 +82,12 @@ void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev) {
   uvccl__xqueue_post(&l->appq, &e->item);
 }
 
-void uvccl__mon_post_simple(uvccl__live_t *l, int kind, int rank,
-                        const char *msg) {
-  uvccl__live_ev_t ev;
-  memset(&ev, 0, sizeof(ev));
-  ev.kind = kind;
-  ev.rank = rank;
-  if (msg) snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
-  uvccl__mon_post_ev(l, &ev);
-}
-
 /* ---- declaring ----------------------------------------------------------- */
 
 /* rank failed: tell every other live rank (and rank itself, so that if it
  * is alive after all it knows it was cut off), then the application. */
-void uvccl__mon_declare(uvccl__live_t *l, const uvccl__fail_t *f,
-                        int broadcast) {
+static void declare(uvccl__live_t *l, const uvccl__fail_t *f,
+                    int broadcast) {
   uvccl__live_ev_t ev;
   link_t *k;
   int r;
@@ -200,10 +112,10 @@ void uvccl__mon_declare(uvccl__live_t *l, const uvccl__fail_t *f,
   ev.kind = UVCCL__LIVE_DEAD;
   ev.rank = f->rank;
   ev.fail = *f;
-  uvccl__mon_post_ev(l, &ev);
+  post_ev(l, &ev);
 }
 
-void uvccl__mon_declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f) {
+static void declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f) {
   uvccl__live_ev_t ev;
   int r;
   if (l->fenced) return;
@@ -214,80 +126,14 @@ void uvccl__mon_declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f) {
   ev.kind = UVCCL__LIVE_DEAD;
   ev.rank = l->rank;
   ev.fail = *f;
-  uvccl__mon_post_ev(l, &ev);
+  post_ev(l, &ev);
 }
 
-/* ---- links: life cycle --------------------------------------------------- */
-
-static void on_discard_closed(uv_handle_t *h) {
-  link_t *k = h->data, **pp;
-  if (--k->discard_parts > 0) return;
-  for (pp = &k->l->all; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == k) {
-      *pp = k->next;
-      break;
-    }
-  uvccl__free(k->pend);
-  uvccl__free(k);
-}
-
-/* The link's socket closes (its memory stays until the monitor goes,
- * but for incoming connections that never became a rank's link: nothing
- * refers to those, and strays must not pile up). */
-void uvccl__mon_link_close(link_t *k) {
-  k->state = LK_DOWN;
-  uvccl__mon_link_set_fd(k, -1);
-  if (k->timer_open) uv_timer_stop(&k->timer);
-  if (k->rank < 0 && !k->outgoing && !k->l->closing && !k->discard_parts) {
-    /* Freed once both handles closed (callers may still read k until
-     * they return). */
-    if (k->tcp_open) {
-      k->tcp_open = 0;
-      k->discard_parts++;
-      k->tcp.data = k;
-      uv_close((uv_handle_t *)&k->tcp, on_discard_closed);
-    }
-    if (k->timer_open) {
-      k->timer_open = 0;
-      k->discard_parts++;
-      uv_close((uv_handle_t *)&k->timer, on_discard_closed);
-    }
-    return;
-  }
-  if (k->tcp_open) {
-    k->tcp_open = 0;
-    uv_close((uv_handle_t *)&k->tcp, NULL);
-  }
-}
-
-link_t *uvccl__mon_link_new(uvccl__live_t *l, int rank) {
-  link_t *k = uvccl__calloc(1, sizeof(*k));
-  if (k == NULL) return NULL;
-  k->l = l;
-  k->rank = rank;
-  k->fd = -1;
-  uv_timer_init(&l->loop, &k->timer);
-  k->timer.data = k;
-  k->timer_open = 1;
-  k->next = l->all;
-  l->all = k;
-  return k;
-}
-
-void uvccl__mon_link_up(link_t *k) {
-  uvccl__live_t *l = k->l;
-  uv_os_fd_t fd = -1;
-  k->state = LK_UP;
-  k->last_rx = uvccl__now_ms();
-  uv_fileno((uv_handle_t *)&k->tcp, &fd);
-  uvccl__tune_socket(fd, l->hb_ms, 1);
-  uvccl__mon_link_set_fd(k, fd);
-  uvccl__mon_post_simple(l, UVCCL__LIVE_LINK_UP, k->rank, NULL);
-}
+/* ---- a link broke -------------------------------------------------------- */
 
 /* The link to k->rank broke (EOF, reset, timeout). */
 
-void uvccl__mon_link_broken(link_t *k, int err) {
+static void link_broken(link_t *k, int err) {
   uvccl__live_t *l = k->l;
   int r = k->rank, was_up = k->state == LK_UP;
   uvccl__fail_t f;
@@ -326,8 +172,15 @@ void uvccl__mon_link_broken(link_t *k, int err) {
   else
     fail_set(&f, r, l->rank, UVCCL_FAIL_RESET, err, "connection lost: %s",
              uvccl_strerror(err));
-  uvccl__mon_declare(l, &f, 1);
+  declare(l, &f, 1);
 }
+
+static const uvccl__mon_up_t mon_up = {
+    .post = post_ev,
+    .declare = declare,
+    .declare_self_dead = declare_self_dead,
+    .link_broken = link_broken,
+};
 
 /* ---- the tick: heartbeats out, silence checked --------------------------- */
 
@@ -341,7 +194,7 @@ static void on_susp(uv_timer_t *t) {
     if (l->susp_due[r] == 0) continue;
     if (now >= l->susp_due[r]) {
       l->susp_due[r] = 0;
-      if (!l->dead[r]) uvccl__mon_declare(l, &l->susp[r], 1);
+      if (!l->dead[r]) declare(l, &l->susp[r], 1);
     } else if (next == 0 || l->susp_due[r] < next) {
       next = l->susp_due[r];
     }
@@ -375,7 +228,7 @@ static void on_tick(uv_timer_t *t) {
       uvccl__fail_t f;
       fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
                "its monitor stopped reading (stopped or hung)");
-      uvccl__mon_declare(l, &f, 1);
+      declare(l, &f, 1);
     } else if (l->hb_ms > 0 && now - k->last_rx > l->hb_ms + l->period_ms) {
       /* Silence is counted from the last heartbeat, which came up to a
        * period before the rank stopped: one period more, so a rank
@@ -385,7 +238,7 @@ static void on_tick(uv_timer_t *t) {
       fail_set(&f, r, l->rank, UVCCL_FAIL_HEARTBEAT, UV_ETIMEDOUT,
                "no heartbeat for %.1f s (stopped, hung or unreachable)",
                (double)(now - k->last_rx) / 1000.0);
-      uvccl__mon_declare(l, &f, 1);
+      declare(l, &f, 1);
     }
   }
 }
@@ -403,7 +256,7 @@ static void on_grace(uv_timer_t *t) {
   }
   /* The link is still up although the data connection broke: the rank is
    * alive but cut off from us; it is declared failed all the same. */
-  uvccl__mon_declare(l, &k->suspicion, 1);
+  declare(l, &k->suspicion, 1);
 }
 
 static void close_all(uvccl__live_t *l, int bye);
@@ -459,7 +312,7 @@ static void cmd_run(uvccl__xitem_t *it) {
         l->dead[c->rank] = 2;
         uvccl__mon_post_simple(l, UVCCL__LIVE_LEFT, c->rank, NULL);
       } else {
-        uvccl__mon_declare(l, &c->f, 1);
+        declare(l, &c->f, 1);
       }
       break;
     }
@@ -469,7 +322,7 @@ static void cmd_run(uvccl__xitem_t *it) {
     uv_timer_start(&k->timer, on_grace, l->grace_ms, 0);
     break;
   case CMD_DECLARE:
-    if (!l->closing) uvccl__mon_declare(l, &c->f, 1);
+    if (!l->closing) declare(l, &c->f, 1);
     break;
   case CMD_CLOSE:
     close_all(l, c->bye);
@@ -574,6 +427,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
     return NULL;
   }
   l->app_loop = app_loop;
+  l->up = &mon_up;
   l->cb = cb;
   l->arg = arg;
   l->rank = rank;
@@ -719,12 +573,12 @@ void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,
   if (l == NULL || l->app_closed) return;
   fail_set(&f, l->rank, l->rank, cause, err, "%s", detail);
   uvccl__lframe_fail_put(&w, &f);
-  send_to_all(l, LF_DEAD, &w, sizeof(w));
+  uvccl__mon_send_to_all(l, LF_DEAD, &w, sizeof(w));
 }
 
 void uvccl__live_bye(uvccl__live_t *l) {
   if (l == NULL || l->app_closed) return;
-  send_to_all(l, LF_BYE, NULL, 0);
+  uvccl__mon_send_to_all(l, LF_BYE, NULL, 0);
 }
 
 void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n) {
@@ -739,7 +593,7 @@ void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n) {
   w.err = n->err;
   memcpy(w.detail, n->detail, sizeof(w.detail));
   w.detail[sizeof(w.detail) - 1] = '\0';
-  send_to_all(l, LF_NOTICE, &w, sizeof(w));
+  uvccl__mon_send_to_all(l, LF_NOTICE, &w, sizeof(w));
 }
 
 /* The monitor's CLOSED event: the thread is done; join it, then let the

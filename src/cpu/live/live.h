@@ -23,63 +23,10 @@
 #include "loop/internal.h"
 #include "store/auth.h"
 #include "tls/tls.h"
+#include "cpu/live/event.h"
 
 #include <sys/socket.h>
 
-#define UVCCL__DETAIL_LEN 120
-
-/* Why a rank is declared failed (the public uvccl_fail_cause_t). */
-typedef struct {
-  int rank;      /* world rank that failed */
-  int origin;    /* world rank that saw it happen (may be this one) */
-  int via;       /* the rank whose notice told us (origin, or ourselves) */
-  int cause;     /* uvccl_fail_cause_t */
-  int err;       /* error code (UV_ECONNRESET, UV_ETIMEDOUT, ...) or 0 */
-  char detail[UVCCL__DETAIL_LEN]; /* "no heartbeat for 15.2 s", ... */
-} uvccl__fail_t;
-
-/* Out-of-band notices that are not deaths, relayed to every live rank. */
-enum {
-  UVCCL__NOTICE_REVOKE = 1, /* gid revoked by origin, detail = reason */
-  UVCCL__NOTICE_GROUP       /* gid failed on origin because of rank */
-};
-
-typedef struct {
-  int what;      /* UVCCL__NOTICE_* */
-  uint32_t gid;
-  int rank;      /* the culprit (GROUP), or -1 */
-  int origin;    /* who sends it */
-  int cause;
-  int err;
-  char detail[UVCCL__DETAIL_LEN];
-} uvccl__notice_t;
-
-typedef enum {
-  UVCCL__LIVE_LINK_UP = 1,  /* rank's link is up */
-  UVCCL__LIVE_LINK_FAILED,  /* rank's link could not be made (creation) */
-  UVCCL__LIVE_DEAD,         /* fail: a rank failed (rank == ours: we were
-                               declared failed by the others) */
-  UVCCL__LIVE_LEFT,         /* rank said goodbye (destroyed its world) */
-  UVCCL__LIVE_NOTICE,       /* notice */
-  UVCCL__LIVE_CLOSED        /* uvccl__live_close finished (last event) */
-} uvccl__live_ev_kind_t;
-
-typedef struct {
-  int kind;
-  int rank;
-  uvccl__fail_t fail;
-  uvccl__notice_t notice;
-  char msg[UVCCL__DETAIL_LEN]; /* LINK_FAILED: why (fail.err UVCCL_EAUTH:
-                                  the link failed authentication) */
-} uvccl__live_ev_t;
-
-/* An accepted connection (mesh or monitor) must name itself, and prove
- * the world's secret where there is one, within this; else it is
- * closed. */
-#define UVCCL__HANDSHAKE_MS 10000
-
-typedef struct uvccl__live_s uvccl__live_t;
-typedef void (*uvccl__live_cb)(void *arg, const uvccl__live_ev_t *ev);
 
 /* Starts the monitor of rank `rank` of a world of `size`: binds a
  * listening socket on addr's host (any port; *port gets it), starts the

@@ -1,11 +1,16 @@
-/* What the monitor's two files share (live.c: commands, writing, events,
- * declaring, the tick, teardown and the entry points; link.c: the links'
- * reading and connecting): the link and the monitor's state. The link
- * frames are link_frame.h's. */
+/* What the monitor's two files share: the link and the monitor's state.
+ * link.c is a link's life: writing, reading, connecting, accepting, the
+ * handshake; it tells the monitor what it learns through the monitor's
+ * `up` table. live.c is the monitor: commands, events, declaring, the
+ * tick, teardown and the entry points (live.h). The link frames are
+ * link_frame.h's. */
 #ifndef UVCCL_CPU_LIVE_MONITOR_H
 #define UVCCL_CPU_LIVE_MONITOR_H
 
-#include "live.h"
+#include "loop/internal.h"
+#include "store/auth.h"
+#include "tls/tls.h"
+#include "cpu/live/event.h"
 #include "link_frame.h"
 #include "tls/conn.h"
 
@@ -57,7 +62,20 @@ typedef struct link_s {
   struct link_s *next;     /* every link, for teardown */
 } link_t;
 
+/* What a link tells the monitor (live.c's table; link.c calls it). */
+typedef struct {
+  /* an event for the application's loop */
+  void (*post)(uvccl__live_t *l, const uvccl__live_ev_t *ev);
+  /* a rank failed (broadcast: tell every link), or this one was declared
+   * failed by the others */
+  void (*declare)(uvccl__live_t *l, const uvccl__fail_t *f, int broadcast);
+  void (*declare_self_dead)(uvccl__live_t *l, const uvccl__fail_t *f);
+  /* the link's connection broke (EOF, reset, timeout, a protocol error) */
+  void (*link_broken)(link_t *k, int err);
+} uvccl__mon_up_t;
+
 struct uvccl__live_s {
+  const uvccl__mon_up_t *up;
   uv_loop_t *app_loop;
   uvccl__xqueue_t appq;    /* events, on the application's loop */
   uvccl__live_cb cb;
@@ -94,22 +112,29 @@ struct uvccl__live_s {
 };
 
 
+/* link.c */
 void uvccl__mon_connect_retry(link_t *k);
 void uvccl__mon_connect_start(link_t *k);
-void uvccl__mon_declare(uvccl__live_t *l, const uvccl__fail_t *f,
-                        int broadcast);
-void uvccl__mon_declare_self_dead(uvccl__live_t *l, const uvccl__fail_t *f);
-void uvccl__mon_link_broken(link_t *k, int err);
 void uvccl__mon_link_close(link_t *k);
 link_t *uvccl__mon_link_new(uvccl__live_t *l, int rank);
 void uvccl__mon_link_send(link_t *k, int kind, uint32_t a, uint32_t b,
                           uint32_t c, const void *payload, size_t plen);
+void uvccl__mon_send_to_all(uvccl__live_t *l, int kind, const void *payload,
+                            size_t plen);
 void uvccl__mon_link_set_fd(link_t *k, int fd);
 void uvccl__mon_link_up(link_t *k);
 void uvccl__mon_on_connection(uv_stream_t *server, int status);
-void uvccl__mon_post_ev(uvccl__live_t *l, const uvccl__live_ev_t *ev);
-void uvccl__mon_post_simple(uvccl__live_t *l, int kind, int rank,
-                            const char *msg);
+
+/* An event of one kind about rank, with a message (may be NULL). */
+static inline void uvccl__mon_post_simple(uvccl__live_t *l, int kind,
+                                          int rank, const char *msg) {
+  uvccl__live_ev_t ev;
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = kind;
+  ev.rank = rank;
+  if (msg) snprintf(ev.msg, sizeof(ev.msg), "%s", msg);
+  l->up->post(l, &ev);
+}
 
 /* The acceptor's callbacks (link.c): a new incoming link; a refused one. */
 void uvccl__mon_link_adopt(void *owner, int fd, const char *from);
