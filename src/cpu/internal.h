@@ -319,6 +319,8 @@ struct net_s {
   const struct uvccl__xport_s *local_xport; /* same-host peers: shm.c's */
   uv_loop_t *loop;
   const net_upcalls_t *up;  /* the schedules' (see above) */
+  /* the transport's own calls up its floors (xport/tcp.h) */
+  const struct uvccl__net_hooks_s *hooks;
   int rank, size;
   int refs;              /* groups using it */
   uv_tcp_t listener;

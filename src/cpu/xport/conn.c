@@ -2,23 +2,9 @@
  * (with refusals logged at a bounded rate), the server side of TLS,
  * dialing with retries, the hello that names a connection's rank, and the
  * lazy connections of sparse worlds. */
-#include "net.h"
+#include "tcp.h"
 
 /* ---- listening and accepting --------------------------------------------- */
-
-/* Refusals of connections that fail (or never try) authentication, or
- * never finish their handshake, are logged: up to 10 a second, so that
- * a flood of them cannot flood the log. */
-void uvccl__net_refusal_log(net_t *net, const char *from, const char *why) {
-  int unlogged;
-  int log = uvccl__refusals_admit(&net->refusals, uvccl__now_ms(), &unlogged);
-  if (unlogged > 0)
-    LOG_WARN("coll", "rank %d: %d more connections refused in the last "
-             "second", net->rank, unlogged);
-  if (log)
-    LOG_WARN("coll", "rank %d: refusing the connection from %s: %s",
-             net->rank, from, why);
-}
 
 static void on_handshake_timeout(uv_timer_t *t) {
   peer_t *p = t->data;
@@ -76,12 +62,12 @@ static void peer_adopt(void *owner, int fd, const char *from) {
   /* A connection that has not named itself (and proven the secret, where
    * there is one) by then is closed: strays never pile up. */
   uv_timer_start(&p->retry, on_handshake_timeout, UVCCL__HANDSHAKE_MS, 0);
-  uvccl__net_peer_start_read(p);
+  p->net->hooks->start_read(p);
 }
 
 
-int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
-                      char *err, size_t errlen) {
+int uvccl__net_listen_tcp(net_t *net, const struct sockaddr *addr,
+                          uint64_t hb_ms, char *err, size_t errlen) {
   int rc, len = sizeof(net->self);
   uvccl__acceptor_init(&net->acceptor, net->tls, hb_ms, 0, peer_adopt,
                        on_refused, net);
@@ -104,16 +90,6 @@ int uvccl__net_listen(net_t *net, const struct sockaddr *addr, uint64_t hb_ms,
   net->hb_ms = hb_ms;
   rc = net->local_xport->net_init(net, err, errlen);
   if (rc != 0) return rc;
-  if (net->size > 1) {
-    net->live = uvccl__live_new(net->loop, net->rank, net->size,
-                                (struct sockaddr *)&net->self, net->nonce,
-                                &net->auth, net->tls, hb_ms, net->sparse,
-                                uvccl__net_on_live, net,
-                                &net->live_port, err, errlen, &rc);
-    if (net->live == NULL) return rc;
-    /* sparse: known once the addresses are (uvccl__net_link_overlay) */
-    net->want_links = net->sparse ? -1 : net->size - 1;
-  }
   return 0;
 }
 
@@ -157,7 +133,7 @@ static void on_connect(uv_connect_t *req, int status) {
       uv_close((uv_handle_t *)&p->tcp, on_retry_closed);
       return;
     }
-    uvccl__net_peer_fail(net, p, status, "connect failed");
+    net->hooks->peer_fail(net, p, status, "connect failed");
     return;
   }
   peer_connected(p);
@@ -177,7 +153,7 @@ static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
                                "process group creation failed: "
                                "rank %d (%s): %s",
                                p->rank, p->addrstr, msg);
-    uvccl__net_peer_fail(net, p, UVCCL_EAUTH, msg);
+    net->hooks->peer_fail(net, p, UVCCL_EAUTH, msg);
     return;
   }
   if (status < 0) {
@@ -186,7 +162,7 @@ static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
       uv_timer_start(&p->retry, on_retry_timer, p->backoff_ms, 0);
       return;
     }
-    uvccl__net_peer_fail(net, p, status, msg);
+    net->hooks->peer_fail(net, p, status, msg);
     return;
   }
   uv_tcp_init(net->loop, &p->tcp);
@@ -194,7 +170,7 @@ static void on_tls_connected(void *arg, int status, int fd, const char *msg) {
   if (uv_tcp_open(&p->tcp, fd) != 0) {
     close(fd);
     p->tcp_open = 1;
-    uvccl__net_peer_fail(net, p, UV_EIO, "adopting the TLS connection");
+    net->hooks->peer_fail(net, p, UV_EIO, "adopting the TLS connection");
     return;
   }
   p->tcp_open = 1;
@@ -215,7 +191,7 @@ static void peer_connected(peer_t *p) {
   h.len = sizeof(hello);
   if (net->auth.set) {
     if (uvccl__auth_random(p->auth_nc, sizeof(p->auth_nc)) != 0) {
-      uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "no random nonce");
+      net->hooks->peer_fail(net, p, UVCCL_EAUTH, "no random nonce");
       return;
     }
     h.len += UVCCL__AUTH_NONCE; /* the nonce follows the hello */
@@ -235,10 +211,10 @@ static void peer_connected(peer_t *p) {
            UVCCL__AUTH_NONCE);
     p->auth_hello = hello;
   }
-  uvccl__net_peer_start_read(p);
+  p->net->hooks->start_read(p);
   rc = uvccl__net_peer_write_ctl(p, &p->hello_req, p->hello_buf,
                       UVCCL__FRAME_HDR + (size_t)h.len, NULL);
-  if (rc != 0) uvccl__net_peer_fail(net, p, rc, "sending hello failed");
+  if (rc != 0) net->hooks->peer_fail(net, p, rc, "sending hello failed");
 }
 
 static void connect_start(peer_t *p) {
@@ -247,7 +223,7 @@ static void connect_start(peer_t *p) {
     rc = uvccl__tls_connect(p->net->tls, p->net->loop,
                             (struct sockaddr *)&p->addr, p->net->hb_ms, 0,
                             on_tls_connected, p, &p->tls_hs);
-    if (rc != 0) uvccl__net_peer_fail(p->net, p, rc, "connect failed");
+    if (rc != 0) p->net->hooks->peer_fail(p->net, p, rc, "connect failed");
     return;
   }
   uv_tcp_init(p->net->loop, &p->tcp);
@@ -256,7 +232,7 @@ static void connect_start(peer_t *p) {
   p->creq.data = p;
   rc = uv_tcp_connect(&p->creq, &p->tcp, (struct sockaddr *)&p->addr,
                       on_connect);
-  if (rc != 0) uvccl__net_peer_fail(p->net, p, rc, "connect failed");
+  if (rc != 0) p->net->hooks->peer_fail(p->net, p, rc, "connect failed");
 }
 
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
@@ -368,15 +344,6 @@ static int booked(const net_t *net, int r) {
   return net->book != NULL && net->book[r].addr.ss_family != 0;
 }
 
-/* Sparse worlds: r is not connected yet, and may be (what is sent to it
- * waits; what comes from it comes when it dials). */
-int uvccl__net_not_yet_connected(const net_t *net, int r) {
-  const peer_t *p = net->peers[r];
-  return net->sparse && !net->closing && r != net->rank &&
-         net->fails[r].rank < 0 &&
-         (p == NULL || p->state == PEER_NONE || p->state == PEER_CONNECTING);
-}
-
 /* A placeholder for rank r (sparse worlds): receives post on it, sends
  * queue on it, until a connection to r is up. */
 peer_t *uvccl__net_peer_need(net_t *net, int r) {
@@ -425,8 +392,8 @@ void uvccl__net_peer_dial(peer_t *p) {
                            : UV_EINVAL;
   if (rc != 0) {
     p->looking = 0;
-    uvccl__net_peer_fail(net, p, rc, "its address could not be read from "
-                         "the store");
+    net->hooks->peer_fail(net, p, rc, "its address could not be read from "
+                          "the store");
   }
 }
 
@@ -436,7 +403,7 @@ void uvccl__net_lookup_done(net_t *net, int r, int status, const char *why) {
   p->looking = 0;
   if (p->state != PEER_CONNECTING) return;
   if (status != 0) {
-    uvccl__net_peer_fail(net, p, status, why);
+    net->hooks->peer_fail(net, p, status, why);
     return;
   }
   peer_dial_booked(p);
@@ -484,8 +451,8 @@ void uvccl__net_peer_takeover(peer_t *p, peer_t *q) {
 static void on_crossed_timeout(uv_timer_t *t) {
   peer_t *p = t->data;
   if (p->state != PEER_CONNECTING || !p->crossed) return;
-  uvccl__net_peer_fail(p->net, p, UV_ETIMEDOUT, "it refused our connection "
-                       "as crossed but never connected back");
+  p->net->hooks->peer_fail(p->net, p, UV_ETIMEDOUT, "it refused our connection "
+                           "as crossed but never connected back");
 }
 
 /* Our dial met the other side's (it is the higher rank): wait for its. */
@@ -496,26 +463,6 @@ void uvccl__net_peer_crossed(peer_t *p) {
 }
 
 
-void uvccl__net_ctl_flush(peer_t *p) {
-  ctl_t *c;
-  while ((c = p->ctlq) != NULL && p->state == PEER_UP) {
-    p->ctlq = c->next;
-    if (p->ctlq == NULL) p->ctlq_tail = NULL;
-    if (uvccl__net_peer_write_ctl(p, &c->req, c->buf, c->len,
-                                  uvccl__net_on_ctl_written) != 0)
-      uvccl__free(c);
-  }
-}
-
-void uvccl__net_ctl_drop(peer_t *p) {
-  ctl_t *c;
-  while ((c = p->ctlq) != NULL) {
-    p->ctlq = c->next;
-    uvccl__free(c);
-  }
-  p->ctlq_tail = NULL;
-}
-
 void uvccl__net_peer_ready(peer_t *p) {
   net_t *net = p->net;
   sop_t *op;
@@ -525,7 +472,7 @@ void uvccl__net_peer_ready(peer_t *p) {
     op->writing = 0;
     rc = uvccl__net_peer_transmit(net, p, op);
     if (rc == 1) {
-      uvccl__net_kick_spin(net);
+      net->hooks->kick_spin(net);
       net->up->op_done(op);
     } else if (rc != 0) {
       net->up->send_lost(op); /* the verdict on p fails the schedule */

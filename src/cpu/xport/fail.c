@@ -1,7 +1,7 @@
 /* The TCP transport's failures: what a broken connection says about its
  * rank, and the liveness monitor's verdicts turned into group failures
  * that name the rank that failed first. */
-#include "net.h"
+#include "tcp.h"
 
 /* ---- failure ------------------------------------------------------------- */
 
@@ -280,9 +280,21 @@ void uvccl__net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   }
 }
 
-void uvccl__net_on_ctl_written(uvccl__wreq_t *req, int status) {
-  (void)status;
-  uvccl__free(UVCCL__CONTAINER_OF(req, ctl_t, req));
+/* Starts this rank's monitor (a world of more than one), its verdicts
+ * coming to uvccl__net_on_live. */
+int uvccl__net_live_start(net_t *net, uint64_t hb_ms, char *err,
+                          size_t errlen) {
+  int rc = 0;
+  if (net->size <= 1) return 0;
+  net->live = uvccl__live_new(net->loop, net->rank, net->size,
+                              (struct sockaddr *)&net->self, net->nonce,
+                              &net->auth, net->tls, hb_ms, net->sparse,
+                              uvccl__net_on_live, net, &net->live_port, err,
+                              errlen, &rc);
+  if (net->live == NULL) return rc;
+  /* sparse: known once the addresses are (uvccl__net_link_overlay) */
+  net->want_links = net->sparse ? -1 : net->size - 1;
+  return 0;
 }
 
 int uvccl__net_send_ctl(net_t *net, int r, uint8_t kind, uint32_t gid,

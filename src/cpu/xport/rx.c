@@ -2,7 +2,7 @@
  * over its read buffer, frames matched against posted receives, early
  * frames held until their receive is posted, and their handing over in
  * slices a turn's worth at a time. */
-#include "net.h"
+#include "tcp.h"
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
@@ -74,12 +74,6 @@ void uvccl__net_peer_start_read(peer_t *p) {
   uv_read_start((uv_stream_t *)&p->tcp, on_alloc, on_read);
 }
 
-void uvccl__net_peer_stop_read(peer_t *p) {
-  if (!p->reading) return;
-  p->reading = 0;
-  uv_read_stop((uv_stream_t *)&p->tcp);
-}
-
 static void op_recv_done(sop_t *op) {
   op->got = op->len;
   op->s->g->net->up->op_done(op);
@@ -148,12 +142,6 @@ static early_t *early_alloc(net_t *net, uint64_t len) {
   return st;
 }
 
-/* Gone now (teardown). */
-void uvccl__net_early_release(early_t *st) {
-  if (st->big) uvccl__big_free(st);
-  else uvccl__free(st);
-}
-
 void uvccl__net_early_free(net_t *net, early_t *st) {
   if (st->cap == EARLY_SMALL && net->early_small_n < EARLY_SMALL_N) {
     st->next = net->early_small;
@@ -220,7 +208,7 @@ static void handoff_start(net_t *net, early_t *st, sop_t *op, uint64_t upto) {
   if (net->handoffs_tail) net->handoffs_tail->next = st;
   else net->handoffs = st;
   net->handoffs_tail = st;
-  uvccl__net_slicer_start(net);
+  net->hooks->slicer_start(net);
 }
 
 static void handoff_unlink(net_t *net, early_t *st) {
@@ -362,14 +350,14 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
     return 0;
   }
   if (h->len > net->early_limit) {
-    uvccl__net_peer_fail(net, p, UVCCL_ELIMIT,
-                         "frame larger than the early frames' limit");
+    net->hooks->peer_fail(net, p, UVCCL_ELIMIT,
+                          "frame larger than the early frames' limit");
     return -1;
   }
   st = early_alloc(net, h->len);
   if (st == NULL) {
-    uvccl__net_peer_fail(net, p, UV_ENOMEM,
-                         "out of memory holding an early frame");
+    net->hooks->peer_fail(net, p, UV_ENOMEM,
+                          "out of memory holding an early frame");
     return -1;
   }
   st->kind = h->kind;
@@ -569,7 +557,7 @@ adopt:
   uvccl__frame_encode(p->hello_buf, &ack);
   if (uvccl__net_peer_write_ctl(p, &p->hello_req, p->hello_buf,
                                 UVCCL__FRAME_HDR, NULL) != 0) {
-    uvccl__net_peer_fail(net, p, UV_EPIPE, "sending hello ack failed");
+    net->hooks->peer_fail(net, p, UV_EPIPE, "sending hello ack failed");
     return;
   }
   uvccl__net_peer_up(p);
@@ -636,7 +624,7 @@ static void auth_answer(peer_t *p, const unsigned char *payload) {
         "another secret (every rank of a world must hold "
         "the same UVCCL_AUTH_TOKEN or UVCCL_AUTH_FILE)",
         p->rank, p->addrstr);
-    uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "failed authentication");
+    net->hooks->peer_fail(net, p, UVCCL_EAUTH, "failed authentication");
     return;
   }
   memset(&h, 0, sizeof(h));
@@ -648,7 +636,7 @@ static void auth_answer(peer_t *p, const unsigned char *payload) {
   p->auth_step = 2;
   if (uvccl__net_peer_write_ctl(p, &p->auth_req, p->auth_buf,
                      UVCCL__FRAME_HDR + UVCCL__AUTH_MAC, NULL) != 0)
-    uvccl__net_peer_fail(net, p, UV_EPIPE, "sending the proof failed");
+    net->hooks->peer_fail(net, p, UV_EPIPE, "sending the proof failed");
 }
 
 /* The handshake's frames. Without a secret: HELLO, then HELLO_ACK (or
@@ -678,7 +666,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
                                  "rank %d (%s) accepted the connection without "
                                  "proving the world's secret",
                                  p->rank, p->addrstr);
-      uvccl__net_peer_fail(net, p, UVCCL_EAUTH, "did not authenticate");
+      net->hooks->peer_fail(net, p, UVCCL_EAUTH, "did not authenticate");
       return;
     }
   }
@@ -693,8 +681,8 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     if (net->auth.set && p->rank < 0)
       auth_refuse(p, "not the handshake (a stray or hostile connection)");
     else
-      uvccl__net_peer_fail(net, p, UVCCL_EPROTO,
-                           "unexpected handshake frame");
+      net->hooks->peer_fail(net, p, UVCCL_EPROTO,
+                            "unexpected handshake frame");
     return;
   }
   if (hv == UVCCL__HELLO_BAD_MAGIC) {
@@ -702,7 +690,7 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
       auth_refuse(p, "not a uvccl peer");
       return;
     }
-    uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "bad hello");
+    net->hooks->peer_fail(net, p, UVCCL_EPROTO, "bad hello");
     return;
   }
   if (hv == UVCCL__HELLO_BAD_VERSION) {
@@ -758,7 +746,7 @@ static void process_rbuf(peer_t *p) {
       frame_context(p, &ctx);
       v = uvccl__frame_classify(&h, &ctx, &need, &why);
       if (v == UVCCL__FRAME_BAD) {
-        uvccl__net_peer_fail(p->net, p, UVCCL_EPROTO, why);
+        p->net->hooks->peer_fail(p->net, p, UVCCL_EPROTO, why);
         return;
       }
       if (avail < UVCCL__FRAME_HDR + need) break;
@@ -783,7 +771,7 @@ static void process_rbuf(peer_t *p) {
                             p->state == PEER_UP ? "gave up"
                                                 : "refused the connection",
                             p->reject);
-        uvccl__net_peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
+        p->net->hooks->peer_fail(p->net, p, UV_ECONNREFUSED, "refused");
         return;
       case UVCCL__FRAME_CROSSED:
         uvccl__net_peer_crossed(p);
@@ -906,14 +894,14 @@ static void peer_read(peer_t *p, ssize_t n) {
           uvccl__net_creation_failed(net, UVCCL_EAUTH, "process group creation "
                               "failed: rank %d (%s) refused this rank's TLS "
                               "certificate: %s", p->rank, p->addrstr, why);
-        uvccl__net_peer_fail(net, p, refused ? UVCCL_EAUTH : UVCCL_EPEER,
-                             why);
+        net->hooks->peer_fail(net, p, refused ? UVCCL_EAUTH : UVCCL_EPEER,
+                              why);
         return;
       }
     }
-    uvccl__net_peer_fail(net, p, n == UV_EOF ? UVCCL_EPEER : (int)n,
-                         n == UV_EOF ? "closed the connection"
-                                     : "connection failed");
+    net->hooks->peer_fail(net, p, n == UV_EOF ? UVCCL_EPEER : (int)n,
+                          n == UV_EOF ? "closed the connection"
+                          : "connection failed");
     return;
   }
   if (net->closing || p->state == PEER_CLOSING || p->state == PEER_DEAD) {
@@ -924,7 +912,7 @@ static void peer_read(peer_t *p, ssize_t n) {
     p->rx.cur_op = NULL;
     return;
   }
-  uvccl__net_kick_spin(net);
+  net->hooks->kick_spin(net);
   switch (p->rx.rstate) {
   case RS_DIRECT:
   case RS_EARLY:
@@ -1064,7 +1052,7 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
   if (p != NULL && p->state == PEER_UP) {
     /* No copy could be made: the frame cannot be finished, so the
      * connection goes (the rank is then declared failed). */
-    uvccl__net_peer_fail(net, p, rc, "a send could not be detached");
+    net->hooks->peer_fail(net, p, rc, "a send could not be detached");
   }
   return rc;
 }

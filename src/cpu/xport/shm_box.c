@@ -1,22 +1,22 @@
-/* Small collectives through shared-memory boxes. A world whose every pair
- * of ranks is linked here (and at most UVCCL__SHM_BOX_WORLD ranks) takes its small allreduces, broadcasts,
- * allgathers, reduce-scatters, alltoalls and barriers through boxes
- * instead of messages: every rank writes its part (reduce_scatter and
- * alltoall: each peer's own block) into a box beside its ring in each
- * peer's inbox, then waits until every peer's part is in its own inbox,
- * and reduces all P parts in rank order (the same bits on every rank) or
- * places them (uvccl__box_kind_t). A broadcast's other ranks post an
- * empty part: every rank waits for every part, whatever the kind, which
+/* Small collectives through shared-memory boxes. A world whose every pair of
+ * ranks is linked here (and at most UVCCL__SHM_BOX_WORLD ranks) takes its
+ * small allreduces, broadcasts, allgathers, reduce-scatters, alltoalls and
+ * barriers through boxes instead of messages: every rank writes its part
+ * (reduce_scatter and alltoall: each peer's own block) into a box beside its
+ * ring in each peer's inbox, then waits until every peer's part is in its
+ * own inbox, and reduces all P parts in rank order (the same bits on every
+ * rank) or places them (uvccl__box_kind_t). A broadcast's other ranks post
+ * an empty part: every rank waits for every part, whatever the kind, which
  * the reuse below rests on. One round instead of log2(P), no frames to
  * match, and with ranks taking turns on a CPU, one turn each. Collective
  * number t uses box t % 2, so a rank posts t only after it finished t - 1
  * (which needs every rank's part of t - 1, posted after that rank read
- * t - 2's). Whether a world uses boxes is agreed without a message: each
- * rank says in its inbox header, before creation's store barrier, whether
- * it links every peer here (and allows boxes: UVCCL_SHM_BOXES=0 does
- * not); after the barrier each reads every peer's word, and boxes are on
- * only if all said yes. A rank missing a link says no, and every rank
- * either misses a link itself or reads that no. */
+ * t - 2's). Whether a world uses boxes is agreed without a message: each rank
+ * says in its inbox header, before creation's store barrier, whether it
+ * links every peer here (and allows boxes: UVCCL_SHM_BOXES=0 does not);
+ * after the barrier each reads every peer's word, and boxes are on only if
+ * all said yes. A rank missing a link says no, and every rank either misses
+ * a link itself or reads that no. */
 #include "samehost.h"
 
 #include <string.h>

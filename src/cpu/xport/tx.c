@@ -1,7 +1,7 @@
 /* The TCP transport's sending side: each connection's send queue
  * (sendq.c), control frames, and a data frame as sendmsg of its header
  * and the user's buffer. */
-#include "net.h"
+#include "tcp.h"
 
 /* ---- output -------------------------------------------------------------- */
 
@@ -94,40 +94,12 @@ static void on_write(uvccl__wreq_t *req, int status) {
     /* The peer's failure is settled by the monitor, whose verdict fails
      * this schedule with the right culprit; only the buffer is back. */
     if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)
-      uvccl__net_peer_fail(net, p, status, "send failed");
+      net->hooks->peer_fail(net, p, status, "send failed");
     net->up->send_lost(op);
     return;
   }
-  uvccl__net_kick_spin(s->g->net);
+  s->g->net->hooks->kick_spin(s->g->net);
   s->g->net->up->op_done(op);
-}
-
-int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
-                    uint32_t seq) {
-  peer_t *p = net->peers[op->peer];
-  frame_hdr_t h;
-  memset(&h, 0, sizeof(h));
-  h.kind = kind;
-  h.gid = gid;
-  h.seq = seq;
-  h.tag = op->tag;
-  h.len = op->len;
-  uvccl__frame_encode(op->hdr, &h);
-  if (uvccl__net_not_yet_connected(net, op->peer) ||
-      (net->sparse && p != NULL && p->state == PEER_UP &&
-       (p->shm_step != 3 || p->waitq.head))) {
-    /* Not connected yet (or earlier frames still wait): queued, in
-     * order, until uvccl__net_peer_ready. */
-    p = uvccl__net_peer_need(net, op->peer);
-    if (p == NULL) return UV_ENOMEM;
-    sop_list_push(&p->waitq, op);
-    op->writing = 1;
-    uvccl__net_peer_dial(p);
-    return 0;
-  }
-  if (p == NULL || p->state != PEER_UP)
-    return uvccl__net_awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
-  return uvccl__net_peer_transmit(net, p, op);
 }
 
 /* The frame (its header already in op->hdr) onto p's ring or socket. */
@@ -152,7 +124,7 @@ int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op) {
       (op->len < UVCCL__TURN_PIECE || !uvccl__turn_spent(&net->turn))) {
     ssize_t n = uvccl__sendq_try(&p->sendq, b, (unsigned)nb);
     if (n < 0) {
-      uvccl__net_peer_fail(net, p, (int)n, "send failed");
+      net->hooks->peer_fail(net, p, (int)n, "send failed");
       return uvccl__net_awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
     }
     if ((size_t)n == UVCCL__FRAME_HDR + op->len) return 1;
@@ -170,4 +142,22 @@ int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op) {
   rc = uvccl__sendq_write(&p->sendq, &op->wreq, b, (unsigned)nb, on_write);
   if (rc == 0) op->writing = 1;
   return rc;
+}
+
+/* ---- control frames ------------------------------------------------------ */
+
+void uvccl__net_ctl_flush(peer_t *p) {
+  ctl_t *c;
+  while ((c = p->ctlq) != NULL && p->state == PEER_UP) {
+    p->ctlq = c->next;
+    if (p->ctlq == NULL) p->ctlq_tail = NULL;
+    if (uvccl__net_peer_write_ctl(p, &c->req, c->buf, c->len,
+                                  uvccl__net_on_ctl_written) != 0)
+      uvccl__free(c);
+  }
+}
+
+void uvccl__net_on_ctl_written(uvccl__wreq_t *req, int status) {
+  (void)status;
+  uvccl__free(UVCCL__CONTAINER_OF(req, ctl_t, req));
 }

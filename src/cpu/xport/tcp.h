@@ -1,11 +1,14 @@
-/* What the files of the TCP transport share (net.c: the net's life,
- * busy polling, works, slicing and teardown; conn.c: listening, accepting,
- * TLS, dialing, lazy connections; rx.c: reading frames, early frames,
- * handing over, posting receives; tx.c: output and sending; fail.c: a
- * connection's failure and the monitor's verdicts). The rest of the CPU
+/* What the files of the TCP transport share. From the ground up: peer.c
+ * (lookups, making a peer, closing, freeing), tx.c (output, sending,
+ * control frames), conn.c (listening, accepting, TLS, dialing, lazy
+ * connections), rx.c (reading frames, early frames, handing over,
+ * posting receives), fail.c (a connection's failure, the monitor's
+ * verdicts), net.c (the net's life, busy polling, works, slicing,
+ * sending, teardown). A file calls the ones below it by name; what it
+ * must start above goes through the hooks below. The rest of the CPU
  * backend sees the uvccl__net_* calls of cpu/internal.h only. */
-#ifndef UVCCL_CPU_XPORT_NET_H
-#define UVCCL_CPU_XPORT_NET_H
+#ifndef UVCCL_CPU_XPORT_TCP_H
+#define UVCCL_CPU_XPORT_TCP_H
 
 #include "cpu/internal.h"
 
@@ -13,6 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+/* What the lower files start in the higher ones (net.c's table): a
+ * peer's failure (fail.c), busy polling and the slicer (net.c), reading
+ * a new connection (rx.c). */
+typedef struct uvccl__net_hooks_s {
+  void (*peer_fail)(net_t *net, peer_t *p, int err, const char *why);
+  void (*kick_spin)(net_t *net);
+  void (*slicer_start)(net_t *net);
+  void (*start_read)(peer_t *p);
+} uvccl__net_hooks_t;
 
 /* A control frame, copied: written now, or queued on a peer not yet
  * connected (sparse worlds). */
@@ -41,6 +54,10 @@ void uvccl__net_early_free(net_t *net, early_t *st);
 void uvccl__net_early_release(early_t *st);
 void uvccl__net_early_unlink(peer_t *p, early_t *st);
 int uvccl__net_handoff_step(net_t *net);
+int uvccl__net_listen_tcp(net_t *net, const struct sockaddr *addr,
+                          uint64_t hb_ms, char *err, size_t errlen);
+int uvccl__net_live_start(net_t *net, uint64_t hb_ms, char *err,
+                          size_t errlen);
 void uvccl__net_creation_failed(net_t *net, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void uvccl__net_live_closed(net_t *net);
