@@ -17,6 +17,10 @@
  *   - an unsupported dtype is a RuntimeError saying so, not a crash;
  *   - new_group builds a second uvccl group that works;
  *   - destroy_process_group returns.
+ * And: a peer SIGKILLed mid-allreduce, abort(); init_method="tcp://..."
+ * with no MASTER_ADDR, each rank (as root) in a UTS namespace of its own
+ * whose host name does not resolve: rank 0's store server is told as the
+ * address on the route to the job's store, not as the host name.
  * Skips where python3-torch or the built extension is missing. */
 #define _GNU_SOURCE
 #include "tap.h"
@@ -123,6 +127,49 @@ static void killed(int n, int abort) {
   procs_free(ps, n);
 }
 
+/* init_method="tcp://127.0.0.1:PORT", no MASTER_ADDR, a host name that
+ * does not resolve (unshare --uts, where this runs as root). */
+static void tcpinit(int n) {
+  static char e_size[32], e_port[32], e_rank[MAXP][32], e_host[MAXP][64];
+  char *ns_argv[] = {"/usr/bin/unshare", "--uts", PY, SCRIPT, NULL};
+  char *argv[] = {PY, SCRIPT, NULL};
+  int as_root = geteuid() == 0 && access(ns_argv[0], X_OK) == 0;
+  proc_t ps[MAXP];
+  unsigned mask = (1u << n) - 1;
+  int r, port = free_port();
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", n);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", port);
+  for (r = 0; r < n; r++) {
+    const char *env[] = {e_rank[r], e_size, e_port, "PYTHONWARNINGS=ignore",
+                         "T_SCENARIO=tcpinit", as_root ? e_host[r] : NULL,
+                         NULL};
+    char name[32];
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r);
+    snprintf(e_host[r], sizeof(e_host[r]), "T_HOSTNAME=uvccl-nowhere-%d-%d",
+             (int)getpid(), r);
+    snprintf(name, sizeof(name), "rank %d", r);
+    if (spawn(&ps[r], name, as_root ? ns_argv : argv, env, 0) != 0)
+      note("spawning rank %d", r);
+  }
+  finish_all(ps, n, 120);
+  scenario_failed = 0;
+  if (as_root)
+    agg(ps, n, "premise", mask, "%d ranks: each one's host name does not "
+        "resolve", n);
+  else
+    skip(1, "not root: the host name stays (it resolves)");
+  agg(ps, n, "told", mask, "%d ranks: the store server is told as "
+      "127.0.0.1, the route to the job's store", n);
+  agg(ps, n, "tcpinit", mask, "%d ranks: init through tcp:// with no "
+      "MASTER_ADDR, an allreduce", n);
+  agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
+  for (r = 0; r < n; r++)
+    if (ps[r].status != 0) scenario_failed = 1;
+  ok(!scenario_failed, "%d ranks: every rank exited 0", n);
+  if (scenario_failed) dump_procs(ps, n);
+  procs_free(ps, n);
+}
+
 int main(void) {
   glob_t g;
   int have;
@@ -135,10 +182,11 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 16 + 3 + 3);
+  plan(2 * 16 + 3 + 3 + 5);
   world(2);
   world(4);
   killed(3, 0);
   killed(3, 1);
+  tcpinit(2);
   return done_testing();
 }

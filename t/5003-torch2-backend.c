@@ -4,7 +4,9 @@
  * t/run-torch2-backend.sh builds libuvccl and the extension inside the
  * root, then runs t/py/torch_backend.py (every operation against Gloo in
  * the same job, errors, a timeout) at 2 and 4 ranks, a peer killed
- * mid-allreduce and abort() at 3, and DDP at 2; its TAP lines are relayed here.
+ * mid-allreduce and abort() at 3, init through tcp:// with no MASTER_ADDR
+ * on a host whose name does not resolve at 2, and DDP at 2; its TAP lines
+ * are relayed here.
  * Skips where no such root exists (CI's fresh machines; Debian 12's own
  * python3-torch is 1.13, which t/5001 and t/5002 cover) or when not root
  * (chroot). */
@@ -39,7 +41,7 @@ int main(void) {
   if (n == 0)
     skip_all("no PyTorch 2.x root with libtorch-dev (TORCH_ROOT_DEV=1 "
              "tools/torch-root.sh create trixie makes one)");
-  plan(5 * n);
+  plan(6 * n);
   for (i = 0; i < n; i++) {
     char cmd[8192];
     int seen = 0, rc;

@@ -44,14 +44,19 @@ if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl
   exit 2
 fi
 version=$(chroot "$root" python3 -c 'import torch; print(torch.__version__)')
-echo "1..5"
+echo "1..6"
 n_test=0
 world() { # n scenario
   local n=$1 scen=$2 port r out fails want got
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   out=$(mktemp -d)
+  # tcpinit: each rank in a UTS namespace of its own, named so that the
+  # name does not resolve
+  local wrap=""
+  [ "$scen" = tcpinit ] && wrap="unshare --uts"
   for r in $(seq 0 $((n - 1))); do
-    ( chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
+    ( $wrap chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
+      T_HOSTNAME=uvccl-nowhere-$$-$r \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONWARNINGS=ignore \
       T_SCENARIO=$scen timeout 180 python3 /uvccl-src/t/py/torch_backend.py \
       >"$out/$r" 2>&1; echo "$?" >"$out/rc.$r" ) &
@@ -79,6 +84,7 @@ world 2 "" 32
 world 4 "" 64
 world 3 kill 4
 world 3 abort 6
+world 2 tcpinit 8
 # DDP, 2 ranks: parameters equal, losses as Gloo's
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 out=$(mktemp -d)
@@ -91,9 +97,9 @@ wait
 fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
 got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
 if [ "$fails" = 0 ] && [ "$got" -ge 12 ]; then
-  echo "ok 5 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
+  echo "ok 6 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
 else
-  echo "not ok 5 - PyTorch $version, DDP: $got passed, $fails failed"
+  echo "not ok 6 - PyTorch $version, DDP: $got passed, $fails failed"
   grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
 fi
 rm -rf "$out"

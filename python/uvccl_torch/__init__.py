@@ -44,10 +44,39 @@ def _gpu():
     return dev, ident, bool(_dist.is_nccl_available())
 
 
+def _advertised_host(store):
+    """The address rank 0's store server is told as: $MASTER_ADDR, else
+    this host's address on the route to the job's TCPStore (as the C
+    library picks the mesh's interface; an init_method="tcp://HOST:PORT"
+    job sets no MASTER_ADDR, and the host name may not resolve, or
+    resolve to 127.0.1.1, which no other host reaches), else "" (the
+    host name)."""
+    if _os.environ.get("MASTER_ADDR"):
+        return ""
+    s = store
+    while isinstance(s, _dist.PrefixStore):
+        s = s.underlying_store
+    if not isinstance(s, _dist.TCPStore):
+        return ""
+    import socket
+    try:
+        infos = socket.getaddrinfo(s.host, s.port, type=socket.SOCK_DGRAM)
+    except OSError:
+        return ""
+    for family, kind, proto, _, addr in infos:
+        try:
+            with socket.socket(family, kind, proto) as u:
+                u.connect(addr)  # UDP: nothing is sent
+                return u.getsockname()[0]
+        except OSError:
+            continue
+    return ""
+
+
 def _create(store, rank, world_size, timeout):
     dev, ident, nccl = _gpu()
     return _C.ProcessGroupUVCCL(store, rank, world_size, timeout, "uvccl",
-                                dev, ident, nccl)
+                                dev, ident, nccl, _advertised_host(store))
 
 
 if "UVCCL" not in _dist.Backend._plugins:

@@ -343,6 +343,42 @@ def main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+def tcpinit_main():
+    """init_method="tcp://127.0.0.1:PORT" and no MASTER_ADDR, on a host
+    whose name does not resolve (where the runner gives each rank a UTS
+    namespace of its own, T_HOSTNAME names it): rank 0's store server is
+    told as the address on the route to the job's TCPStore, not as the
+    host name (which the other ranks could not resolve)."""
+    import socket
+    name = os.environ.get("T_HOSTNAME")
+    if name:
+        try:
+            socket.sethostname(name)
+        except OSError as e:
+            name = None
+            check(True, "premise", f"kept the host name ({e})")
+    if name:
+        try:
+            socket.getaddrinfo(socket.gethostname(), None)
+            check(False, "premise", f"{name} resolves")
+        except OSError:
+            check(True, "premise", f"the host name {name} does not resolve")
+    port = os.environ.pop("MASTER_PORT")
+    os.environ.pop("MASTER_ADDR", None)
+    dist.init_process_group("uvccl", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
+    told = uvccl_torch._advertised_host(
+        dist.distributed_c10d._get_default_store())
+    check(told == "127.0.0.1", "told", f"the store server told as {told!r}")
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    want = float(sum(range(1, world + 1)))
+    check(torch.equal(t, torch.full((3,), want)), "tcpinit",
+          f"tcp:// init, no MASTER_ADDR: allreduce {t.tolist()}")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
 def kill_main():
     """A peer killed mid-collective: rank world-1 SIGKILLs itself while a
     16 MiB allreduce is under way; every survivor gets a RuntimeError naming
@@ -407,6 +443,9 @@ def abort_main():
 try:
     if os.environ.get("T_SCENARIO") == "abort":
         abort_main()
+        sys.exit(0)
+    if os.environ.get("T_SCENARIO") == "tcpinit":
+        tcpinit_main()
         sys.exit(0)
     if os.environ.get("T_SCENARIO") == "kill":
         kill_main()

@@ -7,7 +7,7 @@ namespace uvccl_torch {
 ProcessGroupUVCCL::ProcessGroupUVCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::string name, int cuda_device,
-    std::string cuda_id, bool nccl_ok)
+    std::string cuda_id, bool nccl_ok, std::string host)
     : PGBase(rank, size), loop_(Loop::get()), name_(std::move(name)) {
   std::memset(&pg_, 0, sizeof(pg_));
   std::memset(&mb_pg_, 0, sizeof(mb_pg_));
@@ -17,7 +17,7 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
   timeout_ms_ = (uint64_t)timeout.count();
   std::string addr;
   if (rank == 0) {
-    std::string bind = publish_host();
+    std::string bind = publish_host(host);
     int port = loop_->call<int>([this, &bind]() {
       uvccl_store_server_options_t so;
       std::memset(&so, 0, sizeof(so));
@@ -36,7 +36,7 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
       has_server_ = true;
       return server_.port;
     });
-    addr = publish_host() + ":" + std::to_string(port);
+    addr = bind + ":" + std::to_string(port);
     store->set("uvccl/server", std::vector<uint8_t>(addr.begin(), addr.end()));
   } else {
     auto v = store->get("uvccl/server");
@@ -205,7 +205,8 @@ void ProcessGroupUVCCL::setup_cuda(int dev, const std::string& id,
   cuda_mode_ = kCudaNccl;
 }
 
-std::string ProcessGroupUVCCL::publish_host() {
+std::string ProcessGroupUVCCL::publish_host(const std::string& host) {
+  if (!host.empty()) return host;
   const char* m = getenv("MASTER_ADDR");
   if (m != nullptr && *m != '\0') return m;
   char h[256];

@@ -41,11 +41,13 @@ class ProcessGroupUVCCL : public PGBase {
   // cuda_device: this rank's CUDA device (PyTorch's current one), -1
   // without CUDA; cuda_id: which GPU that is, the same string on two ranks
   // only where they share it (host, boot and device UUID); nccl_ok: NCCL
-  // is there (see "CUDA tensors" below).
+  // is there (see "CUDA tensors" below); host: the address rank 0's store
+  // server is bound to and told as ("": $MASTER_ADDR, else the host name).
   ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     int size, std::chrono::milliseconds timeout,
                     std::string name = "uvccl", int cuda_device = -1,
-                    std::string cuda_id = "", bool nccl_ok = false);
+                    std::string cuda_id = "", bool nccl_ok = false,
+                    std::string host = "");
 
   // "nccl", "staged" or "none": how CUDA tensors travel in this group.
   std::string cuda_mode() const;
@@ -238,7 +240,7 @@ class ProcessGroupUVCCL : public PGBase {
   Target target(const std::vector<at::Tensor>& ts, const char* op,
                 bool nccl_ok = true);
 
-  static std::string publish_host();
+  static std::string publish_host(const std::string& host);
 
   // outputs: what result() and the future give; keep: the buffers the
   // operation uses; (user, buf): copy buf back into user after success
