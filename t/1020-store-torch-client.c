@@ -48,7 +48,7 @@ static void run_py(child_t *ch, int port, const char *what,
                    const char *const *args) {
   int ok1;
   tap_require(spawn_helper(ch, port, args) == 0, "%s: started", what);
-  finish(ch);
+  child_finish(ch);
   ok1 = is_int(ch->status, 0, "%s: python exits 0", what);
   ok1 &= ok(field(ch, "done") != NULL, "%s: python ran to the end", what);
   if (!ok1) dump(ch, what);
@@ -334,8 +334,8 @@ static void blocking_get(void) {
    * get really blocks however slowly Python starts. */
   ok1 = ok(poll_waiting(1), "the getter's get waits on the server");
   tap_require(spawn_helper(&setter, srv_port, sa) == 0, "setter started");
-  finish(&setter);
-  finish(&getter);
+  child_finish(&setter);
+  child_finish(&getter);
   if (!is_int(setter.status, 0, "setter exits 0")) dump(&setter, "setter");
   if (!is_int(getter.status, 0, "getter exits 0") || !ok1)
     dump(&getter, "getter");
@@ -406,7 +406,7 @@ static void parallel_adders(void) {
     const char *adds, *p;
     long prev = 0;
     int n = 0;
-    finish(&ch[i]);
+    child_finish(&ch[i]);
     if (!is_int(ch[i].status, 0, "adder %d exits 0", i)) dump(&ch[i], "adder");
     adds = field(&ch[i], "adds");
     for (p = adds; p && *p;) {
@@ -449,7 +449,7 @@ static void process_group(void) {
   tap_require(spawn_helper(&ch[1], srv_port, a1) == 0, "rank 1 started");
   for (i = 0; i < 2; i++) {
     char r[16];
-    finish(&ch[i]);
+    child_finish(&ch[i]);
     if (!is_int(ch[i].status, 0, "rank %d exits 0", i) ||
         !ok(field(&ch[i], "done") != NULL, "rank %d ran to the end", i))
       dump(&ch[i], "rank");

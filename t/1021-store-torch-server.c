@@ -44,7 +44,7 @@ static void start_torch_server(void) {
   tap_require(spawn_py(&srv, SERVER_PY, NULL, 1) == 0,
               "PyTorch server started");
   for (i = 0; i < 3000 && field(&srv, "pid") == NULL; i++) { /* 60 s */
-    if (!drain(&srv, 0)) break;
+    if (!child_drain(&srv, 0)) break;
     if (field(&srv, "pid") == NULL) sleep_ms(20);
   }
   p = field(&srv, "port");
@@ -357,7 +357,7 @@ static void with_python(uvccl_store_t *s) {
   {
     const char *args[] = {portbuf, "set", "from_py", hx, NULL};
     tap_require(spawn_py(&ch, CLIENT_PY, args, 0) == 0, "python set started");
-    finish(&ch);
+    child_finish(&ch);
     if (!is_int(ch.status, 0, "python set exits 0")) dump(&ch, "python set");
     child_free(&ch);
   }
@@ -373,7 +373,7 @@ static void with_python(uvccl_store_t *s) {
   {
     const char *args[] = {portbuf, "get", "from_c", "from_c_big", NULL};
     tap_require(spawn_py(&ch, CLIENT_PY, args, 0) == 0, "python get started");
-    finish(&ch);
+    child_finish(&ch);
     if (!is_int(ch.status, 0, "python get exits 0")) dump(&ch, "python get");
     is_str(field(&ch, "value_from_c"), "68656c6c6f00776f726c64",
            "PyTorch's client gets what we set");

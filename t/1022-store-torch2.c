@@ -87,7 +87,7 @@ static void probe(const char *root) {
   snprintf(e->root, sizeof(e->root), "%s", root);
   python_argv(e, argv, args);
   if (spawn_argv(&ch, argv, 0) != 0) return;
-  finish(&ch);
+  child_finish(&ch);
   v = field(&ch, "torch");
   if (ch.status == 0 && v &&
       sscanf(v, "%d.%d", &e->major, &e->minor) == 2 && e->major >= 2) {
@@ -106,7 +106,7 @@ static void find_envs(void) {
 
   probe("");
   if (spawn_argv(&ch, list, 0) != 0) return;
-  finish(&ch);
+  child_finish(&ch);
   for (p = ch.buf; p && *p; p = eol ? eol + 1 : NULL) {
     eol = strchr(p, '\n');
     if (eol) *eol = '\0';
@@ -144,7 +144,7 @@ static void their_client(const torch_env_t *e) {
   }
   setenv("UVCCL_STORE", UVCCL_BUILD_DIR "/bin/uvccl-store", 1);
   tap_require(spawn_argv(&ch, argv, 0) == 0, "run-torch-modern.sh started");
-  finish(&ch);
+  child_finish(&ch);
   copy = strdup(ch.buf);
   for (p = copy; p && *p; p = eol ? eol + 1 : NULL) {
     char *desc, *why;
@@ -193,11 +193,11 @@ static int start_server(const torch_env_t *e, const char *backend) {
   python_argv(e, argv, args);
   tap_require(spawn_argv(&srv, argv, 1) == 0, "PyTorch server started");
   for (i = 0; i < 3000 && field(&srv, "pid") == NULL; i++) { /* 60 s */
-    if (!drain(&srv, 0)) break;
+    if (!child_drain(&srv, 0)) break;
     if (field(&srv, "pid") == NULL) sleep_ms(20);
   }
   if (field(&srv, "unavailable")) {
-    finish(&srv);
+    child_finish(&srv);
     child_free(&srv);
     return 0;
   }

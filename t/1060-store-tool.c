@@ -39,7 +39,7 @@ static int run(child_t *ch, const char *const *args) {
   while (*args && n < 31) argv[n++] = *args++;
   argv[n] = NULL;
   if (spawn_argv(ch, argv, 0) != 0) return -1;
-  return finish(ch);
+  return child_finish(ch);
 }
 
 /* Runs a client command against the server; returns its exit status and
@@ -83,7 +83,7 @@ int main(void) {
                          0) == 0,
               "serve started");
   for (i = 0; i < 500 && port == 0; i++) {
-    drain(&srv, 0);
+    child_drain(&srv, 0);
     p = srv.buf ? strstr(srv.buf, "listening on 127.0.0.1:") : NULL;
     if (p && strchr(p, '\n'))
       port = atoi(p + strlen("listening on 127.0.0.1:"));
@@ -150,13 +150,13 @@ int main(void) {
                            "w1",  "w2",     NULL};
     tap_require(spawn_argv(&ch, wargv, 0) == 0, "wait started");
     sleep_ms(200);
-    drain(&ch, 0);
+    child_drain(&ch, 0);
     ok(kill(ch.pid, 0) == 0 && ch.len == 0, "wait w1 w2 is still waiting");
     CLIENT(out, "set", "w1", "1");
     sleep_ms(100);
     ok(kill(ch.pid, 0) == 0, "... after w1 alone");
     CLIENT(out, "set", "w2", "2");
-    is_int(finish(&ch), 0, "... and returns 0 once w2 is set too");
+    is_int(child_finish(&ch), 0, "... and returns 0 once w2 is set too");
     child_free(&ch);
   }
 
@@ -228,7 +228,7 @@ int main(void) {
 
   /* SIGTERM: a graceful shutdown, exit 0. */
   kill(srv.pid, SIGTERM);
-  is_int(finish(&srv), 0, "serve exits 0 on SIGTERM");
+  is_int(child_finish(&srv), 0, "serve exits 0 on SIGTERM");
   child_free(&srv);
   return done_testing();
 }

@@ -115,7 +115,7 @@ static inline int spawn_py(child_t *ch, const char *script,
 
 /* Reads what the child printed so far (or until EOF if block). Returns 0
  * at EOF. */
-static inline int drain(child_t *ch, int block) {
+static inline int child_drain(child_t *ch, int block) {
   ssize_t r;
   for (;;) {
     if (ch->cap - ch->len < 4096) {
@@ -138,9 +138,9 @@ static inline int drain(child_t *ch, int block) {
 }
 
 /* Reads the child's output to the end and reaps it. */
-static inline int finish(child_t *ch) {
+static inline int child_finish(child_t *ch) {
   int st = 0;
-  drain(ch, 1);
+  child_drain(ch, 1);
   close(ch->fd);
   ch->fd = -1;
   while (waitpid(ch->pid, &st, 0) < 0 && errno == EINTR) {
@@ -211,7 +211,7 @@ static inline int stop_by_eof(child_t *ch, int timeout_ms) {
   close(ch->in);
   ch->in = -1;
   for (i = 0; i < timeout_ms / 20; i++) {
-    drain(ch, 0);
+    child_drain(ch, 0);
     r = waitpid(ch->pid, &st, WNOHANG);
     if (r == ch->pid) break;
     sleep_ms(20);
@@ -221,7 +221,7 @@ static inline int stop_by_eof(child_t *ch, int timeout_ms) {
     waitpid(ch->pid, &st, 0);
   }
   live_del(ch->pid);
-  drain(ch, 1);
+  child_drain(ch, 1);
   close(ch->fd);
   ch->fd = -1;
   ch->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "par.h"
 #include "loop/config.h"
+#include "loop/internal.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -50,12 +51,6 @@ static struct {
 } P = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ATOMIC_FLAG_INIT, 0, 0, 0, 0,
        NULL, NULL, 0, 0};
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -66,18 +61,18 @@ static void *helper(void *arg) {
   uint32_t seen = 0;
   (void)arg;
   for (;;) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = uvccl__now_ns();
     uint32_t k = 0;
     /* spin a while for the next job, then sleep until one is posted */
     while (atomic_load_explicit(&P.posted, memory_order_acquire) == seen) {
       cpu_relax();
       if ((++k & 255) != 0) continue;
-      if (now_ns() - t0 < HELPER_SPIN_NS) continue;
+      if (uvccl__now_ns() - t0 < HELPER_SPIN_NS) continue;
       atomic_store(&P.sleeping, 1);
       if (atomic_load(&P.posted) == seen)
         syscall(SYS_futex, &P.posted, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
       atomic_store(&P.sleeping, 0);
-      t0 = now_ns();
+      t0 = uvccl__now_ns();
     }
     seen = atomic_load_explicit(&P.posted, memory_order_acquire);
     {

@@ -590,7 +590,7 @@ static int comm_pending(comm_t *c) {
 /* ---- reductions: floats accumulate in float (double for float64),
  * integers in 64 bits, wrapping as the type does. */
 
-static int is_float(int dt) {
+static int nccl_dtype_is_float(int dt) {
   return dt == T_FLOAT16 || dt == T_BFLOAT16 || dt == T_FLOAT32 ||
          dt == T_FLOAT64;
 }
@@ -641,7 +641,7 @@ static void reduce_pieces(piece_t **p, int nranks, size_t off, size_t n,
   int dt = p[0]->dtype, op = p[0]->op, r;
   size_t i;
   for (i = 0; i < n; i++) {
-    if (is_float(dt)) {
+    if (nccl_dtype_is_float(dt)) {
       double acc = 0, x;
       for (r = 0; r < nranks; r++) {
         x = load_f(p[r]->send, off + i, dt);

@@ -380,12 +380,6 @@ int uvccl__shm_cma_probe(uint32_t pid, uint64_t addr, uint64_t expect) {
 #define CMA_SPEED_BYTES (1u << 20)
 #define CMA_SPEED_ROUNDS 11
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 int uvccl__shm_cma_speed(double *cma_gbps, double *memcpy_gbps) {
   size_t n = CMA_SPEED_BYTES, off;
   uint64_t cma_ns[CMA_SPEED_ROUNDS], cpy_ns[CMA_SPEED_ROUNDS], t0;
@@ -400,15 +394,15 @@ int uvccl__shm_cma_speed(double *cma_gbps, double *memcpy_gbps) {
   memset(src, 0x5a, n); /* both touched: no page fault is timed */
   memset(dst, 0, n);
   for (i = 0; i < CMA_SPEED_ROUNDS && rc == 0; i++) {
-    t0 = now_ns();
+    t0 = uvccl__now_ns();
     memcpy(dst, src, n);
-    cpy_ns[i] = now_ns() - t0 + 1;
-    t0 = now_ns();
+    cpy_ns[i] = uvccl__now_ns() - t0 + 1;
+    t0 = uvccl__now_ns();
     /* in the receiver's steps (shm.c's CMA_STEP) */
     for (off = 0; off < n && rc == 0; off += 1u << 20)
       rc = uvccl__shm_cma_read((uint32_t)self, dst + off,
                                (uint64_t)(uintptr_t)(src + off), 1u << 20);
-    cma_ns[i] = now_ns() - t0 + 1;
+    cma_ns[i] = uvccl__now_ns() - t0 + 1;
     ratio[i] = (double)cpy_ns[i] / (double)cma_ns[i];
     /* insertion into the order by ratio */
     for (j = i; j > 0 && ratio[order[j - 1]] > ratio[i]; j--)
