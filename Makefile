@@ -127,7 +127,11 @@ ifneq ($(TORCH_EXT),)
 # One object a concern (python/uvccl_torch/csrc/): they build in parallel.
 TORCH_SRCS  := $(sort $(wildcard python/uvccl_torch/csrc/*.cpp))
 TORCH_OBJS  := $(TORCH_SRCS:python/uvccl_torch/csrc/%.cpp=$(BUILD)/torch/%.o)
-TORCH_FLAGS  = -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter \
+# The C++ standard PyTorch's headers ask for (torch/all.h says: C++17 up
+# to 2.x, C++20 since).
+TORCH_ALL_H := /usr/include/torch/csrc/api/include/torch/all.h
+TORCH_STD   := $(if $(shell grep -s '__cplusplus < 202002L' $(TORCH_ALL_H)),c++20,c++17)
+TORCH_FLAGS  = -std=$(TORCH_STD) -O2 -g -fPIC -Wall -Wno-unused-parameter \
 	  -Iinclude -I$(TORCH_PYINC) -I/usr/include/torch/csrc/api/include \
 	  $(UV_CFLAGS)
 $(BUILD)/torch/%.o: python/uvccl_torch/csrc/%.cpp include/uvccl.h

@@ -3,7 +3,8 @@
 # the PyTorch of $PYTHON (default python3): a pip-installed one, say, where
 # `make` builds it against Debian's libtorch-dev. Where that PyTorch has CUDA
 # the extension serves CUDA tensors too (uvccl NCCL groups, or staging).
-# Needs build/libuvccl.a (make), a C++17 compiler ($CXX, default g++),
+# Needs build/libuvccl.a (make), a C++17 compiler (C++20 for the newest
+# PyTorch; $CXX, default g++),
 # libuv's headers ($UV_CFLAGS, $UV_LIBS, default -luv) and OpenSSL
 # ($SSL_LIBS, default -lssl -lcrypto).
 #
@@ -58,9 +59,12 @@ tinc=$TORCH_DIR/include
 [ -d "$tinc/torch" ] || tinc=/usr/include
 tlib=$TORCH_DIR/lib
 [ -d "$tlib" ] || tlib=/usr/lib
+# the C++ standard those headers ask for (C++20 in the newest PyTorch)
+std=c++17
+grep -qs '__cplusplus < 202002L' "$tinc/torch/csrc/api/include/torch/all.h" && std=c++20
 out=python/uvccl_torch/_C$SUFFIX
 echo "torch-ext: $out (PyTorch in $TORCH_DIR${CUDA:+, CUDA $CUDA})"
-eval "$CXX -std=c++17 -O2 -g -fPIC -shared -Wall -Wno-unused-parameter $defs \
+eval "$CXX -std=$std -O2 -g -fPIC -shared -Wall -Wno-unused-parameter $defs \
   $cuda_flags -Iinclude -I$PYINC -I$tinc \
   -I$tinc/torch/csrc/api/include ${UV_CFLAGS:-} \
   -o $out python/uvccl_torch/csrc/*.cpp build/libuvccl.a \
