@@ -97,7 +97,10 @@ UVCCL_EXTERN void uvccl_log_set_level(uvccl_log_level_t level);
 UVCCL_EXTERN uvccl_log_level_t uvccl_log_get_level(void);
 /* Tags every following line with a rank (-1 removes the tag). */
 UVCCL_EXTERN void uvccl_log_set_rank(int rank);
-/* Replaces the sink (NULL restores stderr). The line has no newline. */
+/* Replaces the sink (NULL restores stderr). The line has no newline. The
+ * sink is called from uvccl's own threads too (the liveness monitor, the
+ * GPU device threads), possibly at the same time as from the loop's: it
+ * must be thread-safe. */
 typedef void (*uvccl_log_sink_cb)(uvccl_log_level_t level,
                                   const char *component, const char *line,
                                   void *arg);
