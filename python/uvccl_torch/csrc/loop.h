@@ -1,5 +1,16 @@
 // The binding's libuv loop: one per process, on a thread of its own.
+//
+// A call hands its operation to the loop thread and waits for its end: two
+// hand-offs between threads. A thread asleep takes tens of microseconds to
+// wake on a virtual machine (more than a whole small collective), so each
+// side looks for the other's news for a while before it sleeps: the loop,
+// after a task or an operation's end, keeps polling (an idle handle: the
+// loop turns without blocking, its I/O served) for the next task, which
+// then needs no uv_async_send; a waiter looks at its Work before it blocks
+// (WorkUVCCL::wait). Both only while there are CPUs for them (see spin_us).
 #pragma once
+
+#include <sched.h>
 
 #include "c10d.h"
 
@@ -20,8 +31,12 @@ class Loop {
   }
 
   ~Loop() {
-    // the last task: with the async handle closed the loop runs dry
-    post([this] { uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr); });
+    // the last task: with the handles closed the loop runs dry
+    post([this] {
+      uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
+      spin_us_.store(0);
+    });
     thread_.join();
     uv_loop_close(&loop_);
   }
@@ -30,11 +45,50 @@ class Loop {
 
   // Runs fn on the loop thread, in the order posted.
   void post(std::function<void()> fn) {
+    bool wake;
     {
       std::lock_guard<std::mutex> g(mu_);
       tasks_.push_back(std::move(fn));
+      wake = !spinning_;
+      queued_.store(true, std::memory_order_release);
     }
-    uv_async_send(&async_);
+    if (wake) uv_async_send(&async_);
+  }
+
+  // How long either side of a hand-off looks for the other's news before
+  // it sleeps, in microseconds (0: it sleeps at once). $UVCCL_TORCH_SPIN_US
+  // (default 50, longer than a wake-up takes). Each rank has two threads
+  // that spin (its caller and its loop): where the ranks of this host
+  // (local_ranks) have fewer than two CPUs each, a spinning thread gives
+  // its CPU away each turn (spin_yields), so that a thread awaited on the
+  // same CPU runs at once; with fewer than one CPU each nobody spins (the
+  // spinners' turns would delay the threads awaited).
+  // $UVCCL_BUSY_POLL_FORCE=1 spins anyway, as for uvccl's own busy polling.
+  uint32_t spin_us() const { return spin_us_.load(std::memory_order_relaxed); }
+  bool spin_yields() const {
+    return spin_yields_.load(std::memory_order_relaxed);
+  }
+
+  // A group of `local` ranks on this host was made (the largest decides).
+  void set_local_ranks(int local) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (local > local_ranks_) local_ranks_ = local;
+    set_spin(local_ranks_);
+  }
+
+  // On the loop thread: a task ran or an operation ended; its caller may
+  // hand over the next one soon.
+  void kick() {
+    uint32_t us = spin_us();
+    if (us == 0) return;
+    spin_until_ = uv_hrtime() + (uint64_t)us * 1000;
+    if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&spin_))) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        spinning_ = true;
+      }
+      uv_idle_start(&spin_, on_spin);
+    }
   }
 
   // Runs fn there and waits for it.
@@ -57,24 +111,82 @@ class Loop {
     if (uv_loop_init(&loop_) != 0) throw std::runtime_error("uv_loop_init");
     uv_async_init(&loop_, &async_, on_async);
     async_.data = this;
+    uv_idle_init(&loop_, &spin_);
+    spin_.data = this;
+    set_spin(1);
     thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
   }
 
-  static void on_async(uv_async_t* a) {
-    auto* self = static_cast<Loop*>(a->data);
+  // Sets the spin budget for `local_ranks` ranks on this host.
+  void set_spin(int local_ranks) {
+    const char* v = std::getenv("UVCCL_TORCH_SPIN_US");
+    const char* force = std::getenv("UVCCL_BUSY_POLL_FORCE");
+    uint32_t us = 50;
+    if (v != nullptr && *v != '\0') {
+      char* end;
+      unsigned long n = std::strtoul(v, &end, 10);
+      if (*end == '\0' && n <= 1000000) us = (uint32_t)n;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    bool forced = force != nullptr && std::strcmp(force, "1") == 0;
+    bool yields = false;
+    if (!forced && ncpu > 0 && 2L * local_ranks > ncpu) {
+      if (local_ranks > ncpu) us = 0;
+      yields = true;
+    }
+    spin_yields_.store(yields, std::memory_order_relaxed);
+    spin_us_.store(us, std::memory_order_relaxed);
+  }
+
+  void run_tasks() {
     std::deque<std::function<void()>> run;
     {
-      std::lock_guard<std::mutex> g(self->mu_);
-      run.swap(self->tasks_);
+      std::lock_guard<std::mutex> g(mu_);
+      run.swap(tasks_);
+      queued_.store(false, std::memory_order_relaxed);
     }
     for (auto& fn : run) fn();
+    if (!run.empty()) kick();
+  }
+
+  static void on_async(uv_async_t* a) { static_cast<Loop*>(a->data)->run_tasks(); }
+
+  // Each loop turn while spinning: the tasks posted since, else the end
+  // of the window (then a last look under the lock, since a post that saw
+  // spinning_ set sent no wake-up).
+  static void on_spin(uv_idle_t* h) {
+    auto* self = static_cast<Loop*>(h->data);
+    if (self->queued_.load(std::memory_order_acquire)) {
+      self->run_tasks();
+      return;
+    }
+    if (uv_hrtime() < self->spin_until_) {
+      if (self->spin_yields()) sched_yield();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> g(self->mu_);
+      if (self->tasks_.empty()) {
+        self->spinning_ = false;
+        uv_idle_stop(h);
+        return;
+      }
+    }
+    self->run_tasks();
   }
 
   uv_loop_t loop_;
   uv_async_t async_;
+  uv_idle_t spin_;
   std::thread thread_;
   std::mutex mu_;
   std::deque<std::function<void()>> tasks_;
+  std::atomic<bool> queued_{false};  // tasks_ is not empty (a hint)
+  bool spinning_ = false;            // (mu_) the loop polls: no wake-up
+  uint64_t spin_until_ = 0;          // (loop thread) when the window ends
+  int local_ranks_ = 1;              // (mu_)
+  std::atomic<uint32_t> spin_us_{0};
+  std::atomic<bool> spin_yields_{false};
 };
 
 }  // namespace uvccl_torch

@@ -86,12 +86,30 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
     TORCH_CHECK(false, "uvccl: creating the group: ", uvccl_strerror(rc));
   }
   pg_up_ = true;
+  loop_->set_local_ranks(loop_->call<int>([this, rank, size]() {
+    return local_ranks(rank, size);
+  }));
   try {
     setup_cuda(cuda_device, cuda_id, nccl_ok);
   } catch (...) {
     shutdown();
     throw;
   }
+}
+
+// On the loop: the ranks whose address has this rank's host part (how
+// many threads of this job may want a CPU here).
+int ProcessGroupUVCCL::local_ranks(int rank, int size) {
+  auto host = [](const char* a) {
+    std::string s = a != nullptr ? a : "";
+    auto colon = s.rfind(':');
+    return colon == std::string::npos ? s : s.substr(0, colon);
+  };
+  std::string me = host(uvccl_pg_peer_address(&pg_, rank));
+  int n = 0;
+  for (int r = 0; r < size; r++)
+    if (r == rank || host(uvccl_pg_peer_address(&pg_, r)) == me) n++;
+  return n;
 }
 
 std::string ProcessGroupUVCCL::cuda_mode() const {

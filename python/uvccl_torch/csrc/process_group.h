@@ -242,6 +242,8 @@ class ProcessGroupUVCCL : public PGBase {
 
   static std::string publish_host(const std::string& host);
 
+  int local_ranks(int rank, int size);
+
   // outputs: what result() and the future give; keep: the buffers the
   // operation uses; (user, buf): copy buf back into user after success
   // when they differ (a non-contiguous output).

@@ -167,6 +167,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::submit(
     const c10::intrusive_ptr<WorkUVCCL>& work, const Target& tg, Step first,
     std::chrono::milliseconds timeout) {
   WorkUVCCL* raw = work.get();
+  raw->loop = loop_.get();
   auto type = raw->retrieveOpType();
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
       type != c10d::OpType::RECVANYSOURCE)

@@ -13,6 +13,7 @@ void on_done(uvccl_work_t* w, int status) {
   } else if (!work->isCompleted()) {
     return;  // the next step is under way: the loop keeps its reference
   }
+  if (work->loop != nullptr) work->loop->kick();  // the next may come soon
   work->release();
   c10::raw::intrusive_ptr::decref(work);  // the loop's reference
 }

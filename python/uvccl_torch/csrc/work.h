@@ -4,6 +4,7 @@
 #pragma once
 
 #include "c10d.h"
+#include "loop.h"
 
 namespace uvccl_torch {
 
@@ -47,10 +48,42 @@ class WorkUVCCL : public c10d::Work {
   // own backend does (the host does not wait for the GPU)
   bool stream_wait = false;
 
-#ifdef UVCCL_TORCH_CUDA
+  Loop* loop = nullptr;  // the loop it runs on (its spin budget)
+
   bool wait(std::chrono::milliseconds timeout =
                 std::chrono::milliseconds(0)) override {  // 0: no limit
-    if (!stream_wait) return c10d::Work::wait(timeout);
+    look_for_end();
+#ifdef UVCCL_TORCH_CUDA
+    if (stream_wait) return wait_ordered(timeout);
+#endif
+    return c10d::Work::wait(timeout);
+  }
+
+  // Before a waiter sleeps: the operation's end for up to the loop's spin
+  // budget (see loop.h), so that a short one costs the waiter no wake-up.
+  void look_for_end() {
+    uint32_t us = loop != nullptr ? loop->spin_us() : 0;
+    if (us == 0 || ended_.load(std::memory_order_acquire)) return;
+    uint64_t until = uv_hrtime() + (uint64_t)us * 1000;
+    bool yields = loop->spin_yields();
+    while (!ended_.load(std::memory_order_acquire) && uv_hrtime() < until) {
+      if (yields)
+        sched_yield();
+      else
+        cpu_relax();
+    }
+  }
+
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+#ifdef UVCCL_TORCH_CUDA
+  bool wait_ordered(std::chrono::milliseconds timeout) {
     int how;
     {
       std::unique_lock<std::mutex> g(omu_);
@@ -183,6 +216,7 @@ class WorkUVCCL : public c10d::Work {
 
  private:
   void wake() {
+    ended_.store(true, std::memory_order_release);
     { std::lock_guard<std::mutex> g(omu_); }
     ocv_.notify_all();
   }
@@ -192,6 +226,7 @@ class WorkUVCCL : public c10d::Work {
   std::vector<std::unique_ptr<uvccl_work_t>> ws_;
   std::mutex omu_;
   std::condition_variable ocv_;
+  std::atomic<bool> ended_{false};  // finished, either way
   int ordered_ = 0;
 };
 
