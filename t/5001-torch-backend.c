@@ -80,6 +80,13 @@ static void world(int n) {
       "broadcast_object_list", n);
   agg(ps, n, "timeout", mask, "%d ranks: an allreduce the others never "
       "join times out with a RuntimeError naming who it waited for", n);
+  agg(ps, n, "coalesced_into", mask, "%d ranks: all_gather_into_tensor and "
+      "reduce_scatter_tensor coalesced (_coalescing_manager; PyTorch 2.1+)",
+      n);
+  agg(ps, n, "future_result", mask, "%d ranks: Work.get_future_result "
+      "SUCCESS (PyTorch 2.6+)", n);
+  agg(ps, n, "get_error", mask, "%d ranks: get_error SUCCESS, set_timeout "
+      "(PyTorch 2.14+)", n);
   agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
   agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
   for (r = 0; r < n; r++)
@@ -112,11 +119,15 @@ static void killed(int n, int abort) {
   finish_all(ps, n, 120);
   scenario_failed = 0;
   if (abort)
-    agg(ps, n, "aborted", mask, "%d ranks, rank 0 calls abort(): the others' "
-        "allreduce fails at once with its reason", n);
+    agg(ps, n, "aborted", mask, "%d ranks, rank 0 calls abort() from a "
+        "timer thread while it waits in a recv: its recv and the others' "
+        "allreduce fail at once with its reason", n);
   else
     agg(ps, n, "killed", mask, "%d ranks, rank %d SIGKILLed mid-allreduce: "
         "every survivor's RuntimeError names it", n, n - 1);
+  if (!abort)
+    agg(ps, n, "failed_state", mask, "%d ranks: then get_future_result "
+        "COMM_ERROR and get_error COMM_ERROR (where PyTorch has them)", n);
   agg(ps, n, "destroy", mask, "%d ranks: the survivors destroy their group",
       n);
   good = 1;
@@ -182,7 +193,7 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 16 + 3 + 3 + 5);
+  plan(2 * 19 + 4 + 3 + 5);
   world(2);
   world(4);
   killed(3, 0);

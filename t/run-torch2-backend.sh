@@ -79,10 +79,10 @@ world() { # n scenario
   fi
   rm -rf "$out"
 }
-# checks per rank: 16 (t/5001's list); the kill scenario: 2 per survivor
-world 2 "" 32
-world 4 "" 64
-world 3 kill 4
+# checks per rank: 19 (t/5001's list); the kill scenario: 3 per survivor
+world 2 "" 38
+world 4 "" 76
+world 3 kill 6
 world 3 abort 6
 world 2 tcpinit 8
 # DDP, 2 ranks: parameters equal, losses as Gloo's

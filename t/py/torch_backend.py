@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import uvccl_torch  # noqa: E402  (registers "uvccl")
 
 rank = int(os.environ["RANK"])
+C10D = torch._C._distributed_c10d  # WorkResult (2.6+), ErrorType (2.14+)
 world = int(os.environ["WORLD_SIZE"])
 
 
@@ -290,6 +291,71 @@ def more_ops(gloo):
     dist.barrier()
 
 
+def backend_of(group=None):
+    pg = group or dist.distributed_c10d._get_default_group()
+    if isinstance(pg, uvccl_torch.ProcessGroupUVCCL):  # PyTorch 1.13
+        return pg
+    return pg._get_backend(torch.device("cpu"))
+
+
+def newer_api(gloo):
+    """PyTorch 2.x's newer Backend API, each where this PyTorch has it
+    (the check says so where it does not): the coalesced into-tensor ops
+    (c10d's _coalescing_manager, against Gloo's all_gather_into_tensor and
+    the exact sums), Work.get_future_result, the group's get_error and
+    set_timeout."""
+    import datetime
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    if (major, minor) >= (2, 1):
+        ins = [inputs(30, 5, torch.float32), inputs(31, 3, torch.int64)]
+        outs = [torch.zeros(5 * world), torch.zeros(3 * world, dtype=torch.int64)]
+        rs_in = [inputs(32, 4 * world, torch.float64),
+                 inputs(33, 2 * world, torch.int32)]
+        rs_out = [torch.zeros(4, dtype=torch.float64),
+                  torch.zeros(2, dtype=torch.int32)]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for o, i in zip(outs, ins):
+                dist.all_gather_into_tensor(o, i)
+        cm.wait()
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for o, i in zip(rs_out, rs_in):
+                dist.reduce_scatter_tensor(o, i)
+        cm.wait()
+        ref = [torch.zeros_like(o) for o in outs]
+        for o, i in zip(ref, ins):
+            dist.all_gather_into_tensor(o, i, group=gloo)
+        want = [sum(inputs(32 + k, len(rs_in[k]), rs_in[k].dtype, r)
+                    for r in range(world)).to(rs_in[k].dtype)
+                .narrow(0, rank * len(rs_out[k]), len(rs_out[k]))
+                for k in range(2)]
+        ok = all(torch.equal(a, b) for a, b in zip(outs, ref)) and \
+            all(torch.equal(a, b) for a, b in zip(rs_out, want))
+        check(ok, "coalesced_into", "all_gather_into_tensor x2 (as Gloo's) "
+              "and reduce_scatter_tensor x2 (exact) in _coalescing_manager"
+              if ok else f"got {outs} {rs_out}, want {ref} {want}")
+    else:
+        check(True, "coalesced_into", f"PyTorch {torch.__version__} has none")
+    if hasattr(getattr(dist, "Work", None), "get_future_result"):
+        w = dist.all_reduce(torch.ones(3), async_op=True)
+        got = w.get_future_result().wait()
+        ok = got == int(C10D.WorkResult.SUCCESS)
+        check(ok, "future_result", f"get_future_result() of an allreduce: {got}")
+    else:
+        check(True, "future_result", f"PyTorch {torch.__version__} has none")
+    b = backend_of()
+    if hasattr(b, "get_error") and hasattr(b, "set_timeout"):
+        err = b.get_error()
+        b.set_timeout(datetime.timedelta(seconds=45))
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        ok = err == C10D.ErrorType.SUCCESS and torch.equal(t, torch.full((2,), float(world)))
+        check(ok, "get_error", f"get_error() {err}; set_timeout(45 s), then an "
+              f"allreduce: {t.tolist()}")
+    else:
+        check(True, "get_error", f"PyTorch {torch.__version__} has none")
+
+
+
 def main():
     dist.init_process_group("uvccl", init_method="env://", rank=rank,
                             world_size=world)
@@ -354,6 +420,7 @@ def main():
                               wait_all_ranks=True)
     check(True, "monitored", "monitored_barrier passed")
     more_ops(gloo)
+    newer_api(gloo)
     sub = dist.new_group(ranks=list(range(world)))
     t = torch.ones(4) * rank
     dist.all_reduce(t, group=sub)
@@ -423,13 +490,26 @@ def kill_main():
         msg = str(e).splitlines()[0]
         check(f"rank {victim}" in msg and time.time() - t0 < 30, "killed",
               f"after {time.time() - t0:.2f} s: {msg[:200]}")
+    # the failure as PyTorch 2.x's newer API tells it
+    b = backend_of()
+    said = []
+    if hasattr(getattr(dist, "Work", None), "get_future_result"):
+        w = dist.all_reduce(t, async_op=True)
+        said.append(("get_future_result", w.get_future_result().wait(),
+                     int(C10D.WorkResult.COMM_ERROR)))
+    if hasattr(b, "get_error"):
+        said.append(("get_error", b.get_error(), C10D.ErrorType.COMM_ERROR))
+    check(all(got == want for _, got, want in said), "failed_state",
+          ", ".join(f"{n} {got}" for n, got, _ in said) or
+          f"PyTorch {torch.__version__} has neither")
     dist.destroy_process_group()
     check(True, "destroy", "destroy_process_group returned")
 
 
 def abort_main():
-    """abort(): rank 0 aborts its group while the others wait in an
-    allreduce it never joins; they get a RuntimeError with its reason at
+    """abort(): rank 0 aborts its group from a timer thread while its own
+    thread waits in a recv nobody sends to, and the others wait in an
+    allreduce it never joins; all get a RuntimeError with its reason at
     once (not after the 60 s timeout), and everyone destroys cleanly."""
     import datetime
     import time
@@ -441,9 +521,21 @@ def abort_main():
         pg = pg._get_backend(torch.device("cpu"))
     dist.barrier()
     if rank == 0:
-        time.sleep(0.5)
-        pg.abort("stopping the job")
-        check(True, "aborted", "abort() returned")
+        # from a timer thread, while this rank's own thread waits in a recv
+        # that nobody sends to (abort never waits for anything)
+        import threading
+        timer = threading.Timer(0.5, lambda: pg.abort("stopping the job"))
+        timer.start()
+        t0 = time.time()
+        try:
+            dist.recv(torch.zeros(1), src=1)
+            check(False, "aborted", "the recv completed")
+        except RuntimeError as e:
+            msg = str(e).splitlines()[0]
+            check("stopping the job" in msg and time.time() - t0 < 20,
+                  "aborted", f"abort() from a timer thread ended this rank's "
+                  f"own hung recv after {time.time() - t0:.2f} s: {msg[:160]}")
+        timer.join()
         # (staying a moment: a process that exits at once can reach a peer
         # as "exited" before its notice does; see issue 14's notes)
         time.sleep(1.0)

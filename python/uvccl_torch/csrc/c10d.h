@@ -43,6 +43,12 @@
 #include <thread>
 #include <vector>
 
+// The PyTorch this extension is built against is at least MAJOR.MINOR
+// (the Backend API grew by release: docs/pytorch.md has which brought what).
+#define UVCCL_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace uvccl_torch {
 
 #ifdef UVCCL_TORCH2

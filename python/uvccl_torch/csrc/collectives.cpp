@@ -460,6 +460,88 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::_reduce_scatter_base(
   }, opts.timeout);
 }
 
+#if UVCCL_TORCH_AT_LEAST(2, 1)
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupUVCCL::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* name = "allgather_into_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "uvccl: ",
+              name, ": one output for each input (", outputs.size(), " and ",
+              inputs.size(), ")");
+  std::vector<at::Tensor> all = outputs;
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  for (auto& t : all) check_tensor(t, name);
+  for (size_t i = 0; i < inputs.size(); i++)
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
+                    outputs[i].scalar_type() == inputs[i].scalar_type(),
+                "uvccl: ", name, ": output ", i, " must hold size x input ",
+                i, " of its dtype");
+  Target tg = target(all, name);
+  auto work = make_work(c10d::OpType::COALESCED, inputs, outputs, {});
+  std::vector<std::function<void()>> backs;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    auto src = inputs[i].contiguous();
+    auto dst = outputs[i].contiguous();
+    work->keep.push_back(src);
+    work->keep.push_back(dst);
+    uvccl_dtype_t dt = dtype_of(src);
+    work->steps.push_back([g = tg.pg, src, dst, dt](uvccl_work_t* w) {
+      return uvccl_allgather(g, w, src.data_ptr(), dst.data_ptr(),
+                             (size_t)src.numel(), dt, on_done);
+    });
+    if (!dst.is_same(outputs[i]))
+      backs.push_back([u = outputs[i], dst]() mutable { u.copy_(dst); });
+  }
+  if (!backs.empty())
+    work->after = [backs]() {
+      for (auto& b : backs) b();
+    };
+  return submit(work, tg, nullptr, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupUVCCL::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "uvccl: ",
+              name, ": one output for each input (", outputs.size(), " and ",
+              inputs.size(), ")");
+  std::vector<at::Tensor> all = outputs;
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  for (auto& t : all) check_tensor(t, name);
+  for (size_t i = 0; i < inputs.size(); i++)
+    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
+                    outputs[i].scalar_type() == inputs[i].scalar_type(),
+                "uvccl: ", name, ": input ", i, " must hold size x output ",
+                i, " of its dtype");
+  Redop op = redop_of(opts.reduceOp);
+  Target tg = target(all, name, nccl_can(op));
+  auto work = make_work(c10d::OpType::COALESCED, inputs, outputs, {});
+  std::vector<std::function<void()>> backs;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    auto src = inputs[i].contiguous();
+    auto dst = outputs[i].contiguous();
+    work->keep.push_back(src);
+    work->keep.push_back(dst);
+    uvccl_dtype_t dt = dtype_of(dst);
+    work->steps.push_back([this, g = tg.pg, src, dst, dt, op](uvccl_work_t* w) {
+      return uvccl_reduce_scatter(g, w, src.data_ptr(), dst.data_ptr(),
+                                  (size_t)dst.numel(), dt, redop(g, op),
+                                  on_done);
+    });
+    if (!dst.is_same(outputs[i]))
+      backs.push_back([u = outputs[i], dst]() mutable { u.copy_(dst); });
+  }
+  if (!backs.empty())
+    work->after = [backs]() {
+      for (auto& b : backs) b();
+    };
+  return submit(work, tg, nullptr, opts.timeout);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::alltoall_base(
     at::Tensor& output, at::Tensor& input,
     std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,

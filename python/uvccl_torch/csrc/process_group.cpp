@@ -123,14 +123,41 @@ const std::string ProcessGroupUVCCL::getBackendName() const { return name_; }
 
 void ProcessGroupUVCCL::abort() { abort("aborted by its application"); }
 
+// Never waits: the loop takes it at its next turn (before a shutdown
+// posted after it), so it can be called from any thread, a timer's or a
+// signal-driven one's, while the caller's thread is stuck in wait() or
+// holds the GIL that a callback on the loop thread waits for.
 void ProcessGroupUVCCL::abort(const std::string& reason) {
-  loop_->call<int>([this, reason]() {
+  loop_->post([this, reason]() {
     if (pg_up_) uvccl_pg_abort(&pg_, reason.c_str());
     if (pg_up_ && npg_.impl_ != nullptr)
       uvccl_pg_abort(&npg_, reason.c_str());
+  });
+}
+
+#if UVCCL_TORCH_AT_LEAST(2, 14)
+c10d::ErrorType ProcessGroupUVCCL::getError() {
+  int e = first_error();
+  if (e == 0) return c10d::ErrorType::SUCCESS;
+  return e == UV_ETIMEDOUT ? c10d::ErrorType::TIMEOUT
+                           : c10d::ErrorType::COMM_ERROR;
+}
+
+void ProcessGroupUVCCL::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0, "uvccl: setTimeout: the timeout must be "
+              "positive");
+  uint64_t ms = (uint64_t)timeout.count();
+  loop_->call<int>([this, ms]() {
+    timeout_ms_ = ms;
+    if (pg_up_) {
+      uvccl_pg_set_timeout(&pg_, ms);
+      uvccl_pg_set_timeout(&mb_pg_, ms);
+      if (npg_.impl_ != nullptr) uvccl_pg_set_timeout(&npg_, ms);
+    }
     return 0;
   });
 }
+#endif
 
 void ProcessGroupUVCCL::setSequenceNumberForGroup() { seq_ = 0; }
 

@@ -176,6 +176,36 @@ class ProcessGroupUVCCL : public PGBase {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts) override;
 
+#if UVCCL_TORCH_AT_LEAST(2, 1)
+  // One all_gather_into_tensor (reduce_scatter_tensor) per pair of output
+  // and input, as one Work: c10d's _coalescing_manager and the functional
+  // collectives' *_coalesced (2.14 names them all_gather_single_coalesced
+  // and reduce_scatter_single_coalesced, which come here). The pairs run
+  // one after another on the loop, in order, the same on every rank.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
+
+#if UVCCL_TORCH_AT_LEAST(2, 14)
+  // The group's state after a failure: TIMEOUT when an operation's
+  // timeout expired, COMM_ERROR for any other failure of one (a peer
+  // that died, an abort); the exceptions name the rank.
+  c10d::ErrorType getError() override;
+
+  // The timeout of the operations started after this call (c10d's
+  // per-group timeout; an operation's own option still wins).
+  void setTimeout(std::chrono::milliseconds timeout) override;
+#endif
+
+  // The first failure of an operation of this group (see getError), as a
+  // uvccl code; 0: none. Any thread.
+  int first_error() const { return error_->load(); }
+
 #ifdef UVCCL_TORCH2
   // c10d's coalescing blocks (batch_isend_irecv on CUDA tensors, the
   // _coalescing_manager): the sends and receives called inside start
@@ -270,6 +300,8 @@ class ProcessGroupUVCCL : public PGBase {
   std::string name_;
   std::map<std::pair<uvccl_pg_t*, double>, uvccl_redop_t> premul_;
   std::atomic<uint64_t> seq_{0};
+  // the first failure of one of its operations (WorkUVCCL::group_error)
+  std::shared_ptr<std::atomic<int>> error_ = std::make_shared<std::atomic<int>>(0);
   uvccl_pg_t pg_;
   uvccl_pg_t mb_pg_;                 // monitoredBarrier's messages
   uvccl_pg_t npg_;                   // CUDA tensors' NCCL group (mode nccl)

@@ -168,6 +168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::submit(
     std::chrono::milliseconds timeout) {
   WorkUVCCL* raw = work.get();
   raw->loop = loop_.get();
+  raw->group_error = error_;
   auto type = raw->retrieveOpType();
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
       type != c10d::OpType::RECVANYSOURCE)

@@ -28,6 +28,19 @@ class WorkUVCCL : public c10d::Work {
         future_(c10::make_intrusive<at::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
 
+#if UVCCL_TORCH_AT_LEAST(2, 6)
+  // c10d's Work.get_future_result(): a WorkResult, never an error
+  // (SUCCESS, TIMEOUT when the operation's timeout expired, COMM_ERROR for
+  // any other failure of uvccl's, UNKNOWN for one of the copies back).
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override {
+    return result_future_;
+  }
+#endif
+
+  // the group's first failure (ProcessGroupUVCCL::getError): set by the
+  // first of its operations to fail
+  std::shared_ptr<std::atomic<int>> group_error;
+
   std::vector<at::Tensor> keep;      // buffers alive until completion
   // host arrays a uvccl call was handed (counts, p2p ops) that it reads
   // or fills until it completes: the steps that made the call do not
@@ -160,8 +173,14 @@ class WorkUVCCL : public c10d::Work {
       }
       finish();
       future_->markCompleted(c10::IValue(outputs_));
+      set_result(0);
       wake();
     } else {
+      if (group_error) {
+        int none = 0;
+        group_error->compare_exchange_strong(none, status);
+      }
+      result_status_ = status;
       // c10d's own wording for a timeout follows uvccl's account (scripts
       // and PyTorch's tests look for it)
       complete_exc(std::make_exception_ptr(std::runtime_error(
@@ -179,6 +198,7 @@ class WorkUVCCL : public c10d::Work {
     if (isCompleted()) return;
     finish(e);
     future_->setError(e);
+    set_result(result_status_);
     wake();
     steps.clear();
     after = nullptr;
@@ -215,6 +235,19 @@ class WorkUVCCL : public c10d::Work {
   }
 
  private:
+  // status: 0 done, a uvccl code, or 1 (not uvccl's: a copy back failed)
+  void set_result(int status) {
+#if UVCCL_TORCH_AT_LEAST(2, 6)
+    c10d::WorkResult r = status == 0             ? c10d::WorkResult::SUCCESS
+                         : status == UV_ETIMEDOUT ? c10d::WorkResult::TIMEOUT
+                         : status < 0 ? c10d::WorkResult::COMM_ERROR
+                                      : c10d::WorkResult::UNKNOWN;
+    result_future_->markCompleted(c10::IValue(static_cast<int64_t>(r)));
+#else
+    (void)status;
+#endif
+  }
+
   void wake() {
     ended_.store(true, std::memory_order_release);
     { std::lock_guard<std::mutex> g(omu_); }
@@ -227,6 +260,11 @@ class WorkUVCCL : public c10d::Work {
   std::mutex omu_;
   std::condition_variable ocv_;
   std::atomic<bool> ended_{false};  // finished, either way
+  int result_status_ = 1;  // a failure's uvccl code (see set_result)
+#if UVCCL_TORCH_AT_LEAST(2, 6)
+  c10::intrusive_ptr<at::ivalue::Future> result_future_ =
+      c10::make_intrusive<at::ivalue::Future>(c10::IntType::get());
+#endif
   int ordered_ = 0;
 };
 
