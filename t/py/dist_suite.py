@@ -67,8 +67,12 @@ from torch.testing._internal import common_distributed  # noqa: E402
 # Python 3.11) that import fails ("mutable default ... for field
 # tensor_properties"), and every DDP test with it, whatever the backend.
 # Left off, DDP runs the way users run it.
-import torch.nn.parallel._replicated_tensor_ddp_utils as _rt  # noqa: E402
-_rt._set_ddp_with_replicated_tensor = lambda value: None
+# (PyTorch 2.x has no such mode.)
+try:
+    import torch.nn.parallel._replicated_tensor_ddp_utils as _rt  # noqa: E402
+    _rt._set_ddp_with_replicated_tensor = lambda value: None
+except ImportError:
+    pass
 
 if MODE in ("uvccl", "uvccl-as-gloo"):
     import uvccl_torch  # noqa: E402,F401  (registers "uvccl")
