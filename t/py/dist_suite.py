@@ -88,14 +88,31 @@ if MODE == "uvccl":
 if MODE == "uvccl-as-gloo":
     _Gloo = c10d.ProcessGroupGloo
 
-    def _uvccl_as_gloo(store, rank, size, timeout=c10d.default_pg_timeout):
-        return uvccl_torch.ProcessGroupUVCCL(store, rank, size, timeout, "gloo")
+    class _UvcclAsGloo(uvccl_torch.ProcessGroupUVCCL):
+        """uvccl under Gloo's name: a class, so that c10d's isinstance
+        checks against ProcessGroupGloo (2.x) hold for it."""
+        # the names code asks of ProcessGroupGloo besides construction
+        _Options = _Gloo._Options
+        create_device = _Gloo.create_device
+        create_default_device = _Gloo.create_default_device
 
-    # the names code asks of ProcessGroupGloo besides construction
-    _uvccl_as_gloo._Options = _Gloo._Options
-    _uvccl_as_gloo.create_device = _Gloo.create_device
-    _uvccl_as_gloo.create_default_device = _Gloo.create_default_device
+        def __init__(self, store, rank, size, timeout=c10d.default_pg_timeout,
+                     **_ignored):  # 2.14: enable_reconfigure=
+            super().__init__(store, rank, size, timeout, "gloo")
+
+    _uvccl_as_gloo = _UvcclAsGloo
     c10d.ProcessGroupGloo = _uvccl_as_gloo
+    # PyTorch 2.14 builds Gloo through its registered creator (the builtin
+    # backends are plugins there, registered at first use through an entry
+    # point), not through the module's name
+    if hasattr(dist.Backend, "_ensure_backend_registered"):
+        dist.Backend._ensure_backend_registered("gloo")
+    _plugins = getattr(dist.Backend, "_plugins", {})
+    if "GLOO" in _plugins and hasattr(_plugins["GLOO"], "_replace"):
+        def _create_as_gloo(opts, backend_options=None):
+            return _UvcclAsGloo(opts.store, opts.group_rank, opts.group_size,
+                                opts.timeout)
+        _plugins["GLOO"] = _plugins["GLOO"]._replace(creator_fn=_create_as_gloo)
 
     # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps each group with a Gloo helper
     # group that checks the collectives match; that helper must be a real
