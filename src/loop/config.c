@@ -125,6 +125,12 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "auto",
            "the PyTorch backend's CUDA tensors: through NCCL, or staged over "
            "TCP (read by the backend)"),
+    UINTV(UVCCL__CFG_TORCH_SPIN_US, "UVCCL_TORCH_SPIN_US", 0, 1000000, 50,
+          "50",
+          "the PyTorch backend: how long its loop thread looks for the next "
+          "call, and a caller in wait() for the end, before sleeping, us "
+          "(off with more ranks than CPUs on the host, yielding with more "
+          "than half as many; read by the backend)"),
 };
 
 const uvccl__cfg_var_t *uvccl__config_var(int id) {
