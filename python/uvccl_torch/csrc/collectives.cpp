@@ -461,11 +461,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::_reduce_scatter_base(
 }
 
 #if UVCCL_TORCH_AT_LEAST(2, 1)
-c10::intrusive_ptr<c10d::Work>
-ProcessGroupUVCCL::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  const char* name = "allgather_into_tensor_coalesced";
+c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::coalesced_pairs(
+    const char* name, std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs, int64_t out_per_in, int64_t in_per_out,
+    bool nccl_ok, std::chrono::milliseconds timeout,
+    const std::function<Step(uvccl_pg_t*, at::Tensor, at::Tensor)>& step) {
   TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "uvccl: ",
               name, ": one output for each input (", outputs.size(), " and ",
               inputs.size(), ")");
@@ -473,11 +473,13 @@ ProcessGroupUVCCL::allgather_into_tensor_coalesced(
   all.insert(all.end(), inputs.begin(), inputs.end());
   for (auto& t : all) check_tensor(t, name);
   for (size_t i = 0; i < inputs.size(); i++)
-    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
+    TORCH_CHECK(outputs[i].numel() * in_per_out ==
+                        inputs[i].numel() * out_per_in &&
                     outputs[i].scalar_type() == inputs[i].scalar_type(),
-                "uvccl: ", name, ": output ", i, " must hold size x input ",
-                i, " of its dtype");
-  Target tg = target(all, name);
+                "uvccl: ", name, ": output ", i, " has ", outputs[i].numel(),
+                " elements of ", outputs[i].scalar_type(), " for input ", i,
+                "'s ", inputs[i].numel(), " of ", inputs[i].scalar_type());
+  Target tg = target(all, name, nccl_ok);
   auto work = make_work(c10d::OpType::COALESCED, inputs, outputs, {});
   std::vector<std::function<void()>> backs;
   for (size_t i = 0; i < inputs.size(); i++) {
@@ -485,11 +487,7 @@ ProcessGroupUVCCL::allgather_into_tensor_coalesced(
     auto dst = outputs[i].contiguous();
     work->keep.push_back(src);
     work->keep.push_back(dst);
-    uvccl_dtype_t dt = dtype_of(src);
-    work->steps.push_back([g = tg.pg, src, dst, dt](uvccl_work_t* w) {
-      return uvccl_allgather(g, w, src.data_ptr(), dst.data_ptr(),
-                             (size_t)src.numel(), dt, on_done);
-    });
+    work->steps.push_back(step(tg.pg, src, dst));
     if (!dst.is_same(outputs[i]))
       backs.push_back([u = outputs[i], dst]() mutable { u.copy_(dst); });
   }
@@ -497,48 +495,39 @@ ProcessGroupUVCCL::allgather_into_tensor_coalesced(
     work->after = [backs]() {
       for (auto& b : backs) b();
     };
-  return submit(work, tg, nullptr, opts.timeout);
+  return submit(work, tg, nullptr, timeout);
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupUVCCL::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return coalesced_pairs(
+      "allgather_into_tensor_coalesced", outputs, inputs, getSize(), 1, true,
+      opts.timeout, [](uvccl_pg_t* g, at::Tensor src, at::Tensor dst) -> Step {
+        return [g, src, dst](uvccl_work_t* w) {
+          return uvccl_allgather(g, w, src.data_ptr(), dst.data_ptr(),
+                                 (size_t)src.numel(), dtype_of(src), on_done);
+        };
+      });
 }
 
 c10::intrusive_ptr<c10d::Work>
 ProcessGroupUVCCL::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const char* name = "reduce_scatter_tensor_coalesced";
-  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "uvccl: ",
-              name, ": one output for each input (", outputs.size(), " and ",
-              inputs.size(), ")");
-  std::vector<at::Tensor> all = outputs;
-  all.insert(all.end(), inputs.begin(), inputs.end());
-  for (auto& t : all) check_tensor(t, name);
-  for (size_t i = 0; i < inputs.size(); i++)
-    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
-                    outputs[i].scalar_type() == inputs[i].scalar_type(),
-                "uvccl: ", name, ": input ", i, " must hold size x output ",
-                i, " of its dtype");
   Redop op = redop_of(opts.reduceOp);
-  Target tg = target(all, name, nccl_can(op));
-  auto work = make_work(c10d::OpType::COALESCED, inputs, outputs, {});
-  std::vector<std::function<void()>> backs;
-  for (size_t i = 0; i < inputs.size(); i++) {
-    auto src = inputs[i].contiguous();
-    auto dst = outputs[i].contiguous();
-    work->keep.push_back(src);
-    work->keep.push_back(dst);
-    uvccl_dtype_t dt = dtype_of(dst);
-    work->steps.push_back([this, g = tg.pg, src, dst, dt, op](uvccl_work_t* w) {
-      return uvccl_reduce_scatter(g, w, src.data_ptr(), dst.data_ptr(),
-                                  (size_t)dst.numel(), dt, redop(g, op),
-                                  on_done);
-    });
-    if (!dst.is_same(outputs[i]))
-      backs.push_back([u = outputs[i], dst]() mutable { u.copy_(dst); });
-  }
-  if (!backs.empty())
-    work->after = [backs]() {
-      for (auto& b : backs) b();
-    };
-  return submit(work, tg, nullptr, opts.timeout);
+  return coalesced_pairs(
+      "reduce_scatter_tensor_coalesced", outputs, inputs, 1, getSize(),
+      nccl_can(op),
+      opts.timeout,
+      [this, op](uvccl_pg_t* g, at::Tensor src, at::Tensor dst) -> Step {
+        return [this, g, src, dst, op](uvccl_work_t* w) {
+          return uvccl_reduce_scatter(g, w, src.data_ptr(), dst.data_ptr(),
+                                      (size_t)dst.numel(), dtype_of(dst),
+                                      redop(g, op), on_done);
+        };
+      });
 }
 #endif
 

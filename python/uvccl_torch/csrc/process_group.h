@@ -189,6 +189,15 @@ class ProcessGroupUVCCL : public PGBase {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override;
+
+  // Both: one step per pair (output i holds out_per_in / in_per_out times
+  // input i's elements, of its dtype), made by step from the pair's
+  // contiguous tensors; a non-contiguous output is copied back after.
+  c10::intrusive_ptr<c10d::Work> coalesced_pairs(
+      const char* name, std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs, int64_t out_per_in, int64_t in_per_out,
+      bool nccl_ok, std::chrono::milliseconds timeout,
+      const std::function<Step(uvccl_pg_t*, at::Tensor, at::Tensor)>& step);
 #endif
 
 #if UVCCL_TORCH_AT_LEAST(2, 14)
