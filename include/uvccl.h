@@ -822,6 +822,16 @@ UVCCL_EXTERN int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
  * the world, then make them again. */
 UVCCL_EXTERN int uvccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
                                  uvccl_work_t *work, uvccl_work_cb cb);
+/* uvccl_pg_shrink that also leaves out the group ranks in exclude
+ * (c10d's shrink_group, ncclCommShrink's exclude list), failed or not:
+ * only the others call it, each with the same list, and nobody waits for
+ * the excluded. Ranks that failed are left out as well, so work->result
+ * (the number removed) may exceed nexclude: compare it. UV_EINVAL (with
+ * work->msg) for a rank outside the group or this rank itself. */
+UVCCL_EXTERN int uvccl_pg_shrink_excluding(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                                           const int *exclude, int nexclude,
+                                           uvccl_work_t *work,
+                                           uvccl_work_cb cb);
 
 /* Subgroup with the given parent ranks (in that order: group rank i is
  * parent rank ranks[i]). Every rank of the parent must call it, in the

@@ -11,7 +11,11 @@
  *   d) revoke: rank 1 revokes the world while the others wait in an
  *      allreduce: they fail with UVCCL_EREVOKED naming rank 1 and its
  *      reason, later calls too; then everyone shrinks the revoked group
- *      (nobody removed) and the new group works.
+ *      (nobody removed) and the new group works;
+ *   e) uvccl_pg_shrink_excluding: ranks 1-3 leave out rank 0, alive and not
+ *      shrinking (the lowest rank, the store's host); bad lists refused;
+ *   f) the same leaving out rank 2 while rank 3 died: both go (the result
+ *      says 2 removed).
  * Each rank prints "shrunk to N ranks after losing rank R (reason)", as
  * uvccl-bench --shrink-on-failure does, and the members of each new group
  * (an allgather of world ranks), which the parent compares with who it
@@ -251,6 +255,56 @@ static int role_revoke(void) {
   return rank_destroy();
 }
 
+/* e/f: the survivors leave out rank T_EXCL, alive and not calling
+ * (uvccl_pg_shrink_excluding); rank T_DIE (-1: none) kills itself first. */
+static int role_exclude(void) {
+  int excl = ft_env_int("T_EXCL", 0), die = ft_env_int("T_DIE", -1);
+  int want_removed = die >= 0 ? 2 : 1, never = 0, bad = 0, rc, i, odd;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  uvccl_pg_t next;
+  unsigned mask, want = 0;
+  rank_init(30000);
+  if (R == die) {
+    sleep_ms(50);
+    raise(SIGKILL);
+  }
+  if (R == excl) {
+    run_until(&never, 3000); /* alive, answering, not shrinking */
+    return rank_destroy();
+  }
+  /* bad input first: nothing starts */
+  odd = R;
+  rc = uvccl_pg_shrink_excluding(&pg, &next, &odd, 1, &w, on_work);
+  rep(rc == UV_EINVAL && strstr(w.msg, "own list") != NULL, "self",
+      "excluding itself: %s %s", ename(rc), w.msg);
+  memset(&w, 0, sizeof(w));
+  odd = P + 3;
+  rc = uvccl_pg_shrink_excluding(&pg, &next, &odd, 1, &w, on_work);
+  rep(rc == UV_EINVAL && strstr(w.msg, "not in the group") != NULL, "range",
+      "excluding rank %d of %d: %s %s", P + 3, P, ename(rc), w.msg);
+  memset(&w, 0, sizeof(w));
+  w.data = &c;
+  rc = uvccl_pg_shrink_excluding(&pg, &next, &excl, 1, &w, on_work);
+  rc = finish_work(&c, rc, 20000);
+  for (i = 0; i < P; i++)
+    if (i != excl && i != die) want |= 1u << i;
+  rep(rc == 0 && w.result == want_removed && next.size == P - want_removed,
+      "shrink", "shrink excluding rank %d%s: %s %s (size %d, %lld removed)",
+      excl, die >= 0 ? " (another dead)" : "", ename(rc), w.msg, next.size,
+      (long long)w.result);
+  if (rc == 0) {
+    rc = members_mask(&next, &mask);
+    rep(rc == 0 && mask == want, "members", "members 0x%x, want 0x%x (%s)",
+        mask, want, ename(rc));
+    rc = checked_allreduce(&next, 3, &bad);
+    rep(rc == 0 && bad == 0, "after", "allreduce on the new group: %s, %d "
+        "wrong", ename(rc), bad);
+    uvccl_pg_destroy(&next, NULL);
+  }
+  return rank_destroy();
+}
+
 static int rank_main(const char *role) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   sigpipe_default();
@@ -259,6 +313,7 @@ static int rank_main(const char *role) {
   R = ft_env_int("RANK", -1);
   P = ft_env_int("WORLD_SIZE", 0);
   if (strcmp(role, "revoke") == 0) return role_revoke();
+  if (strcmp(role, "exclude") == 0) return role_exclude();
   return role_shrink();
 }
 
@@ -390,6 +445,34 @@ static void scenario_revoke(void) {
   procs_free(ps, 4);
 }
 
+static void scenario_exclude(const char *name, int excl, int die) {
+  proc_t ps[4];
+  static char e_excl[32], e_die[32];
+  unsigned surv = 0xf & ~(1u << excl);
+  if (die >= 0) surv &= ~(1u << die);
+  snprintf(e_excl, sizeof(e_excl), "T_EXCL=%d", excl);
+  snprintf(e_die, sizeof(e_die), "T_DIE=%d", die);
+  putenv(e_excl);
+  putenv(e_die);
+  spawn_world(ps, 4, "exclude", 0);
+  finish_all(ps, 4, 60);
+  scenario_failed = 0;
+  agg(ps, 4, "self", surv, "%s: excluding itself: UV_EINVAL saying so", name);
+  agg(ps, 4, "range", surv, "%s: excluding a rank outside the group: "
+      "UV_EINVAL", name);
+  agg(ps, 4, "shrink", surv, "%s: the others shrink without waiting for it",
+      name);
+  agg(ps, 4, "members", surv, "%s: the new group has exactly the others, in "
+      "order", name);
+  agg(ps, 4, "after", surv, "%s: its allreduce is right", name);
+  agg(ps, 4, "destroy", 0xf & ~(die >= 0 ? 1u << die : 0u),
+      "%s: every live rank destroys cleanly (the excluded one too)", name);
+  if (scenario_failed) dump_procs(ps, 4);
+  procs_free(ps, 4);
+  unsetenv("T_EXCL");
+  unsetenv("T_DIE");
+}
+
 int main(void) {
   static const int v_a[] = {2};
   static const int v_b[] = {6, 0, 3, 7, 1};
@@ -399,7 +482,7 @@ int main(void) {
   parent_init(900);
   srand((unsigned)getpid());
   sigpipe_default();
-  plan(3 + 5);
+  plan(3 + 5 + 2 * 6);
   chain("a: 4 ranks, rank 2 killed: 3 survivors shrink and go on, results "
         "right", 4, v_a, 1, 1);
   chain("b: 8 ranks down to 3 (ranks 6, 0, 3, 7, 1 killed one by one): a "
@@ -407,5 +490,8 @@ int main(void) {
   chain("c: 5 ranks, ranks 3 and 0 (the coordinator) killed at once: the "
         "survivors agree and go on", 5, v_c, 2, 2);
   scenario_revoke();
+  scenario_exclude("e: rank 0 (the coordinator, the store's host) excluded "
+                   "alive", 0, -1);
+  scenario_exclude("f: rank 2 excluded alive while rank 3 died", 2, 3);
   return done_testing();
 }

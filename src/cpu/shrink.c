@@ -10,7 +10,8 @@
  * member nobody knows to have failed collects every live member's set of
  * failed ranks (PROPOSE), and once it has heard from each member it does
  * not itself know to have failed, decides their union and tells everyone
- * (DECIDE). It tolerates failures during it, relying on the monitor's
+ * (DECIDE). A rank the caller excludes (uvccl_pg_shrink_excluding) is in
+ * its proposal as if failed. It tolerates failures during it, relying on the monitor's
  * verdicts (every survivor eventually learns of every failure, and a rank
  * declared failed is cut off, so it cannot come back and disagree):
  *  - a member that learns its coordinator failed proposes to the next one;
@@ -352,14 +353,15 @@ static void shrink_abandon(uvccl_work_t *w, int status) {
 
 static const struct uvccl__work_ops shrink_ops = {shrink_abandon, NULL, NULL};
 
-int uvccl__cpu_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_work_t *w,
-                    uvccl_work_cb cb) {
+int uvccl__cpu_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                         const int *exclude, int nexclude, uvccl_work_t *w,
+                         uvccl_work_cb cb) {
   group_t *g;
   net_t *net;
   agree_t *a;
   uint32_t epoch;
   uint64_t timeout;
-  int rc;
+  int rc, i;
   if (pg == NULL || newpg == NULL || w == NULL || newpg == pg)
     return UV_EINVAL;
   g = pg->impl_;
@@ -379,6 +381,9 @@ int uvccl__cpu_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_work_t *w,
   timeout = w->timeout_ms ? w->timeout_ms : g->timeout_ms;
   rc = uvccl__work_start(w, net->loop, "shrink", &shrink_ops, a, timeout, cb);
   if (rc != 0) return rc;
+  /* The excluded count as failed in this rank's proposal: a coordinator
+   * does not wait for them, and the decision (a union) leaves them out. */
+  for (i = 0; i < nexclude; i++) a->failed[exclude[i]] = 1;
   a->joined = 1;
   a->g = g;
   a->newpg = newpg;

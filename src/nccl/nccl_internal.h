@@ -76,7 +76,8 @@ int uvccl__nccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f);
 int uvccl__nccl_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max);
 int uvccl__nccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
 int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
-                          uvccl_work_t *work, uvccl_work_cb cb);
+                          const int *exclude, int nexclude, uvccl_work_t *w,
+                          uvccl_work_cb cb);
 int uvccl__nccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int
     *ranks, int nranks, const char *tag);
 int uvccl__nccl_pg_split(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int

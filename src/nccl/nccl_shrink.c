@@ -7,8 +7,9 @@
  * through NCCL), so the survivors agree through the store the group was
  * made over, which arbitrates:
  *   1. every survivor sets PREFIX/nccl/shrink/<epoch>/alive/<rank>;
- *   2. each waits until every rank has, or the heartbeat timeout passed
- *      (a rank silent that long is failed, as for the TCP groups);
+ *   2. each waits until every rank has (but those the caller excludes),
+ *      or the heartbeat timeout passed (a rank silent that long is failed,
+ *      as for the TCP groups);
  *   3. each proposes the set it saw with compare_set on .../decision; the
  *      first proposal stored is the decision, and every survivor reads the
  *      same one (a survivor left out of it, too late, fails);
@@ -68,7 +69,8 @@ typedef struct nccl_shrink_s {
   uvccl_work_t setw, casw;
   uvccl_work_t *chk;       /* one check per rank, per round */
   unsigned char *present;
-  int npresent, pending;   /* store works out */
+  unsigned char *excluded; /* left out by the caller: not waited for */
+  int npresent, nexcluded, pending; /* store works out */
   uv_timer_t timer;
   int timer_open;
   uint64_t deadline;
@@ -87,6 +89,7 @@ static void sh_free_maybe(nshrink_t *s) {
   uvccl_work_cleanup(&s->casw);
   uvccl__free(s->chk);
   uvccl__free(s->present);
+  uvccl__free(s->excluded);
   uvccl__free(s);
 }
 
@@ -249,7 +252,8 @@ static void on_check(uvccl_work_t *w, int status) {
   if (!s->gone && status != 0 && status != UV_ECANCELED)
     sh_end(s, status, "shrink: the store: %s", w->msg);
   if (!s->gone && s->pending == 0) {
-    if (s->npresent == s->g->size || uvccl__now_ms() >= s->deadline)
+    if (s->npresent == s->g->size - s->nexcluded ||
+        uvccl__now_ms() >= s->deadline)
       sh_decide(s);
     else
       uv_timer_start(&s->timer, on_round_timer, 20, 0);
@@ -263,7 +267,7 @@ static void sh_round(nshrink_t *s) {
   for (r = 0; r < s->g->size && !s->gone; r++) {
     char key[300];
     const char *keys[1];
-    if (s->present[r]) continue;
+    if (s->present[r] || s->excluded[r]) continue;
     snprintf(key, sizeof(key), "%s/alive/%d", s->base, r);
     keys[0] = key;
     uvccl_work_cleanup(&s->chk[r]);
@@ -290,10 +294,11 @@ static void on_alive_set(uvccl_work_t *w, int status) {
 }
 
 int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
-                          uvccl_work_t *w, uvccl_work_cb cb) {
+                          const int *exclude, int nexclude, uvccl_work_t *w,
+                          uvccl_work_cb cb) {
   nccl_group_t *g = pg ? pg->impl_ : NULL;
   nshrink_t *s;
-  int rc;
+  int rc, i;
   if (g == NULL || newpg == NULL || w == NULL) return UV_EINVAL;
   if (g->destroying) return UVCCL_ECLOSING;
   if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
@@ -311,12 +316,19 @@ int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
   if (s == NULL) return UV_ENOMEM;
   s->chk = uvccl__calloc((size_t)g->size, sizeof(uvccl_work_t));
   s->present = uvccl__calloc((size_t)g->size, 1);
-  if (s->chk == NULL || s->present == NULL) {
+  s->excluded = uvccl__calloc((size_t)g->size, 1);
+  if (s->chk == NULL || s->present == NULL || s->excluded == NULL) {
     uvccl__free(s->chk);
     uvccl__free(s->present);
+    uvccl__free(s->excluded);
     uvccl__free(s);
     return UV_ENOMEM;
   }
+  for (i = 0; i < nexclude; i++)
+    if (!s->excluded[exclude[i]]) {
+      s->excluded[exclude[i]] = 1;
+      s->nexcluded++;
+    }
   s->g = g;
   s->newpg = newpg;
   rc = uvccl__work_start(w, g->loop, "shrink", &sh_ops, s,
@@ -324,6 +336,7 @@ int uvccl__nccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
   if (rc != 0) {
     uvccl__free(s->chk);
     uvccl__free(s->present);
+    uvccl__free(s->excluded);
     uvccl__free(s);
     return rc;
   }

@@ -4,6 +4,7 @@
 #include "backend.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Indexed by uvccl_pg_options_t.backend and uvccl_pg_t.backend_. */
 static const uvccl__backend_t *const backends[] = {
@@ -66,7 +67,30 @@ int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason) {
 
 int uvccl_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_work_t *work,
                     uvccl_work_cb cb) {
-  return backend_of(pg)->shrink(pg, newpg, work, cb);
+  return backend_of(pg)->shrink(pg, newpg, NULL, 0, work, cb);
+}
+
+int uvccl_pg_shrink_excluding(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                              const int *exclude, int nexclude,
+                              uvccl_work_t *work, uvccl_work_cb cb) {
+  int i;
+  if (pg == NULL || work == NULL || nexclude < 0 ||
+      (exclude == NULL && nexclude > 0))
+    return UV_EINVAL;
+  for (i = 0; i < nexclude; i++) {
+    if (exclude[i] < 0 || exclude[i] >= pg->size) {
+      snprintf(work->msg, sizeof(work->msg), "shrink: rank %d to exclude is "
+               "not in the group (%d ranks)", exclude[i], pg->size);
+      return UV_EINVAL;
+    }
+    if (exclude[i] == pg->rank) {
+      snprintf(work->msg, sizeof(work->msg), "shrink: this rank (%d) is in "
+               "its own list of ranks to exclude: only the others call it",
+               pg->rank);
+      return UV_EINVAL;
+    }
+  }
+  return backend_of(pg)->shrink(pg, newpg, exclude, nexclude, work, cb);
 }
 
 int uvccl_pg_new_group(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,

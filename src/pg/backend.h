@@ -20,8 +20,8 @@ typedef struct uvccl__backend_s {
   int (*get_failure)(const uvccl_pg_t *pg, uvccl_pg_failure_t *f);
   int (*failed_ranks)(const uvccl_pg_t *pg, int *ranks, int max);
   int (*revoke)(uvccl_pg_t *pg, const char *reason);
-  int (*shrink)(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_work_t *work,
-      uvccl_work_cb cb);
+  int (*shrink)(uvccl_pg_t *pg, uvccl_pg_t *newpg, const int *exclude,
+      int nexclude, uvccl_work_t *work, uvccl_work_cb cb);
   int (*new_group)(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
       int nranks, const char *tag);
   int (*split)(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
