@@ -10,7 +10,9 @@
  *      left out) and the new group works;
  *   c) with an older NCCL (2.26: no ncclCommRevoke, no ncclCommShrink; a
  *      child process loads that fake) revoke and shrink say
- *      UVCCL_ENOTSUP. */
+ *      UVCCL_ENOTSUP;
+ *   d) ranks 0 and 2 of 3 shrink excluding rank 1, alive and silent
+ *      (uvccl_pg_shrink_excluding), long before its heartbeat timeout. */
 #include "tap.h"
 #include "uvccl.h"
 #include "gpu.h"
@@ -41,12 +43,12 @@ static void destroy(uvccl_pg_t *g) {
   while (closed == before) uv_run(loop, UV_RUN_ONCE);
 }
 
-static int make_world(int n, const char *prefix) {
+static int make_world_hb(int n, const char *prefix, uint64_t hb_ms) {
   uvccl_work_t w[3];
   uvccl_pg_options_t o;
   int r, good;
   memset(&o, 0, sizeof(o));
-  o.heartbeat_timeout_ms = 300;
+  o.heartbeat_timeout_ms = hb_ms;
   good = nccl_ranks_start(loop, &store, pgs, w, n, prefix, &o);
   for (r = 0; r < n; r++)
     if (uvccl_work_wait(&w[r]) != 0) {
@@ -54,6 +56,10 @@ static int make_world(int n, const char *prefix) {
       good = 0;
     }
   return good;
+}
+
+static int make_world(int n, const char *prefix) {
+  return make_world_hb(n, prefix, 300);
 }
 
 /* An allreduce of 64 int32 ((global rank + 1) each) on groups g[0..n);
@@ -156,6 +162,40 @@ static void test_revoke(void) {
   }
 }
 
+/* d) uvccl_pg_shrink_excluding: ranks 0 and 2 leave out rank 1, alive and
+ * not shrinking, with a heartbeat timeout (60 s) far beyond the works'
+ * (5 s): they must not wait for its alive key. */
+static void test_exclude(void) {
+  uvccl_work_t w[3];
+  uvccl_pg_t two[2];
+  int excl = 1, r, k, good = 1;
+  ok(make_world_hb(3, "excludeD", 60000), "d: 3 NCCL ranks");
+  memset(w, 0, sizeof(w));
+  for (k = 0; k < 2; k++) {
+    r = k == 0 ? 0 : 2;
+    w[k].timeout_ms = 5000;
+    if (uvccl_pg_shrink_excluding(&pgs[r], &two[k], &excl, 1, &w[k], NULL) != 0)
+      good = 0;
+  }
+  for (k = 0; k < 2; k++)
+    if (uvccl_work_wait(&w[k]) != 0 || w[k].result != 1 || two[k].size != 2 ||
+        two[k].rank != k) {
+      note("shrink %d: %s (%s), result %lld, size %d rank %d", k,
+           uvccl_err_name(w[k].status), w[k].msg, (long long)w[k].result,
+           two[k].size, two[k].rank);
+      good = 0;
+    }
+  ok(good, "d: ranks 0 and 2 shrink without rank 1 (alive, not calling)");
+  ok(good && uvccl_pg_global_rank(&two[1], 1) == 2 && allreduce_ok(two, 2, 1 + 3),
+     "d: the new group is global ranks 0 and 2; its allreduce is right");
+  for (k = 0; k < 2; k++)
+    if (good) destroy(&two[k]);
+  for (r = 0; r < 3; r++) {
+    uvccl_pg_abort(&pgs[r], "test: old group");
+    destroy(&pgs[r]);
+  }
+}
+
 /* c) in a child with the older fake: one rank, revoke and shrink. */
 static int child_old(void) {
   uvccl_pg_options_t o;
@@ -221,6 +261,7 @@ int main(int argc, char **argv) {
   is_int(uvccl_hash_store_init(loop, &store), 0, "hash store");
   test_dead_rank();
   test_revoke();
+  test_exclude();
   test_old_nccl(argv[0]);
   uvccl_store_close(&store, NULL);
   uv_run(loop, UV_RUN_DEFAULT);

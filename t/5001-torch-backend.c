@@ -87,6 +87,12 @@ static void world(int n) {
       "SUCCESS (PyTorch 2.6+)", n);
   agg(ps, n, "get_error", mask, "%d ranks: get_error SUCCESS, set_timeout "
       "(PyTorch 2.14+)", n);
+  agg(ps, n, "sequence", mask, "%d ranks: c10d's sequence number counts "
+      "each collective, as on Gloo's group", n);
+  agg(ps, n, "split", mask, "%d ranks: uvccl_torch.split_group into [1, 0] "
+      "and [2 ..] (rank 2 of 3 in none), equal to Gloo groups of the same "
+      "ranks; PyTorch's own split_group refuses a CPU world (PyTorch 2.14+)",
+      n);
   agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
   agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
   for (r = 0; r < n; r++)
@@ -193,7 +199,7 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 19 + 4 + 3 + 5);
+  plan(2 * 21 + 4 + 3 + 5);
   world(2);
   world(4);
   killed(3, 0);

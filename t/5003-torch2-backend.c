@@ -3,9 +3,14 @@
  * (TORCH_ROOT_DEV=1: libtorch-dev and g++ inside; trixie has PyTorch 2.6):
  * t/run-torch2-backend.sh builds libuvccl and the extension inside the
  * root, then runs t/py/torch_backend.py (every operation against Gloo in
- * the same job, errors, a timeout) at 2 and 4 ranks, a peer killed
- * mid-allreduce and abort() at 3, init through tcp:// with no MASTER_ADDR
- * on a host whose name does not resolve at 2, and DDP at 2; its TAP lines
+ * the same job, errors, a timeout, split_group) at 2, 3 and 4 ranks, a
+ * peer killed mid-allreduce and abort() at 3, init through tcp:// with no
+ * MASTER_ADDR on a host whose name does not resolve at 2, shrink_group
+ * (one rank killed, one excluded alive) at 4, a rank killed during
+ * FSDP2 steps at 3, DDP at 2, what runs on
+ * top (functional collectives, DTensor, FSDP2, compiled DDP, DETAIL)
+ * against Gloo at 2 and 4, and pip install ./python with the root's pip,
+ * offline; its TAP lines
  * are relayed here.
  * Skips where no such root exists (CI's fresh machines; Debian 12's own
  * python3-torch is 1.13, which t/5001 and t/5002 cover) or when not root
@@ -41,7 +46,7 @@ int main(void) {
   if (n == 0)
     skip_all("no PyTorch 2.x root with libtorch-dev (TORCH_ROOT_DEV=1 "
              "tools/torch-root.sh create trixie makes one)");
-  plan(6 * n);
+  plan(13 * n);
   for (i = 0; i < n; i++) {
     char cmd[8192];
     int seen = 0, rc;
@@ -60,7 +65,7 @@ int main(void) {
       }
     }
     rc = f != NULL ? pclose(f) : -1;
-    for (; seen < 5; seen++)
+    for (; seen < 13; seen++)
       ok(0, "%s: the run ended early (status %d)", roots[i], rc);
   }
   return done_testing();

@@ -4,7 +4,8 @@
 # compiler inside), copies this source tree in (ROOT/uvccl-src), builds
 # libuvccl and the extension there with the root's compiler against its
 # libtorch, then runs t/py/torch_backend.py (every operation against Gloo
-# in the same job, errors, a timeout, a killed peer) at 2 and 4 ranks.
+# in the same job, errors, a timeout, a killed peer, split_group) at 2, 3
+# and 4 ranks, shrink_group at 4.
 # Prints TAP; exits 2 when the root cannot build the extension.
 #
 #   t/run-torch2-backend.sh /opt/uvccl-torch/trixie
@@ -44,7 +45,7 @@ if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl
   exit 2
 fi
 version=$(chroot "$root" python3 -c 'import torch; print(torch.__version__)')
-echo "1..6"
+echo "1..13"
 n_test=0
 world() { # n scenario
   local n=$1 scen=$2 port r out fails want got
@@ -79,12 +80,18 @@ world() { # n scenario
   fi
   rm -rf "$out"
 }
-# checks per rank: 19 (t/5001's list); the kill scenario: 3 per survivor
-world 2 "" 38
-world 4 "" 76
+# checks per rank: 21 (t/5001's list); the kill scenario: 3 per survivor
+world 2 "" 42
+world 4 "" 84
+world 3 "" 63
 world 3 kill 6
 world 3 abort 6
 world 2 tcpinit 8
+# split_group and shrink_group with rank 3 killed, rank 2 excluded alive
+# (4 checks a rank)
+world 4 shrink 12
+# a rank killed during FSDP2 steps (2 checks per survivor)
+world 3 fsdp_kill 4
 # DDP, 2 ranks: parameters equal, losses as Gloo's
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 out=$(mktemp -d)
@@ -97,9 +104,76 @@ wait
 fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
 got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
 if [ "$fails" = 0 ] && [ "$got" -ge 12 ]; then
-  echo "ok 6 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
+  echo "ok 9 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
 else
-  echo "not ok 6 - PyTorch $version, DDP: $got passed, $fails failed"
+  echo "not ok 9 - PyTorch $version, DDP: $got passed, $fails failed"
   grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
 fi
 rm -rf "$out"
+# What runs on top (t/py/torch_ontop.py): functional collectives, DTensor
+# on a CPU DeviceMesh, FSDP2's fully_shard, torch.compile of DDP, and
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper, once through uvccl and once
+# through Gloo in this root; t/py/ontop_report.py compares them
+ontop() { # test-number n description [env...]
+  local num=$1 n=$2 what=$3 port r be out rep
+  shift 3
+  out=$(mktemp -d)
+  for be in uvccl gloo; do
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    for r in $(seq 0 $((n - 1))); do
+      chroot "$root" /usr/bin/env USE_LIBUV=0 RANK=$r WORLD_SIZE=$n \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONWARNINGS=ignore \
+        T_BACKEND=$be "$@" timeout 300 python3 /uvccl-src/t/py/torch_ontop.py \
+        >"$out/$be.$r" 2>&1 &
+    done
+    wait
+  done
+  if rep=$(python3 t/py/ontop_report.py "$out" "$n"); then
+    echo "ok $num - PyTorch $version, $n ranks, $what: $rep"
+  else
+    echo "not ok $num - PyTorch $version, $n ranks, $what"
+    echo "$rep" | sed 's/^/#   /'
+    grep -h "Error" "$out"/uvccl.* | head -5 | sed 's/^/#   /'
+  fi
+  rm -rf "$out"
+}
+ontop 10 2 "functional collectives, DTensor, FSDP2, compiled DDP"
+ontop 11 4 "functional collectives, DTensor, FSDP2, compiled DDP"
+ontop 12 2 "TORCH_DISTRIBUTED_DEBUG=DETAIL (mismatched shapes caught)" \
+  T_ONLY=detail TORCH_DISTRIBUTED_DEBUG=DETAIL
+# pip install ./python with the root's own pip, offline, into a venv that
+# sees the root's torch; then a 2-rank allreduce with the installed package
+# (run from /, so the source tree's copy is not what imports)
+if ! chroot "$root" python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  echo "ok 13 - pip install ./python # SKIP $root has no python3-venv (tools/torch-root.sh create installs it)"
+  exit 0
+fi
+log=$root/tmp/uvccl-pip.log
+if chroot "$root" /bin/sh -c 'rm -rf /tmp/uvccl-venv &&
+    python3 -m venv --system-site-packages /tmp/uvccl-venv &&
+    cd /uvccl-src && /tmp/uvccl-venv/bin/pip install --no-build-isolation \
+      --no-index ./python' >"$log" 2>&1; then
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  out=$(mktemp -d)
+  for r in 0 1; do
+    chroot "$root" /bin/sh -c "cd / && USE_LIBUV=0 timeout 60 /tmp/uvccl-venv/bin/python -c '
+import torch, torch.distributed as dist, uvccl_torch
+dist.init_process_group(\"uvccl\", init_method=\"tcp://127.0.0.1:$port\", rank=$r, world_size=2)
+t = torch.full((4,), $r + 1.0)
+dist.all_reduce(t)
+print(\"@pip\", uvccl_torch.__file__, t.tolist())
+dist.destroy_process_group()'" >"$out/$r" 2>&1 &
+  done
+  wait
+  if grep -q "site-packages/uvccl_torch.*\[3.0, 3.0, 3.0, 3.0\]" "$out/0" &&
+     grep -q "site-packages/uvccl_torch.*\[3.0, 3.0, 3.0, 3.0\]" "$out/1"; then
+    echo "ok 13 - PyTorch $version, pip install --no-build-isolation --no-index ./python in a venv: the installed package's 2-rank allreduce right"
+  else
+    echo "not ok 13 - PyTorch $version, the pip-installed package"
+    cat "$out"/* | tail -20 | sed 's/^/#   /'
+  fi
+  rm -rf "$out"
+else
+  echo "not ok 13 - PyTorch $version, pip install ./python failed"
+  tail -20 "$log" | sed 's/^/#   /'
+fi

@@ -45,7 +45,7 @@ create)
   mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
   dev=""
   [ "${TORCH_ROOT_DEV:-0}" = 1 ] &&
-    dev="libtorch-dev python3-dev pybind11-dev g++ make libuv1-dev libssl-dev pkg-config"
+    dev="libtorch-dev python3-dev pybind11-dev g++ make libuv1-dev libssl-dev pkg-config python3-pip python3-venv python3-setuptools"
   chroot "$dir" /bin/sh -c "apt-get $apt_opts update -q &&
     DEBIAN_FRONTEND=noninteractive apt-get $apt_opts install -y \
       --no-install-recommends python3-torch $dev"

@@ -2,6 +2,7 @@
 
     bench/torch/bench.py allreduce WORLD [ROUNDS]
     bench/torch/bench.py ddp WORLD MODEL STEPS [BATCH]
+    bench/torch/bench.py fsdp2 WORLD STEPS [BATCH]
 
 Starts WORLD ranks of itself on this host (env://). Every rank has both
 backends: the default group is uvccl's, and a Gloo group of the same ranks
@@ -17,6 +18,10 @@ ddp: DistributedDataParallel training of MODEL (t/py/torch_ddp.py's "mlp",
 BATCH samples per rank and step (default: the model's, see torch_ddp.py;
 "big" with 1 is allreduce-bound); prints the mean step time (after 5
 warm-up steps) and samples/s.
+
+fsdp2: fully_shard (FSDP2) of an 8-layer 1024-wide MLP on a CPU DeviceMesh
+over each backend's group (PyTorch 2.x whose FSDP2 runs on CPU: 2.14, not
+2.6); the same columns as ddp.
 """
 import os
 import statistics
@@ -137,6 +142,59 @@ def rank_ddp(model, steps, batch):
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
+def rank_fsdp2(steps, batch):
+    """FSDP2 (fully_shard, one unit a layer) of an MLP of 8 layers of
+    1024 x 1024 (8.4 M parameters) on a CPU DeviceMesh over each backend's
+    group in turn: mean step time after 5 warm-up steps, rank 0's clock;
+    the two runs start from the same parameters and inputs, and their
+    final losses are compared."""
+    import torch
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.join(root, "python"))
+    import uvccl_torch  # noqa: F401
+    from torch.distributed.device_mesh import DeviceMesh
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    torch.set_num_threads(1)
+    dist.init_process_group("uvccl")
+    rank = dist.get_rank()
+    groups = {"gloo": dist.new_group(backend="gloo"),
+              "uvccl": dist.group.WORLD}
+    losses = {}
+    for name in ("gloo", "uvccl"):
+        mesh = DeviceMesh.from_group(groups[name], "cpu")
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(8):
+            layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(batch, 1024, generator=g)
+        times = []
+        for _ in range(steps + 5):
+            t0 = time.perf_counter()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            times.append(time.perf_counter() - t0)
+        losses[name] = loss.item()
+        dist.barrier(group=groups[name])
+        if rank == 0:
+            print(f"@time {rank} {name} fsdp2 {statistics.mean(times[5:]) * 1000:.3f}",
+                  flush=True)
+    ok = abs(losses["gloo"] - losses["uvccl"]) <= 1e-5 * max(1.0, abs(losses["gloo"]))
+    print(f"@check {rank} {1 if ok else 0} fsdp2_loss | {losses}", flush=True)
+    dist.destroy_process_group()
+
+
 # ---- main -------------------------------------------------------------------
 
 def main():
@@ -145,6 +203,8 @@ def main():
     if os.environ.get("BENCH_RANK"):
         if mode == "allreduce":
             rank_allreduce(int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+        elif mode == "fsdp2":
+            rank_fsdp2(int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 32)
         else:
             rank_ddp(sys.argv[3], int(sys.argv[4]),
                      int(sys.argv[5]) if len(sys.argv) > 5 else 0)
@@ -153,7 +213,11 @@ def main():
     if mode == "allreduce":
         sys.stdout.write(out)
         return
-    model, steps = sys.argv[3], int(sys.argv[4])
+    if mode == "fsdp2":
+        model, steps = "fsdp2 MLP 8x1024", int(sys.argv[3])
+        batch = int(sys.argv[4]) if len(sys.argv) > 4 else 32
+    else:
+        model, steps = sys.argv[3], int(sys.argv[4])
     times = {}
     for line in out.splitlines():
         if line.startswith("@time "):
@@ -161,8 +225,9 @@ def main():
             times[b] = float(ms)
         elif line.startswith("@check ") and line.split()[2] == "0":
             sys.exit("check failed: " + line)
-    batch = int(sys.argv[5]) if len(sys.argv) > 5 else \
-        {"mlp": 32, "cnn": 16, "big": 8, "emb": 32}[model]
+    if mode != "fsdp2":
+        batch = int(sys.argv[5]) if len(sys.argv) > 5 else \
+            {"mlp": 32, "cnn": 16, "big": 8, "emb": 32}[model]
     g, u = times["gloo"], times["uvccl"]
     print(f"| {model}, batch {batch} | {world} | {steps} | {g:.2f} ms | {u:.2f} ms | "
           f"{(u / g - 1) * 100:+.0f}% | {batch * world / g * 1000:.0f} | "

@@ -85,3 +85,70 @@ if "UVCCL" not in _dist.Backend._plugins:
             "uvccl", _create, devices=["cpu", "cuda"] if _C.cuda else ["cpu"])
     except TypeError:  # PyTorch 1.13: no devices argument
         _dist.Backend.register_backend("uvccl", _create)
+
+
+def split_group(parent_pg=None, split_ranks=None, timeout=None,
+                pg_options=None, group_desc=None):
+    """torch.distributed.split_group for groups on CPU.
+
+    PyTorch 2.14's split_group refuses a world bound to no accelerator
+    before it asks the backend ("No device associated with the default
+    pg"); uvccl splits CPU groups (on the parent's connections: no store,
+    no new sockets). Every rank of parent_pg calls it with the same
+    split_ranks (lists of parent ranks, disjoint; the order in a list is
+    the new ranks' order); a rank in none gets GroupMember.NON_GROUP_MEMBER.
+    Where the default group is bound to a device, this is
+    torch.distributed.split_group itself. Needs a PyTorch whose Backend
+    can split (2.14 or newer)."""
+    if not hasattr(_dist, "split_group") or \
+            not hasattr(_C.ProcessGroupUVCCL, "supports_splitting"):
+        raise RuntimeError("uvccl_torch.split_group: PyTorch %s cannot split "
+                           "groups (2.14 or newer can); use new_group"
+                           % _torch.__version__)
+    c10d = _dist.distributed_c10d
+    default = c10d._get_default_group()
+    if default.bound_device_id is not None:
+        return _dist.split_group(parent_pg, split_ranks, timeout, pg_options,
+                                 group_desc)
+    if not split_ranks:
+        raise ValueError("split_ranks cannot be None or empty")
+    parent_pg = parent_pg or default
+    world = c10d._world
+    if parent_pg not in world.pg_group_ranks:
+        raise ValueError("Group %s is not registered" % (parent_pg,))
+    to_group = world.pg_group_ranks[parent_pg]
+    to_global = {g: r for r, g in to_group.items()}
+    me = default.rank()
+    if me not in to_group:
+        raise ValueError("Global rank %d is not part of the parent group" % me)
+    backend = parent_pg._get_backend(_torch.device("cpu"))
+    if not getattr(backend, "supports_splitting", False):
+        raise RuntimeError("uvccl_torch.split_group: the parent group's CPU "
+                           "backend (%s) cannot split" % backend.name())
+    my_group = split_ranks[0]
+    for ranks in split_ranks:
+        if not ranks:
+            raise ValueError("the split group cannot be empty")
+        if len(ranks) != len(set(ranks)):
+            raise ValueError("the split group cannot have duplicate ranks")
+        if any(r not in to_global for r in ranks):
+            raise ValueError("split group %s: ranks of the parent group are "
+                             "0 to %d" % (ranks, parent_pg.size() - 1))
+        if to_group[me] in ranks:
+            my_group = ranks
+            break
+    name, _ = world.pg_map[parent_pg]
+    pg_backend = _dist.Backend(name)
+    if timeout is None:
+        timeout = c10d._get_default_timeout(pg_backend)
+    group_name = c10d._process_group_name(my_group, use_hashed_name=True)
+    child = parent_pg.split_group(my_group, timeout=timeout, opts=pg_options,
+                                  group_name=group_name, group_desc=group_desc)
+    if child is None:
+        return c10d.GroupMember.NON_GROUP_MEMBER
+    c10d._register_pg_in_world(
+        child, backend_name=pg_backend, store=child.get_group_store(),
+        group_name=group_name,
+        backend_config=str(c10d.BackendConfig(pg_backend)),
+        rank_mapping={to_global[g]: i for i, g in enumerate(my_group)})
+    return child

@@ -353,6 +353,60 @@ def newer_api(gloo):
               f"allreduce: {t.tolist()}")
     else:
         check(True, "get_error", f"PyTorch {torch.__version__} has none")
+    # c10d's sequence number: each collective counts one, on uvccl's group
+    # as on Gloo's (DETAIL's wrapper and the flight recorder read it)
+    seqs = []
+    for g in (None, gloo):
+        pg = g or dist.distributed_c10d._get_default_group()
+        before = pg._get_sequence_number_for_group()
+        for _ in range(3):
+            dist.all_reduce(torch.ones(1), group=g)
+        seqs.append(pg._get_sequence_number_for_group() - before)
+    check(seqs[0] == seqs[1] == 3, "sequence", f"3 allreduces count "
+          f"{seqs[0]} (Gloo's group: {seqs[1]})")
+    split_check(gloo)
+
+
+def split_check(gloo):
+    """split_group (2.14+): the world split into [1, 0] and [2 .. W-1]
+    (at 3 ranks rank 2 is in none); each new group's ranks in the order
+    given, its allreduce and allgather equal to those of a Gloo group of
+    the same ranks. PyTorch's own split_group refuses a world with no
+    device (checked), so it goes through uvccl_torch.split_group."""
+    if not getattr(backend_of(), "supports_splitting", False):
+        check(True, "split", f"PyTorch {torch.__version__}'s Backend cannot split")
+        return
+    splits = [[1, 0]] + ([list(range(2, world))] if world >= 4 else [])
+    if world < 2:
+        check(True, "split", "alone")
+        return
+    try:
+        dist.split_group(split_ranks=splits)
+        refused = "dist.split_group accepted a CPU world"
+    except RuntimeError as e:
+        refused = str(e).splitlines()[0][:80]
+    sub = uvccl_torch.split_group(split_ranks=splits)
+    mine = next((g for g in splits if rank in g), None)
+    refs = [dist.new_group(ranks=sorted(g), backend="gloo") for g in splits]
+    if mine is None:
+        ok = sub == dist.GroupMember.NON_GROUP_MEMBER
+        check(ok, "split", f"in no group: {sub}; PyTorch's own: {refused}")
+        return
+    ref = refs[splits.index(mine)]
+    t = torch.arange(5, dtype=torch.float32) * (rank + 1)
+    u = t.clone()
+    dist.all_reduce(t, group=sub)
+    dist.all_reduce(u, group=ref)
+    got = [torch.zeros(1, dtype=torch.int64) for _ in mine]
+    dist.all_gather(got, torch.tensor([rank]), group=sub)
+    order = [int(x) for x in got]
+    b = backend_of(sub)
+    ok = (dist.get_rank(sub) == mine.index(rank) and order == mine and
+          torch.equal(t, u) and b.name() == "uvccl")
+    check(ok, "split", f"group {mine}: rank {dist.get_rank(sub)}, members in "
+          f"order {order}, allreduce {t.tolist()} (Gloo's {u.tolist()}); "
+          f"PyTorch's own: {refused}")
+    dist.destroy_process_group(sub)
 
 
 
@@ -506,6 +560,105 @@ def kill_main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+def shrink_main():
+    """shrink_group (2.14+) at 4 ranks: rank 3 kills itself; the others'
+    split_group fails naming it. Rank 2 stays alive and does not shrink;
+    ranks 0 and 1 shrink excluding rank 2 only
+    and get a RuntimeError naming rank 3 (never a hang); they shrink again
+    excluding both and the new default group's allreduce is right."""
+    import signal
+    import time
+    dist.init_process_group("uvccl", init_method="env://", rank=rank,
+                            world_size=world)
+    if not hasattr(dist, "shrink_group") or \
+            not getattr(backend_of(), "supports_shrinking", False):
+        check(True, "shrunk", f"PyTorch {torch.__version__} cannot shrink")
+        check(True, "named", "-")
+        check(True, "split_killed", "-")
+        dist.destroy_process_group()
+        check(True, "destroy", "destroy_process_group returned")
+        return
+    dist.barrier()
+    if rank == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # a split with rank 3 dead: every caller's RuntimeError names it
+    t0 = time.time()
+    try:
+        uvccl_torch.split_group(split_ranks=[[0, 1], [2, 3]])
+        check(False, "split_killed", "split_group succeeded with rank 3 dead")
+    except RuntimeError as e:
+        msg = str(e).splitlines()[0]
+        check("rank 3" in msg and time.time() - t0 < 30, "split_killed",
+              f"split_group after {time.time() - t0:.2f} s: {msg[:200]}")
+    if rank == 2:  # excluded, alive: waits, then leaves its own world
+        time.sleep(4)
+        check(True, "shrunk", "excluded")
+        check(True, "named", "excluded")
+        dist.destroy_process_group()
+        check(True, "destroy", "destroy_process_group returned")
+        return
+    t0 = time.time()
+    try:
+        dist.shrink_group([2])
+        check(False, "named", "shrink_group([2]) succeeded with rank 3 dead")
+    except RuntimeError as e:
+        msg = str(e).splitlines()[0]
+        check("rank 3" in msg and time.time() - t0 < 30, "named",
+              f"shrink_group([2]) after {time.time() - t0:.2f} s: {msg[:200]}")
+    pg = dist.shrink_group([2, 3])
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    ok = (dist.get_world_size() == 2 and dist.get_rank() == rank and
+          torch.equal(t, torch.full((4,), 3.0)) and
+          backend_of(pg).name() == "uvccl")
+    check(ok, "shrunk", f"shrink_group([2, 3]): world {dist.get_world_size()}, "
+          f"rank {dist.get_rank()}, allreduce {t.tolist()}")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
+def fsdp_kill_main():
+    """A rank killed during FSDP2 steps (PyTorch 2.x whose FSDP2 runs on
+    CPU): rank world-1 SIGKILLs itself in its third step; every survivor's
+    step raises a RuntimeError naming it (never a hang), and
+    destroy_process_group returns."""
+    import signal
+    import time
+    dist.init_process_group("uvccl", init_method="env://", rank=rank,
+                            world_size=world)
+    try:
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        x = torch.randn(16, 256)
+        model(x).sum().backward()  # FSDP2 on CPU works in this PyTorch
+    except Exception as e:  # noqa: BLE001
+        check(True, "fsdp_killed", f"FSDP2 on CPU does not run in PyTorch "
+              f"{torch.__version__}: {type(e).__name__}")
+        dist.destroy_process_group()
+        check(True, "destroy", "destroy_process_group returned")
+        return
+    victim = world - 1
+    t0 = time.time()
+    try:
+        for step in range(50):
+            if rank == victim and step == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            model(x).sum().backward()
+        check(False, "fsdp_killed", "every step completed")
+    except RuntimeError as e:
+        msg = str(e).splitlines()[0]
+        check(f"rank {victim}" in msg and time.time() - t0 < 30,
+              "fsdp_killed", f"after {time.time() - t0:.2f} s: {msg[:200]}")
+    dist.destroy_process_group()
+    check(True, "destroy", "destroy_process_group returned")
+
+
 def abort_main():
     """abort(): rank 0 aborts its group from a timer thread while its own
     thread waits in a recv nobody sends to, and the others wait in an
@@ -553,6 +706,12 @@ def abort_main():
 
 
 try:
+    if os.environ.get("T_SCENARIO") == "fsdp_kill":
+        fsdp_kill_main()
+        sys.exit(0)
+    if os.environ.get("T_SCENARIO") == "shrink":
+        shrink_main()
+        sys.exit(0)
     if os.environ.get("T_SCENARIO") == "abort":
         abort_main()
         sys.exit(0)

@@ -248,6 +248,7 @@ void ProcessGroupUVCCL::setup_cuda(int dev, const std::string& id,
   TORCH_CHECK(rc == 0, "uvccl: creating the NCCL group for CUDA tensors: ",
               msg);
   cuda_mode_ = kCudaNccl;
+  nccl_has_store_ = true;
 }
 
 std::string ProcessGroupUVCCL::publish_host(const std::string& host) {

@@ -49,6 +49,17 @@ class ProcessGroupUVCCL : public PGBase {
                     std::string cuda_id = "", bool nccl_ok = false,
                     std::string host = "");
 
+  // A group made from parent's connections by split or shrink (no store,
+  // no new sockets), with the rank and size the callers computed: make
+  // starts the uvccl operation that makes `to` from `from`, run for the TCP
+  // group and, where the parent has one, for its NCCL group. Fails (a
+  // RuntimeError) when uvccl made another group than expected.
+  using MakeFn = std::function<int(uvccl_pg_t* from, uvccl_pg_t* to,
+                                   uvccl_work_t* w, uvccl_work_cb cb)>;
+  ProcessGroupUVCCL(ProcessGroupUVCCL& parent, int rank, int size,
+                    std::chrono::milliseconds timeout, const char* what,
+                    const MakeFn& make);
+
   // "nccl", "staged" or "none": how CUDA tensors travel in this group.
   std::string cuda_mode() const;
 
@@ -211,6 +222,33 @@ class ProcessGroupUVCCL : public PGBase {
   void setTimeout(std::chrono::milliseconds timeout) override;
 #endif
 
+#if UVCCL_TORCH_AT_LEAST(2, 14)
+  // c10d's split_group (ProcessGroup::splitGroup asks each device's
+  // backend): every rank of this group calls it, each with the ranks of
+  // its own new group (this group's ranks, in their new order); a rank in
+  // none gets nullptr. uvccl_pg_split on these connections: no store, no
+  // new sockets.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<Options>& opts) override;
+
+  // c10d's shrink_group: only the ranks staying call it, each with the
+  // same list; uvccl_pg_shrink_excluding (nobody waits for the excluded,
+  // alive or not). SHRINK_ABORT revokes this group first (its pending
+  // operations fail on every rank). A rank that failed meanwhile, not in
+  // the list, makes it fail on every caller, naming that rank.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+      const c10::intrusive_ptr<Options>& opts_override) override;
+
+  // What split_group and shrink_group start from: the backend's name and
+  // this group's timeout.
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+#endif
+
   // The first failure of an operation of this group (see getError), as a
   // uvccl code; 0: none. Any thread.
   int first_error() const { return error_->load(); }
@@ -328,6 +366,8 @@ class ProcessGroupUVCCL : public PGBase {
   std::string host_;
   uint64_t timeout_ms_ = 0;
   bool has_server_ = false, has_store_ = false, pg_up_ = false, shut_ = false;
+  // its NCCL group was made over this group's store (shrink needs one)
+  bool nccl_has_store_ = false;
   int parts_ = 0;
   std::promise<void>* part_done_ = nullptr;
 };
