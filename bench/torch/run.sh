@@ -4,8 +4,9 @@
 # and 4, then DDP step time and samples/s for a small MLP (latency-bound)
 # a 25 M-parameter MLP at batch 8 and 1 (compute-bound on few cores), and
 # a 25.6 M-parameter model that is allreduce-bound (a dense-gradient
-# embedding table and a small head, "emb"). Prints markdown tables (the
-# ones in bench/RESULTS.md). Needs `make` (the extension) first. World size
+# embedding table and a small head, "emb"), and an FSDP2 step (2.14).
+# Prints markdown tables (the ones in bench/RESULTS.md). Needs `make` (the
+# extension) first. World size
 # 1 measures what a call costs with no network at all: the hand-off to the
 # backend's thread and back.
 #
@@ -40,4 +41,10 @@ for w in 2 4; do
   py bench/torch/bench.py ddp $w big "$big"
   py bench/torch/bench.py ddp $w big "$big" 1
   py bench/torch/bench.py ddp $w emb 30          # allreduce-bound
+done
+# FSDP2 (fully_shard on a CPU mesh over each backend's group): PyTorch
+# whose FSDP2 runs on CPU (2.14; 2.6's calls record_event on a CPU stream)
+for w in 2 4; do
+  py bench/torch/bench.py fsdp2 $w 20 2>/dev/null ||
+    echo "| fsdp2 MLP 8x1024 | $w | - | FSDP2 does not run on CPU in this PyTorch | | | | |"
 done
