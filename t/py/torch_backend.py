@@ -708,23 +708,13 @@ def abort_main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+# T_SCENARIO: which one this run is ("": the main one)
+SCENARIOS = {"": main, "tcpinit": tcpinit_main, "kill": kill_main,
+             "abort": abort_main, "shrink": shrink_main,
+             "fsdp_kill": fsdp_kill_main}
+
 try:
-    if os.environ.get("T_SCENARIO") == "fsdp_kill":
-        fsdp_kill_main()
-        sys.exit(0)
-    if os.environ.get("T_SCENARIO") == "shrink":
-        shrink_main()
-        sys.exit(0)
-    if os.environ.get("T_SCENARIO") == "abort":
-        abort_main()
-        sys.exit(0)
-    if os.environ.get("T_SCENARIO") == "tcpinit":
-        tcpinit_main()
-        sys.exit(0)
-    if os.environ.get("T_SCENARIO") == "kill":
-        kill_main()
-        sys.exit(0)
-    main()
+    SCENARIOS[os.environ.get("T_SCENARIO", "")]()
 except Exception:
     check(False, "exception", traceback.format_exc().replace("\n", " / ")[-300:])
     sys.exit(1)

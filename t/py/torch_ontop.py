@@ -95,6 +95,20 @@ def batch(step):
     return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
 
 
+def train(forward, model, steps):
+    """steps SGD steps of forward on this rank's batches: the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for step in range(steps):
+        x, y = batch(step)
+        loss = torch.nn.functional.mse_loss(forward(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 def fsdp2():
     """fully_shard (FSDP2) of an MLP on a CPU mesh, 5 SGD steps: the losses
     and the parameters after, made whole."""
@@ -113,15 +127,7 @@ def fsdp2():
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = []
-    for step in range(5):
-        x, y = batch(step)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = train(model, model, 5)
     res("fsdp2_losses", "[" + ",".join("%.5g" % v for v in losses) + "]")
     total = sum(p.full_tensor().double().sum().item() for p in model.parameters())
     res("fsdp2_params", "%.6g" % total)
@@ -134,15 +140,7 @@ def compiled_ddp():
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = DDP(mlp())
     compiled = torch.compile(model, backend="aot_eager")
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = []
-    for step in range(3):
-        x, y = batch(step)
-        loss = torch.nn.functional.mse_loss(compiled(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = train(compiled, model, 3)
     res("cddp_losses", "[" + ",".join("%.5g" % v for v in losses) + "]")
     res("cddp_params", "%.6g" % sum(p.double().sum().item()
                                     for p in model.parameters()))

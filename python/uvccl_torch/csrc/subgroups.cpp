@@ -62,7 +62,10 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(ProcessGroupUVCCL& parent, int rank,
   }
   if (rc != 0) {
     shutdown();
-    TORCH_CHECK(false, "uvccl: ", what, ": ", msg);
+    // uvccl's own message may already name the operation
+    std::string head = std::string(what) + ": ";
+    TORCH_CHECK(false, "uvccl: ", msg.compare(0, head.size(), head) == 0
+                                      ? msg : head + msg);
   }
   pg_up_ = true;
   cuda_mode_ = parent.cuda_mode_;
