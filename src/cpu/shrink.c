@@ -11,9 +11,10 @@
  * failed ranks (PROPOSE), and once it has heard from each member it does
  * not itself know to have failed, decides their union and tells everyone
  * (DECIDE). A rank the caller excludes (uvccl_pg_shrink_excluding) is in
- * its proposal as if failed. It tolerates failures during it, relying on the monitor's
- * verdicts (every survivor eventually learns of every failure, and a rank
- * declared failed is cut off, so it cannot come back and disagree):
+ * its proposal as if failed. It tolerates failures during it, relying on
+ * the monitor's verdicts (every survivor eventually learns of every
+ * failure, and a rank declared failed is cut off, so it cannot come back
+ * and disagree):
  *  - a member that learns its coordinator failed proposes to the next one;
  *  - a member that has already decided keeps answering, and proposes its
  *    decision to any new coordinator, which must adopt it; so if the
