@@ -1,7 +1,8 @@
 /* uvccl-run, the torchrun --standalone of uvccl: the environment each rank
  * gets, prefixed whole lines on stdout and stderr, a failing rank stopping
  * the others quickly (or not, with --keep-going; --kill), signals
- * forwarded, SIGKILL after the grace period,
+ * forwarded, SIGKILL after the grace period, the store served by
+ * uvccl-run itself (--host-store) outliving rank 0,
  * and no process left behind (this test is a child subreaper, so anything
  * uvccl-run orphans would become its child and be seen). */
 #define _GNU_SOURCE
@@ -11,7 +12,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,6 +25,7 @@
 #endif
 
 static char tool[4096];
+static char bench[4096], store_tool[4096], portbuf[16];
 
 typedef struct {
   char *out, *err;
@@ -353,6 +358,79 @@ static void test_keep_going(void) {
   res_free(&r);
 }
 
+/* --host-store: the store is uvccl-run's, so it outlives rank 0. Rank 0
+ * writes a key and is killed; the others read it after its death, and a
+ * client without the job secret is refused. Then a uvccl world forms
+ * through it (its ranks host none), and a taken --master-port is a clear
+ * error. */
+static void test_host_store(void) {
+  static const char script[] =
+      "A=127.0.0.1:$MASTER_PORT; echo agent=$TORCHELASTIC_USE_AGENT_STORE; "
+      "\"$T_STORE\" $A set key$RANK v$RANK >/dev/null || exit 3; "
+      "if [ $RANK = 0 ]; then sleep 30; fi; sleep 3; "
+      "echo key0=$(\"$T_STORE\" $A get key0); "
+      "if env -u UVCCL_AUTH_TOKEN \"$T_STORE\" $A --timeout 3000 get key0 "
+      ">/dev/null 2>&1; then echo stranger read it; "
+      "else echo stranger refused; fi";
+  const char *hs[] = {"--host-store", "-n", "3", "--kill", "0@1",
+                      "/bin/sh", "-c", script, NULL};
+  const char *world[] = {"--host-store", "-n", "3", bench, "--op",
+                         "allreduce", "-b", "4", "-e", "4096", NULL};
+  const char *taken[] = {"--host-store", "--master-port", portbuf, "-n",
+                         "2", "/bin/sh", "-c", "echo ran", NULL};
+  result_t r;
+  int i, fd;
+  struct sockaddr_in a;
+  socklen_t alen = sizeof(a);
+  setenv("T_STORE", store_tool, 1);
+  run(&r, hs);
+  ok(r.status == 0 && strstr(r.err, "rank 0 killed (--kill)") != NULL,
+     "--host-store: rank 0 killed, exit status 0 (%d)", r.status);
+  for (i = 1; i < 3; i++) {
+    char want[64];
+    snprintf(want, sizeof(want), "[%d] key0=v0", i);
+    ok(has_line(r.out, want), "rank %d reads rank 0's key after its death",
+       i);
+    snprintf(want, sizeof(want), "[%d] stranger refused", i);
+    ok(has_line(r.out, want), "rank %d: a client without the secret is "
+       "refused", i);
+  }
+  ok(has_line(r.out, "[1] agent=True"), "ranks are told to use the agent's "
+     "store (TORCHELASTIC_USE_AGENT_STORE=True)");
+  if (r.status != 0 || !has_line(r.out, "[1] key0=v0")) show(&r);
+  ok(no_leftovers(), "nothing left behind");
+  res_free(&r);
+
+  run(&r, world);
+  ok(r.status == 0 && strstr(r.out, "[0] allreduce ") != NULL &&
+         strstr(r.out, " no\n") == NULL,
+     "--host-store: a uvccl world of 3 forms through it and checks its "
+     "results (exit %d)", r.status);
+  if (r.status != 0) show(&r);
+  res_free(&r);
+
+  /* a port someone holds */
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      listen(fd, 1) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &alen) == 0) {
+    snprintf(portbuf, sizeof(portbuf), "%d", ntohs(a.sin_port));
+    run(&r, taken);
+    ok(r.status == 1 && strstr(r.err, "cannot serve the store") != NULL &&
+           strstr(r.out, "ran") == NULL,
+       "--host-store on a taken port: exit 1, no rank started (%d)",
+       r.status);
+    if (r.status != 1) show(&r);
+    res_free(&r);
+  } else {
+    ok(0, "cannot hold a port for the test");
+  }
+  if (fd >= 0) close(fd);
+}
+
 static void test_signals(void) {
   result_t r;
   const char *a1[] = {"-n", "2", "/bin/sh", "-c",
@@ -455,6 +533,10 @@ int main(void) {
   snprintf(tool, sizeof(tool), "%s/bin/uvccl-run",
            bd && *bd ? bd : UVCCL_BUILD_DIR);
   if (access(tool, X_OK) != 0) skip_all("%s not built", tool);
+  snprintf(bench, sizeof(bench), "%s/bin/uvccl-bench",
+           bd && *bd ? bd : UVCCL_BUILD_DIR);
+  snprintf(store_tool, sizeof(store_tool), "%s/bin/uvccl-store",
+           bd && *bd ? bd : UVCCL_BUILD_DIR);
   if (access("/bin/sh", X_OK) != 0) skip_all("no /bin/sh");
   /* Orphans of uvccl-run become our children: no_leftovers() sees them. */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -465,6 +547,7 @@ int main(void) {
   test_no_interleave();
   test_failure();
   test_keep_going();
+  test_host_store();
   test_signals();
   test_usage();
   return done_testing();

@@ -2,7 +2,8 @@
  * `torchrun --standalone --nproc-per-node N` does.
  *
  *   uvccl-run [-n N] [--master-port P] [--tag-output|--no-prefix]
- *             [--keep-going] [--kill R@SECONDS]... [--] PROGRAM [ARGS...]
+ *             [--keep-going] [--kill R@SECONDS]... [--host-store]
+ *             [--] PROGRAM [ARGS...]
  *
  * Each rank is a child process (uv_spawn on a libuv loop) with RANK,
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
@@ -17,7 +18,12 @@
  * rank at a given moment, to see it done), SIGINT/SIGTERM/SIGHUP are
  * forwarded, and each rank is started through a small trampoline (this
  * binary again) that asks the kernel to SIGKILL it if uvccl-run itself
- * dies without a chance to clean up. */
+ * dies without a chance to clean up.
+ *
+ * With --host-store the world's store is served here, on this process's
+ * loop, as torchrun's agent serves its TCPStore: the ranks are told
+ * (TORCHELASTIC_USE_AGENT_STORE=True) to use it rather than have rank 0
+ * host one, so the store outlives any rank, rank 0 included. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +82,13 @@ static const char usage_text[] =
 "                            see the others survive it (implies\n"
 "                            --keep-going; may be repeated)\n"
 "  --no-auth                 no job secret (see below)\n"
+"  --host-store              serve the world's store here, at MASTER_PORT,\n"
+"                            with the job secret, for as long as the run\n"
+"                            lasts (ranks get TORCHELASTIC_USE_AGENT_STORE=True\n"
+"                            and host none): any rank, rank 0 included, may\n"
+"                            then die without taking the store with it.\n"
+"                            PyTorch's own TCPStore clients cannot prove the\n"
+"                            secret: add --no-auth for PyTorch programs\n"
 "  --print-config[=markdown] every UVCCL_* variable uvccl reads: its value\n"
 "                            here (or its default) and what it does; then\n"
 "                            exits (status 1 if a value is malformed)\n"
@@ -216,6 +229,9 @@ static int nranks = 1;
 static int prefix_on = 1;
 static int keep_going;    /* a failed rank does not stop the others */
 static int no_auth;       /* --no-auth: no job secret */
+static int host_store;    /* --host-store: the store is served here */
+static uvccl_store_server_t store_server;
+static int store_open;
 static struct {
   int rank;
   uint64_t ms;
@@ -322,6 +338,10 @@ static void check_done(void) {
   uv_close((uv_handle_t *)&drain_timer, NULL);
   for (i = 0; i < 4; i++) uv_close((uv_handle_t *)&sig_handles[i], NULL);
   for (i = 0; i < nkills; i++) uv_close((uv_handle_t *)&kills[i].timer, NULL);
+  if (store_open) {
+    store_open = 0;
+    uvccl_store_server_close(&store_server, NULL);
+  }
 }
 
 /* Signals every rank's process group (exited ranks too: what they started
@@ -530,7 +550,7 @@ static int port_free(int port, int *got) {
 }
 
 /* MASTER_PORT: a free port below the kernel's ephemeral range. The port is
- * only bound by rank 0 later; one from the ephemeral range could be taken
+ * only bound by rank 0 later (unless --host-store binds it at once); one from the ephemeral range could be taken
  * meanwhile by another rank's listener or outgoing connection (ports of
  * bind(0) and connect come from that range), and the job would fail. */
 static int pick_port(void) {
@@ -720,7 +740,7 @@ static int opt_val(int argc, char **argv, int *i, const char *name,
 
 int main(int argc, char **argv) {
   int i, k, port = 0, r, nprog;
-  const char *v;
+  const char *v, *token = NULL;
   char exe[PATH_MAX], ppid[32];
   size_t exelen = sizeof(exe), nbase = 0, ne;
   char **args, **env;
@@ -758,6 +778,8 @@ int main(int argc, char **argv) {
       keep_going = 1;
     } else if (strcmp(a, "--no-auth") == 0) {
       no_auth = 1;
+    } else if (strcmp(a, "--host-store") == 0) {
+      host_store = 1;
     } else if (strcmp(a, "--print-config") == 0) {
       return print_config(0);
     } else if (strcmp(a, "--print-config=markdown") == 0) {
@@ -801,7 +823,7 @@ int main(int argc, char **argv) {
 
   for (ne = 0; environ && environ[ne]; ne++) {
   }
-  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 4));
+  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 6));
   for (ne = 0; environ && environ[ne]; ne++)
     if (!is_our_var(environ[ne])) env[nbase++] = environ[ne];
   /* A secret per job (its ranks' store answers only them), unless the
@@ -819,7 +841,9 @@ int main(int argc, char **argv) {
     for (k = 0; k < (int)sizeof(rnd); k++)
       b += (size_t)snprintf(tokvar + b, sizeof(tokvar) - b, "%02x", rnd[k]);
     env[nbase++] = tokvar;
+    token = tokvar + sizeof("UVCCL_AUTH_TOKEN=") - 1;
   }
+  if (host_store) env[nbase++] = (char *)"TORCHELASTIC_USE_AGENT_STORE=True";
 
   /* Many more ranks than CPUs: every wake-up is a context switch, so small
    * allreduces and barriers go through a tree (about two wake-ups a rank,
@@ -840,6 +864,27 @@ int main(int argc, char **argv) {
   }
 
   loop = uv_default_loop();
+  if (host_store) {
+    /* The secret and TLS the ranks get: ours if we made one, else what
+     * the environment names (the server reads it as the ranks do). */
+    uvccl_store_server_options_t so;
+    memset(&so, 0, sizeof(so));
+    so.host = "127.0.0.1";
+    so.port = port;
+    so.listen_fd = -1;
+    so.auth_token = token;
+    so.auth_none = no_auth;
+    if ((r = uvccl_store_server_init(loop, &store_server, &so)) != 0) {
+      msg("cannot serve the store on 127.0.0.1:%d: %s", port,
+          uvccl_strerror(r));
+      uv_loop_close(loop);
+      free(args);
+      free(env);
+      return 1;
+    }
+    store_open = 1;
+  }
+
   uv_timer_init(loop, &kill_timer);
   uv_timer_init(loop, &drain_timer);
   for (k = 0; k < 4; k++) {
@@ -851,7 +896,6 @@ int main(int argc, char **argv) {
     kills[k].timer.data = (void *)(uintptr_t)k;
   }
   timers_on = 1;
-
   ranks = xrealloc(NULL, sizeof(*ranks) * (size_t)nranks);
   memset(ranks, 0, sizeof(*ranks) * (size_t)nranks);
   for (k = 0; k < nranks; k++) {
