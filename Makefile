@@ -94,10 +94,12 @@ GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # The chaos benchmark's uvccl rank (bench/chaos/run.sh), the store's
 # load generator (bench/store/run.sh) and the authentication cost at
 # connect (bench/auth/run.sh), and the loop lag under large collectives
-# (bench/coll/loop_lag.sh).
+# (bench/coll/loop_lag.sh), and the state transfer's rate
+# (bench/elastic/transfer_bench.c).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
-		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag
+		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
+		 $(BUILD)/bench/uvccl-transfer-bench
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -215,6 +217,7 @@ BENCH_TABLE := \
 	uvccl-tls-store-bench:bench/tls/store_ops.c \
 	uvccl-create-bench:bench/auth/create_bench.c \
 	uvccl-loop-lag:bench/coll/loop_lag.c \
+	uvccl-transfer-bench:bench/elastic/transfer_bench.c \
 	uvccl_chaos:bench/chaos/uvccl_chaos.c \
 	nccl_bench:bench/gpu/nccl_bench.c \
 	stage_bench:bench/gpu/stage_bench.c

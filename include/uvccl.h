@@ -63,7 +63,8 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(ECUDA, -20016, "CUDA error")                                              \
   XX(EREVOKED, -20017, "the group was revoked")                                \
   XX(EMISMATCH, -20018, "ranks called mismatched collectives")              \
-  XX(EAUTH, -20019, "authentication failed")
+  XX(EAUTH, -20019, "authentication failed")                                   \
+  XX(ECHECKSUM, -20020, "data arrived corrupted (checksum mismatch)")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -1010,6 +1011,34 @@ typedef struct {
 UVCCL_EXTERN int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
                                  uvccl_p2p_op_t *ops, size_t nops,
                                  uvccl_work_cb cb);
+
+/* ---- State transfer: brings ranks up to date (a joiner gets a model's
+ * parameters and optimizer state from a member). root sends its bufs to
+ * the group ranks in to[0..nto); each of those receives into its own
+ * bufs, which must have the same count and lengths. Only root and the
+ * ranks in to call it, each with the same root, to (in the same order)
+ * and tag; to must not hold root or a rank twice.
+ *
+ * The bytes go in chunks of UVCCL_TRANSFER_CHUNK along a chain (root ->
+ * to[0] -> to[1] ...), several in flight on each link, so each link
+ * carries them once and a receiver forwards chunk k while chunk k+1
+ * arrives; every chunk is checksummed (CRC-32C) by the root as it goes
+ * out and by every receiver as it lands. Before any byte moves the root
+ * checks every receiver's buffer lengths; a difference fails the transfer
+ * on all of them with UVCCL_EMISMATCH, naming the rank and buffer. A
+ * receiver whose bytes do not match the root's checksums fails with
+ * UVCCL_ECHECKSUM naming the buffer, and so does the root (it completes
+ * only once every receiver has confirmed its bytes: work->msg names the
+ * first rank that did not). A peer that fails is UVCCL_EPEER, as for any
+ * operation. Buffers are host memory. It is point-to-point traffic under
+ * tag: no other message between these ranks may use that tag until it
+ * completes. At most UVCCL_TRANSFER_MAX_BUFS buffers. */
+#define UVCCL_TRANSFER_CHUNK (1u << 20)
+#define UVCCL_TRANSFER_MAX_BUFS 65536
+UVCCL_EXTERN int uvccl_pg_transfer(uvccl_pg_t *pg, uvccl_work_t *work,
+                                   const uvccl_buf_t *bufs, size_t nbufs,
+                                   int root, const int *to, int nto, int tag,
+                                   uvccl_work_cb cb);
 
 /* ---- Byte payloads of different lengths (the C side of c10d's object
  * collectives). Results are owned by the work (uvccl_work_cleanup). */
