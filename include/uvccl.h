@@ -1012,6 +1012,35 @@ UVCCL_EXTERN int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
                                  uvccl_p2p_op_t *ops, size_t nops,
                                  uvccl_work_cb cb);
 
+/* ---- Elastic worlds: growing. A running world admits njoin new ranks
+ * (replacements for ranks it lost, or more): every member of pg (a world,
+ * or the world a shrink made) calls uvccl_pg_grow; each newcomer calls
+ * uvccl_pg_join. Both need a client of the world's store (the one it was
+ * made over; for env:// worlds, uvccl_tcp_store_init to MASTER_ADDR and
+ * MASTER_PORT, which must outlive rank 0 if rank 0 is to be replaced: see
+ * uvccl-run --host-store) and opts with the prefix the world was first
+ * made with, the same on all of them, plus what a creation takes (timeout,
+ * backend, addresses). On success newpg is the new world of pg->size +
+ * njoin ranks: members keep their ranks, joiners take the ranks after
+ * them in the order they arrived; work->result is the grow's epoch (1,
+ * 2, ... per store prefix), the same on every rank. Members agree first
+ * (a collective over pg): a member dead by then fails it on all of them,
+ * as a rank dying while the new world is made fails that on everyone;
+ * each then keeps what it had (pg on members) and newpg needs no destroy.
+ * A joiner that finds every place of the open grow taken waits for the
+ * next grow. Each step has its own time limit (the store's, opts's
+ * creation timeout); a cancelled grow destroys newpg itself, so its memory
+ * must stay until the loop has run on.
+ * This build makes the new world's connections anew (members' included). */
+UVCCL_EXTERN int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                               uvccl_store_t *store, int njoin,
+                               const uvccl_pg_options_t *opts,
+                               uvccl_work_t *work, uvccl_work_cb cb);
+UVCCL_EXTERN int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg,
+                               uvccl_store_t *store,
+                               const uvccl_pg_options_t *opts,
+                               uvccl_work_t *work, uvccl_work_cb cb);
+
 /* ---- State transfer: brings ranks up to date (a joiner gets a model's
  * parameters and optimizer state from a member). root sends its bufs to
  * the group ranks in to[0..nto); each of those receives into its own

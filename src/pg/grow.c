@@ -1,0 +1,331 @@
+/* uvccl_pg_grow and uvccl_pg_join: a running world admits new ranks.
+ *
+ * The agreement runs through the world's store, under the prefix the
+ * world was first made with (P), the same for members and joiners:
+ *   P/grow/epoch        a counter: the grows so far (the epoch)
+ *   P/grow/E/plan       "M J": grow E admits J ranks after M members
+ *   P/grow/open         the last epoch opened
+ *   P/grow/E/joined     a counter: each joiner takes the next place
+ *   P/grow/E/world      the new world's prefix
+ * Members: rank 0 opens epoch E (counter, plan, open), and broadcasts E to
+ * the others over the old world; that broadcast is the point every member
+ * agrees on (a member dead by then fails it on all of them, and they keep
+ * the old world). Joiners: wait for an open epoch, take a place with the
+ * counter (the (J+1)th finds the epoch full and waits for the next one).
+ * Then everyone makes the new world of M + J ranks under P/grow/E/world:
+ * members keep their ranks, joiners take M, M+1, ... in the order they
+ * took their places. A rank that fails meanwhile fails that creation on
+ * everyone, who then keep what they had.
+ *
+ * This step makes the new world's connections anew, members' included;
+ * keeping the members' live connections is the next one (issue 33). */
+#include "backend.h"
+#include "loop/internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMP "grow"
+#define KEY_MAX 512
+
+enum {
+  S_OPEN_COUNT,  /* rank 0: P/grow/epoch += 1 */
+  S_OPEN_PLAN,   /* rank 0: P/grow/E/plan */
+  S_OPEN_OPEN,   /* rank 0: P/grow/open */
+  S_AGREE,       /* members: broadcast E */
+  S_WAIT_OPEN,   /* joiner: get P/grow/open */
+  S_WAIT_PLAN,   /* joiner: get P/grow/E/plan */
+  S_CLAIM,       /* joiner: P/grow/E/joined += 1 */
+  S_CREATE,      /* everyone: the new world */
+  S_UNDO         /* the new world failed: destroying it */
+};
+
+typedef struct {
+  uv_loop_t *loop;
+  uvccl_pg_t *pg; /* members: the world that grows; NULL on a joiner */
+  uvccl_pg_t *newpg;
+  uvccl_store_t *store;
+  uvccl_pg_options_t o;
+  char base[KEY_MAX - 80]; /* P */
+  char world[KEY_MAX]; /* P/grow/E/world */
+  char key[KEY_MAX];
+  char val[64];
+  int njoin, members, rank, size;
+  uint64_t epoch;
+  int step;
+  int status;
+  char msg[UVCCL_WORK_MSG_LEN];
+  uvccl_work_t inner;
+  uvccl_work_t *outer;
+} grow_t;
+
+static void on_inner(uvccl_work_t *w, int status);
+
+static const char *const step_what[] = {
+    "opening the grow in the store", "opening the grow in the store",
+    "opening the grow in the store",
+    "the members' agreement (a member failed: the world stays as it was)",
+    "waiting for a grow to open", "reading the grow's plan",
+    "taking a place", "making the new world", "making the new world"};
+
+static void finish(grow_t *g) {
+  uvccl_work_t *w = g->outer;
+  uvccl_work_cleanup(&g->inner);
+  if (w != NULL) {
+    w->owner_ = NULL;
+    if (g->status != 0) {
+      uvccl__work_fail(w, g->status, "%s", g->msg);
+    } else {
+      w->result = (int64_t)g->epoch;
+      uvccl__work_complete(w, 0);
+    }
+  }
+  uvccl__free(g);
+}
+
+static void on_undone(uvccl_pg_t *pg) {
+  grow_t *g = pg->data;
+  finish(g);
+}
+
+static void fail(grow_t *g, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail(grow_t *g, int status, const char *fmt, ...) {
+  va_list ap;
+  g->status = status;
+  va_start(ap, fmt);
+  vsnprintf(g->msg, sizeof(g->msg), fmt, ap);
+  va_end(ap);
+  if (g->step == S_CREATE && g->newpg->impl_ != NULL) {
+    /* a creation that failed is destroyed here: newpg needs nothing */
+    g->step = S_UNDO;
+    g->newpg->data = g;
+    uvccl_pg_destroy(g->newpg, on_undone);
+    return;
+  }
+  finish(g);
+}
+
+/* Starts the next step's inner work; an error at the call ends it. */
+static void step(grow_t *g, int next) {
+  int rc = 0;
+  g->step = next;
+  g->inner.data = g;
+  switch (next) {
+  case S_OPEN_COUNT:
+    snprintf(g->key, sizeof(g->key), "%s/grow/epoch", g->base);
+    rc = uvccl_store_add(g->store, &g->inner, g->key, 1, on_inner);
+    break;
+  case S_OPEN_PLAN:
+    snprintf(g->key, sizeof(g->key), "%s/grow/%" PRIu64 "/plan", g->base,
+             g->epoch);
+    snprintf(g->val, sizeof(g->val), "%d %d", g->members, g->njoin);
+    rc = uvccl_store_set(g->store, &g->inner, g->key, g->val, strlen(g->val),
+                         on_inner);
+    break;
+  case S_OPEN_OPEN:
+    snprintf(g->key, sizeof(g->key), "%s/grow/open", g->base);
+    snprintf(g->val, sizeof(g->val), "%" PRIu64, g->epoch);
+    rc = uvccl_store_set(g->store, &g->inner, g->key, g->val, strlen(g->val),
+                         on_inner);
+    break;
+  case S_AGREE:
+    rc = uvccl_broadcast(g->pg, &g->inner, &g->epoch, 1, UVCCL_INT64, 0,
+                         on_inner);
+    break;
+  case S_WAIT_OPEN:
+    snprintf(g->key, sizeof(g->key), "%s/grow/open", g->base);
+    rc = uvccl_store_get(g->store, &g->inner, g->key, on_inner);
+    break;
+  case S_WAIT_PLAN:
+    snprintf(g->key, sizeof(g->key), "%s/grow/%" PRIu64 "/plan", g->base,
+             g->epoch);
+    rc = uvccl_store_get(g->store, &g->inner, g->key, on_inner);
+    break;
+  case S_CLAIM:
+    snprintf(g->key, sizeof(g->key), "%s/grow/%" PRIu64 "/joined", g->base,
+             g->epoch);
+    rc = uvccl_store_add(g->store, &g->inner, g->key, 1, on_inner);
+    break;
+  case S_CREATE: {
+    uvccl_pg_options_t o = g->o;
+    snprintf(g->world, sizeof(g->world), "%s/grow/%" PRIu64 "/world",
+             g->base, g->epoch);
+    o.prefix = g->world;
+    o.rank = g->rank;
+    o.size = g->size;
+    memset(g->newpg, 0, sizeof(*g->newpg));
+    rc = uvccl_pg_init(g->loop, g->newpg, g->store, &o, &g->inner, on_inner);
+    break;
+  }
+  }
+  if (rc != 0) {
+    /* refused at the call: a member the old world already knows failed
+     * is named, as a work's failure would */
+    uvccl_pg_failure_t f;
+    if (g->pg != NULL && uvccl_pg_get_failure(g->pg, &f) == 1 &&
+        f.global_rank >= 0)
+      fail(g, rc, "grow: %s: rank %d failed (%s)", step_what[next],
+           f.rank >= 0 ? f.rank : f.global_rank,
+           uvccl_fail_cause_name(f.cause));
+    else
+      fail(g, rc, "grow: %s: %s", step_what[next], uvccl_strerror(rc));
+  }
+}
+
+static int parse_plan(const char *v, size_t len, int *m, int *j) {
+  char buf[64];
+  if (len == 0 || len >= sizeof(buf)) return -1;
+  memcpy(buf, v, len);
+  buf[len] = '\0';
+  return sscanf(buf, "%d %d", m, j) == 2 && *m > 0 && *j > 0 ? 0 : -1;
+}
+
+static void on_inner(uvccl_work_t *w, int status) {
+  grow_t *g = w->data;
+  char wmsg[UVCCL_WORK_MSG_LEN];
+  snprintf(wmsg, sizeof(wmsg), "%s", w->msg[0] ? w->msg
+                                                : uvccl_strerror(status));
+  if (g->outer == NULL && g->step != S_CREATE) {
+    g->status = UV_ECANCELED;
+    finish(g);
+    return;
+  }
+  if (status != 0) {
+    fail(g, status, "grow: %s: %s", step_what[g->step], wmsg);
+    return;
+  }
+  switch (g->step) {
+  case S_OPEN_COUNT:
+    g->epoch = (uint64_t)w->result;
+    step(g, S_OPEN_PLAN);
+    break;
+  case S_OPEN_PLAN:
+    step(g, S_OPEN_OPEN);
+    break;
+  case S_OPEN_OPEN:
+    step(g, S_AGREE);
+    break;
+  case S_AGREE:
+    step(g, S_CREATE);
+    break;
+  case S_WAIT_OPEN: {
+    char buf[32];
+    size_t n = w->value_len < sizeof(buf) - 1 ? w->value_len : sizeof(buf) - 1;
+    memcpy(buf, w->value, n);
+    buf[n] = '\0';
+    g->epoch = strtoull(buf, NULL, 10);
+    if (g->epoch == 0) {
+      fail(g, UVCCL_EPROTO, "grow: %s holds '%s', not an epoch", g->key, buf);
+      return;
+    }
+    step(g, S_WAIT_PLAN);
+    break;
+  }
+  case S_WAIT_PLAN:
+    if (parse_plan(w->value, w->value_len, &g->members, &g->njoin) != 0) {
+      fail(g, UVCCL_EPROTO, "grow: %s is not a plan", g->key);
+      return;
+    }
+    step(g, S_CLAIM);
+    break;
+  case S_CLAIM:
+    if (w->result > g->njoin) {
+      /* this epoch is full: the next one */
+      g->epoch++;
+      step(g, S_WAIT_PLAN);
+      return;
+    }
+    g->rank = g->members + (int)w->result - 1;
+    g->size = g->members + g->njoin;
+    step(g, S_CREATE);
+    break;
+  case S_CREATE:
+    if (g->outer == NULL) { /* cancelled meanwhile: undo it */
+      fail(g, UV_ECANCELED, "grow cancelled");
+      return;
+    }
+    finish(g);
+    break;
+  }
+}
+
+static void on_abandon(uvccl_work_t *w, int status) {
+  grow_t *g = w->owner_;
+  (void)status;
+  if (g == NULL) return;
+  g->outer = NULL;
+  if (uvccl__work_is_live(&g->inner)) uvccl_work_cancel(&g->inner);
+}
+
+static const struct uvccl__work_ops grow_ops = {on_abandon, NULL, NULL};
+
+static grow_t *grow_new(uv_loop_t *loop, uvccl_pg_t *newpg,
+                        uvccl_store_t *store, const uvccl_pg_options_t *opts) {
+  grow_t *g = uvccl__calloc(1, sizeof(*g));
+  const char *p;
+  if (g == NULL) return NULL;
+  g->loop = loop;
+  g->newpg = newpg;
+  g->store = store;
+  if (opts != NULL) g->o = *opts;
+  p = g->o.prefix != NULL ? g->o.prefix : "uvccl/default";
+  snprintf(g->base, sizeof(g->base), "%s", p);
+  g->o.prefix = NULL;
+  return g;
+}
+
+int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
+                  int njoin, const uvccl_pg_options_t *opts,
+                  uvccl_work_t *work, uvccl_work_cb cb) {
+  grow_t *g;
+  int rc;
+  if (pg == NULL || pg->loop == NULL || pg->rank < 0 || newpg == NULL ||
+      newpg == pg || store == NULL || work == NULL || cb == NULL ||
+      njoin < 1 || njoin > 65536 - pg->size)
+    return UV_EINVAL;
+  if (opts != NULL && opts->prefix != NULL &&
+      strlen(opts->prefix) >= KEY_MAX - 80)
+    return UV_EINVAL;
+  g = grow_new(pg->loop, newpg, store, opts);
+  if (g == NULL) return UV_ENOMEM;
+  g->pg = pg;
+  g->njoin = njoin;
+  g->members = pg->size;
+  g->rank = pg->rank;
+  g->size = pg->size + njoin;
+  rc = uvccl__work_start(work, pg->loop, "grow", &grow_ops, g, 0, cb);
+  if (rc != 0) {
+    uvccl__free(g);
+    return rc;
+  }
+  g->outer = work;
+  step(g, pg->rank == 0 ? S_OPEN_COUNT : S_AGREE);
+  return 0;
+}
+
+int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg, uvccl_store_t *store,
+                  const uvccl_pg_options_t *opts, uvccl_work_t *work,
+                  uvccl_work_cb cb) {
+  grow_t *g;
+  int rc;
+  if (loop == NULL || newpg == NULL || store == NULL || work == NULL ||
+      cb == NULL)
+    return UV_EINVAL;
+  if (opts != NULL && opts->prefix != NULL &&
+      strlen(opts->prefix) >= KEY_MAX - 80)
+    return UV_EINVAL;
+  g = grow_new(loop, newpg, store, opts);
+  if (g == NULL) return UV_ENOMEM;
+  rc = uvccl__work_start(work, loop, "join", &grow_ops, g, 0, cb);
+  if (rc != 0) {
+    uvccl__free(g);
+    return rc;
+  }
+  g->outer = work;
+  step(g, S_WAIT_OPEN);
+  return 0;
+}

@@ -1,0 +1,353 @@
+/* uvccl_pg_grow and uvccl_pg_join between real processes. The world's
+ * store is served by a process of its own (uvccl-store serve, with a
+ * secret), as uvccl-run --host-store does, so it outlives every rank:
+ *   a) grow 4 -> 6: two joiners at once; members keep their ranks, the
+ *      joiners take 4 and 5; the same epoch (1) everywhere; an allreduce
+ *      of the six; then a state transfer from rank 0 to the joiners, every
+ *      byte checked;
+ *   b) rank 0 killed and replaced: ranks 1-3 shrink to 3, then grow back to
+ *      4 with a replacement that waited for the grow to open; allreduce;
+ *   c) a joiner killed while the new world is being made: every member
+ *      fails the grow, at its creation deadline at the latest, and the old
+ *      world still works;
+ *   d) a member killed before the grow: the others fail the members'
+ *      agreement (naming it) and keep the old world; the joiner fails too;
+ *   e) a stranger (another secret) cannot join: its store refuses it. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+#include "ranks.h"
+#include "ft.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SECRET "t2071-secret-0123456789"
+#define NMAX 8
+
+static uvccl_store_t store;
+static int store_port;
+
+static int work_go(uvccl_work_t *w, cbres_t *c, int rc, uint64_t ms) {
+  return finish_work(c, rc, ms);
+}
+
+#define PREP(w, c)                                                           \
+  do {                                                                       \
+    memset(&(w), 0, sizeof(w));                                              \
+    memset(&(c), 0, sizeof(c));                                              \
+    (w).data = &(c);                                                         \
+  } while (0)
+
+static void store_open(void) {
+  uvccl_tcp_store_options_t so;
+  memset(&so, 0, sizeof(so));
+  so.host = "127.0.0.1";
+  so.port = store_port;
+  so.timeout_ms = 20000;
+  if (uvccl_tcp_store_init(&loop, &store, &so) != 0) {
+    rep(0, "store", "cannot make a store client");
+    exit(1);
+  }
+}
+
+static void store_close(void) { uvccl_store_close(&store, NULL); }
+
+/* sum of the ranks over g, checked */
+static int allreduce_check(uvccl_pg_t *g, const char *name) {
+  uvccl_work_t w;
+  cbres_t c;
+  int64_t v = g->rank, sum = -1;
+  int rc;
+  PREP(w, c);
+  rc = work_go(&w, &c, uvccl_allreduce(g, &w, &v, &sum, 1, UVCCL_INT64,
+                                       UVCCL_SUM, on_work), 15000);
+  rep(rc == 0 && sum == (int64_t)g->size * (g->size - 1) / 2, name,
+      "allreduce over %d ranks: %s %s, sum %lld", g->size, ename(rc), w.msg,
+      (long long)sum);
+  return rc;
+}
+
+static void destroy(uvccl_pg_t *g) {
+  pg_closed = 0;
+  uvccl_pg_destroy(g, on_pg_closed);
+  run_until(&pg_closed, 5000);
+}
+
+static int grow(uvccl_pg_t *from, uvccl_pg_t *to, int njoin, uint64_t ms,
+                uvccl_work_t *w, cbres_t *c) {
+  uvccl_pg_options_t o;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = ms;
+  PREP(*w, *c);
+  memset(to, 0, sizeof(*to));
+  return work_go(w, c, uvccl_pg_grow(from, to, &store, njoin, &o, w, on_work),
+                 ms + 20000);
+}
+
+static int join(uvccl_pg_t *to, uint64_t ms, uvccl_work_t *w, cbres_t *c) {
+  uvccl_pg_options_t o;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = ms;
+  PREP(*w, *c);
+  memset(to, 0, sizeof(*to));
+  return work_go(w, c, uvccl_pg_join(&loop, to, &store, &o, w, on_work),
+                 ms + 30000);
+}
+
+/* the transfer of a), both sides */
+static int transfer_check(uvccl_pg_t *g) {
+  static const int to[2] = {4, 5};
+  static unsigned char mem[(1 << 20) + 3];
+  uvccl_buf_t b = {mem, sizeof(mem)};
+  uvccl_work_t w;
+  cbres_t c;
+  size_t i, bad = 0;
+  int rc;
+  if (g->rank != 0 && g->rank < 4) return 0;
+  for (i = 0; i < sizeof(mem); i++)
+    mem[i] = g->rank == 0 ? (unsigned char)(i * 13 + 5) : 0;
+  PREP(w, c);
+  rc = work_go(&w, &c, uvccl_pg_transfer(g, &w, &b, 1, 0, to, 2, 77, on_work),
+               15000);
+  for (i = 0; i < sizeof(mem); i++) bad += mem[i] != (unsigned char)(i * 13 + 5);
+  rep(rc == 0 && bad == 0, "transfer", "state to the joiners: %s %s, %zu "
+      "wrong bytes", ename(rc), w.msg, bad);
+  return rc;
+}
+
+static int member_main(const char *role) {
+  uvccl_work_t w;
+  cbres_t c;
+  uvccl_pg_t np, sh;
+  int rc;
+  R = ft_env_int("RANK", -1);
+  P = ft_env_int("WORLD_SIZE", 0);
+  rank_init(20000);
+  store_open();
+  if (strcmp(role, "grow") == 0) {
+    rc = grow(&pg, &np, 2, 20000, &w, &c);
+    rep(rc == 0 && np.size == 6 && np.rank == R && w.result == 1, "grew",
+        "grow by 2: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
+        np.rank, np.size, (long long)w.result);
+    if (rc == 0) {
+      allreduce_check(&np, "after");
+      transfer_check(&np);
+      destroy(&np);
+    }
+  } else if (strcmp(role, "kill0") == 0) {
+    if (R == 0) raise(SIGKILL); /* rank 0, and the store lives on */
+    PREP(w, c);
+    memset(&sh, 0, sizeof(sh));
+    rc = work_go(&w, &c, uvccl_pg_shrink(&pg, &sh, &w, on_work), 20000);
+    if (rc != 0 || sh.size != 3) {
+      rep(0, "grew", "shrink: %s %s (size %d)", ename(rc), w.msg, sh.size);
+    } else {
+      rc = grow(&sh, &np, 1, 20000, &w, &c);
+      rep(rc == 0 && np.size == 4 && np.rank == sh.rank && w.result == 1,
+          "grew", "shrunk to 3, grown back to 4: %s %s (rank %d of %d, "
+          "epoch %lld)", ename(rc), w.msg, np.rank, np.size,
+          (long long)w.result);
+      if (rc == 0) {
+        allreduce_check(&np, "after");
+        destroy(&np);
+      }
+      destroy(&sh);
+    }
+  } else if (strcmp(role, "joinerdies") == 0) {
+    double t0 = now_s();
+    rc = grow(&pg, &np, 1, 3000, &w, &c);
+    rep(rc != 0 && rc != HANG && now_s() - t0 < 15, "grew",
+        "the joiner died: %s %s after %.1f s", ename(rc), w.msg,
+        now_s() - t0);
+    allreduce_check(&pg, "after");
+  } else if (strcmp(role, "memberdies") == 0) {
+    if (R == 3) raise(SIGKILL);
+    rc = grow(&pg, &np, 1, 3000, &w, &c);
+    rep(rc != 0 && rc != HANG && strstr(w.msg, "agreement") != NULL &&
+            strstr(w.msg, "rank 3") != NULL,
+        "grew", "a member died: %s %s", ename(rc), w.msg);
+    rep(1, "after", "(the old world lost rank 3)");
+  }
+  store_close();
+  return rank_destroy();
+}
+
+static int joiner_main(const char *role) {
+  uvccl_work_t w;
+  cbres_t c;
+  uvccl_pg_t np;
+  int rc;
+  R = ft_env_int("UVCCL_T_ID", -1);
+  uv_loop_init(&loop);
+  uv_timer_init(&loop, &guard);
+  store_open();
+  if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0) {
+    int want = strcmp(role, "grow") == 0 ? 6 : 4;
+    rc = join(&np, 20000, &w, &c);
+    rep(rc == 0 && np.size == want && np.rank >= want - 2 && w.result == 1,
+        "grew", "joined: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
+        np.rank, np.size, (long long)w.result);
+    if (rc == 0) {
+      allreduce_check(&np, "after");
+      if (want == 6) transfer_check(&np);
+      destroy(&np);
+    }
+  } else if (strcmp(role, "joinerdies") == 0) {
+    /* a joiner's first steps, then death before it connects: it holds a
+     * place in the new world that nobody will fill */
+    void *v = NULL;
+    size_t len = 0;
+    char key[128];
+    int64_t place = 0;
+    rc = uvccl_store_get_sync(&store, "uvccl/default/grow/open", &v, &len);
+    if (rc == 0) {
+      snprintf(key, sizeof(key), "uvccl/default/grow/%s/joined", (char *)v);
+      rc = uvccl_store_add_sync(&store, key, 1, &place);
+    }
+    free(v);
+    printf("# took place %lld (%s), dying\n", (long long)place, ename(rc));
+    fflush(stdout);
+    raise(SIGKILL);
+  } else if (strcmp(role, "memberdies") == 0) {
+    rc = join(&np, 3000, &w, &c);
+    rep(rc != 0 && rc != HANG, "grew", "the members never came: %s %s",
+        ename(rc), w.msg);
+    rep(1, "after", "(a joiner)");
+  } else if (strcmp(role, "stranger") == 0) {
+    rc = join(&np, 3000, &w, &c);
+    rep(rc == UVCCL_EAUTH, "grew", "a stranger's join: %s %s", ename(rc),
+        w.msg);
+  }
+  store_close();
+  uv_close((uv_handle_t *)&guard, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  return 0;
+}
+
+/* ---- parent ---------------------------------------------------------- */
+
+static proc_t server;
+
+static void start_store(void) {
+  static char port[16], tool[4096];
+  char *argv[] = {tool, (char *)"serve", (char *)"--host", (char *)"127.0.0.1",
+                  (char *)"--port", port, NULL};
+  const char *bd = getenv("UVCCL_BUILD_DIR");
+  snprintf(tool, sizeof(tool), "%s/bin/uvccl-store",
+           bd && *bd ? bd : UVCCL_BUILD_DIR);
+  if (access(tool, X_OK) != 0) {
+    note("%s not built", tool);
+    return;
+  }
+  store_port = free_port();
+  snprintf(port, sizeof(port), "%d", store_port);
+  spawn(&server, "store", argv, NULL, 0);
+  sleep_ms(300);
+}
+
+/* members 0..nm-1 (env://, the agent's store), joiners nm..nm+nj-1 */
+static void spawn_all(proc_t *ps, int nm, int nj, const char *role) {
+  static char e_role[64], e_size[32], e_port[32], e_rank[NMAX][32],
+      e_id[NMAX][32];
+  char *argv[] = {self, NULL};
+  int r;
+  snprintf(e_role, sizeof(e_role), "UVCCL_T_ROLE=%s", role);
+  snprintf(e_size, sizeof(e_size), "WORLD_SIZE=%d", nm);
+  snprintf(e_port, sizeof(e_port), "MASTER_PORT=%d", store_port);
+  for (r = 0; r < nm + nj; r++) {
+    char name[32];
+    const char *env[] = {e_role, e_rank[r], e_size, "MASTER_ADDR=127.0.0.1",
+                         e_port, "TORCHELASTIC_USE_AGENT_STORE=True",
+                         "UVCCL_AUTH_TOKEN=" SECRET, e_id[r], NULL};
+    snprintf(e_rank[r], sizeof(e_rank[r]), "RANK=%d", r < nm ? r : 0);
+    snprintf(e_id[r], sizeof(e_id[r]), "UVCCL_T_ID=%d", r);
+    if (r >= nm) snprintf(e_rank[r], sizeof(e_rank[r]), "UVCCL_T_JOINER=1");
+    snprintf(name, sizeof(name), r < nm ? "rank %d" : "joiner %d", r);
+    if (spawn(&ps[r], name, argv, env, 0) != 0) note("spawning %d failed", r);
+  }
+}
+
+static void scenario(const char *role, int nm, int nj, const char *what) {
+  proc_t ps[NMAX];
+  unsigned all = (1u << (nm + nj)) - 1, members = (1u << nm) - 1;
+  int r, clean = 1;
+  start_store(); /* a fresh one: every scenario's world is a new job */
+  spawn_all(ps, nm, nj, role);
+  finish_all(ps, nm + nj, 90);
+  scenario_failed = 0;
+  if (strcmp(role, "grow") == 0) {
+    agg(ps, nm + nj, "grew", all, "%s: 4 members and 2 joiners make a world "
+        "of 6; members keep their ranks, epoch 1 everywhere", what);
+    agg(ps, nm + nj, "after", all, "%s: an allreduce of the six", what);
+    agg(ps, nm + nj, "transfer", 0x31, "%s: rank 0's state reaches both "
+        "joiners", what);
+    {
+      int r4 = -1, r5 = -1, okv;
+      char det[512];
+      find_check(ps, nm + nj, 4, "grew", &okv, det, sizeof(det));
+      if (strstr(det, "rank 4 of")) r4 = 4;
+      if (strstr(det, "rank 5 of")) r4 = 5;
+      find_check(ps, nm + nj, 5, "grew", &okv, det, sizeof(det));
+      if (strstr(det, "rank 4 of")) r5 = 4;
+      if (strstr(det, "rank 5 of")) r5 = 5;
+      ok(r4 + r5 == 9 && r4 != r5, "%s: the joiners took ranks 4 and 5 "
+         "(%d, %d)", what, r4, r5);
+    }
+  } else if (strcmp(role, "kill0") == 0) {
+    agg(ps, nm + nj, "grew", all & ~1u, "%s: ranks 1-3 shrink, then grow "
+        "back to 4 with the replacement", what);
+    agg(ps, nm + nj, "after", all & ~1u, "%s: allreduce of the four", what);
+  } else if (strcmp(role, "joinerdies") == 0) {
+    agg(ps, nm + nj, "grew", members, "%s: every member fails the grow, no "
+        "hang", what);
+    agg(ps, nm + nj, "after", members, "%s: the old world still works",
+        what);
+  } else if (strcmp(role, "memberdies") == 0) {
+    agg(ps, nm + nj, "grew", all & ~8u, "%s: the other members fail the "
+        "agreement naming rank 3; the joiner fails too", what);
+  } else if (strcmp(role, "stranger") == 0) {
+    agg(ps, nm + nj, "grew", all, "%s: refused (UVCCL_EAUTH)", what);
+  }
+  for (r = 0; r < nm + nj; r++) {
+    int may_die = (strcmp(role, "kill0") == 0 && r == 0) ||
+                  (strcmp(role, "memberdies") == 0 && r == 3) ||
+                  (strcmp(role, "joinerdies") == 0 && r >= nm);
+    if (ps[r].status != 0 && !(may_die && ps[r].status == 128 + SIGKILL))
+      clean = 0;
+  }
+  ok(clean, "%s: every other process exited 0", what);
+  if (scenario_failed || !clean) dump_procs(ps, nm + nj);
+  procs_free(ps, nm + nj);
+  kill(server.pid, SIGTERM);
+  finish_all(&server, 1, 5);
+  procs_free(&server, 1);
+}
+
+int main(void) {
+  const char *role = getenv("UVCCL_T_ROLE");
+  if (role != NULL && *role) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    sigpipe_default();
+    alarm(100);
+    store_port = ft_env_int("MASTER_PORT", 0);
+    if (getenv("UVCCL_T_JOINER") != NULL) {
+      if (strcmp(role, "stranger") == 0)
+        setenv("UVCCL_AUTH_TOKEN", "not-the-secret", 1);
+      return joiner_main(role);
+    }
+    return member_main(role);
+  }
+  parent_init(500);
+  sigpipe_default();
+  setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
+  plan(5 + 3 + 3 + 2 + 2);
+  scenario("grow", 4, 2, "a) grow 4 -> 6");
+  scenario("kill0", 4, 1, "b) rank 0 replaced");
+  scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
+  scenario("memberdies", 4, 1, "d) a member killed before the grow");
+  scenario("stranger", 0, 1, "e) a stranger");
+  return done_testing();
+}
