@@ -94,12 +94,12 @@ GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 # The chaos benchmark's uvccl rank (bench/chaos/run.sh), the store's
 # load generator (bench/store/run.sh) and the authentication cost at
 # connect (bench/auth/run.sh), and the loop lag under large collectives
-# (bench/coll/loop_lag.sh), and the state transfer's rate
-# (bench/elastic/transfer_bench.c).
+# (bench/coll/loop_lag.sh), and the state transfer's rate and the
+# kill-and-grow-back cycles (bench/elastic/).
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
 		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
-		 $(BUILD)/bench/uvccl-transfer-bench
+		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -218,6 +218,7 @@ BENCH_TABLE := \
 	uvccl-create-bench:bench/auth/create_bench.c \
 	uvccl-loop-lag:bench/coll/loop_lag.c \
 	uvccl-transfer-bench:bench/elastic/transfer_bench.c \
+	uvccl-elastic-cycles:bench/elastic/cycles.c \
 	uvccl_chaos:bench/chaos/uvccl_chaos.c \
 	nccl_bench:bench/gpu/nccl_bench.c \
 	stage_bench:bench/gpu/stage_bench.c

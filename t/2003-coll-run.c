@@ -2,7 +2,8 @@
  * gets, prefixed whole lines on stdout and stderr, a failing rank stopping
  * the others quickly (or not, with --keep-going; --kill), signals
  * forwarded, SIGKILL after the grace period, the store served by
- * uvccl-run itself (--host-store) outliving rank 0,
+ * uvccl-run itself (--host-store) outliving rank 0, dead ranks started
+ * again (--respawn),
  * and no process left behind (this test is a child subreaper, so anything
  * uvccl-run orphans would become its child and be seen). */
 #define _GNU_SOURCE
@@ -431,6 +432,45 @@ static void test_host_store(void) {
   if (fd >= 0) close(fd);
 }
 
+/* --respawn: a rank that dies is started again, told that it joins; one
+ * that keeps failing is given up after N restarts. */
+static void test_respawn(void) {
+  const char *once[] = {"-n", "3", "--respawn=2", "--kill", "1@0.5",
+                        "/bin/sh", "-c",
+                        "echo start $RANK join=$UVCCL_JOIN "
+                        "count=$UVCCL_RESPAWN_COUNT "
+                        "te=$TORCHELASTIC_RESTART_COUNT "
+                        "agent=$TORCHELASTIC_USE_AGENT_STORE; sleep 1.5; "
+                        "echo done $RANK", NULL};
+  const char *always[] = {"-n", "2", "--respawn=2", "/bin/sh", "-c",
+                          "echo start $RANK count=$UVCCL_RESPAWN_COUNT; "
+                          "if [ $RANK = 1 ]; then exit 3; fi; sleep 0.5",
+                          NULL};
+  result_t r;
+  run(&r, once);
+  ok(r.status == 0 && has_line(r.out, "[1] start 1 join= count= te= "
+                                      "agent=True") &&
+         has_line(r.out, "[1] start 1 join=1 count=1 te=1 agent=True") &&
+         has_line(r.out, "[1] done 1") && has_line(r.out, "[0] done 0") &&
+         strstr(r.err, "rank 1 died (signal 9: Killed): respawning it (1 of "
+                       "2)") != NULL,
+     "--respawn=2: rank 1 killed, started again with UVCCL_JOIN=1 and its "
+     "count, finishes; exit status 0 (%d)", r.status);
+  if (r.status != 0 || !has_line(r.out, "[1] done 1")) show(&r);
+  ok(no_leftovers(), "nothing left behind");
+  res_free(&r);
+  run(&r, always);
+  ok(r.status == 3 && has_line(r.out, "[1] start 1 count=2") &&
+         !has_line(r.out, "[1] start 1 count=3") &&
+         strstr(r.err, "respawning it (2 of 2)") != NULL &&
+         strstr(r.err, "rank 1 exited with status 3\n") != NULL,
+     "--respawn=2: a rank that always fails runs 3 times, then its status "
+     "is the run's (%d)", r.status);
+  if (r.status != 3) show(&r);
+  ok(no_leftovers(), "nothing left behind");
+  res_free(&r);
+}
+
 static void test_signals(void) {
   result_t r;
   const char *a1[] = {"-n", "2", "/bin/sh", "-c",
@@ -548,6 +588,7 @@ int main(void) {
   test_failure();
   test_keep_going();
   test_host_store();
+  test_respawn();
   test_signals();
   test_usage();
   return done_testing();

@@ -8,7 +8,12 @@
  *      first, then rank 3: two shrink lines in order, the new rank 0
  *      (world rank 1) carries the table on, rows of W=3 at the end;
  *   c) without --kill, --keep-going on a healthy world changes nothing:
- *      all 22 rows (allgather, reduce_scatter and alltoall skip 4 B), W=3.
+ *      all 22 rows (allgather, reduce_scatter and alltoall skip 4 B), W=3;
+ *   d) --elastic under uvccl-run --respawn, 4 ranks, rank 2 killed: the
+ *      others shrink to 3, uvccl-run starts it again, it joins, "grew to 4
+ *      ranks (rank 3 joined)", rows of W=4 after, every result checked;
+ *   e) the same with rank 0 killed: the store is uvccl-run's, so rank 0 is
+ *      replaced like any other.
  * c runs first and times the sweep on this machine: the kills of a and b
  * are placed at fractions of that time, so they land mid-sweep on a slow
  * machine and a fast one alike. */
@@ -25,8 +30,8 @@ static const char *const ops[] = {"allreduce", "broadcast", "allgather",
                                   "reduce_scatter", "alltoall", NULL};
 
 typedef struct {
-  int rows, bad_rows, shrinks, w_first, w_last;
-  int shrink_w[4], shrink_lost[4];
+  int rows, bad_rows, shrinks, w_first, w_last, grows;
+  int shrink_w[4], shrink_lost[4], grew_w[4], grew_joined[4];
   int order_ok; /* rows of W=n before the first shrink line, and so on */
 } table_t;
 
@@ -62,6 +67,15 @@ static void parse(const char *out, int n, table_t *t) {
         t->order_ok = 0;
       continue;
     }
+    if (sscanf(l, "grew to %d ranks (rank %d joined)", &w, &lost) == 2) {
+      if (t->grows < 4) {
+        t->grew_w[t->grows] = w;
+        t->grew_joined[t->grows] = lost;
+      }
+      t->grows++;
+      want_w = w;
+      continue;
+    }
     for (i = 0; ops[i]; i++) {
       size_t ol = strlen(ops[i]);
       char ok_col[16];
@@ -80,6 +94,8 @@ static void parse(const char *out, int n, table_t *t) {
   }
 }
 
+static int elastic; /* run_bench: --respawn and --elastic */
+
 static void run_bench(proc_t *p, int n, const char *kills) {
   static char run[4096], bench[4096], nbuf[16];
   char *argv[32];
@@ -92,6 +108,7 @@ static void run_bench(proc_t *p, int n, const char *kills) {
   argv[a++] = (char *)"-n";
   argv[a++] = nbuf;
   argv[a++] = (char *)"--keep-going";
+  if (elastic) argv[a++] = (char *)"--respawn";
   for (tok = strtok_r(k, " ", &save); tok && a < 16;
        tok = strtok_r(NULL, " ", &save)) {
     argv[a++] = (char *)"--kill";
@@ -114,7 +131,7 @@ static void run_bench(proc_t *p, int n, const char *kills) {
   argv[a++] = (char *)"20";
   argv[a++] = (char *)"--heartbeat";
   argv[a++] = (char *)"3";
-  argv[a++] = (char *)"--shrink-on-failure";
+  argv[a++] = (char *)(elastic ? "--elastic" : "--shrink-on-failure");
   argv[a] = NULL;
   if (spawn(p, "uvccl-run", argv, NULL, 0) != 0)
     printf("# cannot start %s\n", run);
@@ -172,6 +189,37 @@ static void test_two_kills(double sweep_s) {
   procs_free(&p, 1);
 }
 
+/* --elastic under uvccl-run --respawn: the killed rank comes back. */
+static void test_elastic(double sweep_s, int victim, const char *what) {
+  proc_t p;
+  table_t t;
+  char k[64], line[64];
+  elastic = 1;
+  snprintf(k, sizeof(k), "%d@%.3f", victim, 0.45 * sweep_s);
+  run_bench(&p, 4, k);
+  elastic = 0;
+  parse(p.obuf, 4, &t);
+  ok(p.status == 0 && strstr(p.ebuf, "respawning it (1 of 3)") != NULL,
+     "%s: rank %d killed and respawned: uvccl-run exits 0 (%d)", what,
+     victim, p.status);
+  ok(t.shrinks == 1 && t.shrink_w[0] == 3 && t.shrink_lost[0] == victim &&
+         t.grows == 1 && t.grew_w[0] == 4 && t.grew_joined[0] == 3,
+     "%s: 'shrunk to 3 ranks after losing rank %d', then 'grew to 4 ranks "
+     "(rank 3 joined)' (%d shrinks, %d grows)", what, victim, t.shrinks,
+     t.grows);
+  snprintf(line, sizeof(line), "[%d] grew to 4 ranks", victim == 0 ? 1 : 0);
+  ok(strstr(p.obuf, line) != NULL, "%s: world rank %d, rank 0 of the new "
+     "world, says so", what, victim == 0 ? 1 : 0);
+  ok(t.rows >= 20 && t.bad_rows == 0 && t.order_ok && t.w_first == 4 &&
+         t.w_last == 4,
+     "%s: %d rows, %d not 'yes', W=4 before and after (last W=%d)", what,
+     t.rows, t.bad_rows, t.w_last);
+  if (p.status != 0 || t.shrinks != 1 || t.grows != 1 || t.bad_rows ||
+      !t.order_ok || t.rows < 20 || t.w_last != 4)
+    show(&p);
+  procs_free(&p, 1);
+}
+
 /* Returns how long the sweep took. */
 static double test_no_kill(void) {
   proc_t p;
@@ -197,9 +245,11 @@ int main(void) {
   snprintf(path, sizeof(path), "%s/bin/uvccl-bench", UVCCL_BUILD_DIR);
   if (access(path, X_OK) != 0) skip_all("%s not built", path);
   atexit(kill_live);
-  plan(1 + 5 + 4);
+  plan(1 + 5 + 4 + 4 + 4);
   sweep = test_no_kill();
   test_one_kill(sweep);
   test_two_kills(sweep);
+  test_elastic(sweep, 2, "d: --elastic");
+  test_elastic(sweep, 0, "e: --elastic, rank 0");
   return done_testing();
 }

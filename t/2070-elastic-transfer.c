@@ -179,8 +179,6 @@ static int rank_main(const char *role) {
            UV_EINVAL;
     bad += uvccl_pg_transfer(&pg, &w, NULL, 4, 0, ok_to, 2, 1, on_work) !=
            UV_EINVAL;
-    bad += uvccl_pg_transfer(&pg, &w, bufs, 4, 0, ok_to, 2, 1, NULL) !=
-           UV_EINVAL;
     rep(bad == 0 && w.state != UVCCL_WORK_PENDING, "args",
         "%d bad calls not refused with UV_EINVAL", bad);
   } else if (strcmp(role, "abandon") == 0) {

@@ -12,6 +12,10 @@
 #     how long creation and the whole job took;
 #  2. a rank dies: uvccl-run SIGKILLs rank 2 of 4 mid-run; the survivors
 #     name it, shrink to a group of 3 and finish the sweep, results checked;
+#  2a. it comes back: the same with uvccl-run --respawn, which serves the
+#     store itself and starts the dead rank again; it joins the running
+#     world (uvccl_pg_join) and the survivors grow back to 4; then a state
+#     transfer (256 MiB, checksummed) against a broadcast of the same bytes;
 #  3. a hang: rank 2 of 4 stalls before a collective; the others time out
 #     naming whom they wait for, every rank dumps its flight recorder
 #     (asked through the store) and uvccl-trace names rank 2;
@@ -55,6 +59,13 @@ echo
 echo "== a rank dies: uvccl-run -n 4 --kill 2@0.3 uvccl-bench --shrink-on-failure"
 "$BUILD/bin/uvccl-run" -n 4 --kill 2@0.3 "$BUILD/bin/uvccl-bench" \
   --op allreduce,allgather -b 4 -e 4M -f 16 --budget 0.1 --shrink-on-failure
+echo
+echo "== it comes back: uvccl-run -n 4 --respawn --kill 2@0.3 uvccl-bench --elastic"
+"$BUILD/bin/uvccl-run" -n 4 --respawn --kill 2@0.3 "$BUILD/bin/uvccl-bench" \
+  --op allreduce,allgather -b 4 -e 4M -f 16 --budget 0.1 --elastic
+echo
+echo "== bringing a joiner up to date: uvccl-run -n 2 uvccl-transfer-bench (256 MiB in 64 buffers)"
+"$BUILD/bin/uvccl-run" -n 2 "$BUILD/bench/uvccl-transfer-bench" --size 256M --iters 3
 echo
 echo "== a hang: rank 2 stalls 6 s before its 40th operation; timeout 2 s; UVCCL_TRACE_DIR set"
 TRACE_DIR=$(mktemp -d)

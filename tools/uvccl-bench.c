@@ -84,6 +84,11 @@ static const char usage_text[] =
 "                        and go on from where they agree (one line per\n"
 "                        shrink: \"shrunk to N ranks after losing rank R\n"
 "                        (cause)\"); every result is still checked\n"
+"  --elastic             --shrink-on-failure, then grow back as soon as\n"
+"                        replacements join (uvccl-run --respawn starts\n"
+"                        them with UVCCL_JOIN=1): \"grew to N ranks (rank R\n"
+"                        joined)\"; the store must outlive rank 0\n"
+"                        (uvccl-run --respawn serves it)\n"
 "  --stall R@N:S         rank R spends S seconds elsewhere (its loop runs)\n"
 "                        before its N-th collective: a hang to debug; with\n"
 "                        UVCCL_TRACE_DIR set, every rank dumps its flight\n"
@@ -245,6 +250,9 @@ static struct {
   /* --shrink-on-failure: the groups made by shrinks (handles must not
    * move), where to resume, and how often it happened */
   int shrink;
+  int elastic;               /* --elastic: grow back after a shrink */
+  uvccl_store_t estore;      /* its client of the world's store */
+  int estore_open;
   uvccl_pg_t shrunk[64];
   int nshrunk;
   int pos_op, pos_size;      /* progress: op index, size index */
@@ -558,6 +566,69 @@ static uvccl_pg_t *cur_pg(void)
   return B.nshrunk > 0 ? &B.shrunk[B.nshrunk - 1] : &B.pg;
 }
 
+/* --elastic: the world's store, at MASTER_ADDR:MASTER_PORT (it outlives
+ * rank 0 under uvccl-run --respawn). */
+static int estore_open(void)
+{
+  uvccl_tcp_store_options_t so;
+  const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+
+  if (B.estore_open)
+    return 0;
+  if (host == NULL || port == NULL)
+    return UV_EINVAL;
+  memset(&so, 0, sizeof(so));
+  so.host = host;
+  so.port = atoi(port);
+  so.timeout_ms = (uint64_t) (B.timeout_s * 1000);
+  if (uvccl_tcp_store_init(&B.loop, &B.estore, &so) != 0)
+    return UV_EINVAL;
+  B.estore_open = 1;
+  return 0;
+}
+
+static void elastic_opts(uvccl_pg_options_t *o)
+{
+  memset(o, 0, sizeof(*o));
+  o->timeout_ms = (uint64_t) (B.timeout_s * 1000);
+  if (B.heartbeat_s > 0)
+    o->heartbeat_timeout_ms = (uint64_t) (B.heartbeat_s * 1000);
+}
+
+/* --elastic, after a shrink that lost `lost` ranks: the survivors admit as
+ * many newcomers. On failure they go on at the shrunk size. */
+static void grow_back(int lost)
+{
+  uvccl_pg_t *from = cur_pg(), *to = &B.shrunk[B.nshrunk];
+  uvccl_pg_options_t o;
+  uvccl_work_t w = {0};
+  int rc;
+
+  elastic_opts(&o);
+  rc = estore_open();
+  if (rc == 0)
+    rc = uvccl_pg_grow(from, to, &B.estore, lost, &o, &w, NULL);
+  if (rc == 0)
+    rc = uvccl_work_wait(&w);
+  if (rc != 0) {
+    if (from->rank == 0)
+      printf("%scould not grow back: %s%s%s\n", B.json ? "# " : "",
+             uvccl_strerror(rc), w.msg[0] ? ": " : "", w.msg);
+    return;
+  }
+  B.nshrunk++;
+  if (to->rank == 0) {
+    if (lost == 1)
+      printf("%sgrew to %d ranks (rank %d joined)\n", B.json ? "# " : "",
+             to->size, to->size - 1);
+    else
+      printf("%sgrew to %d ranks (ranks %d-%d joined)\n", B.json ? "# " : "",
+             to->size, to->size - lost, to->size - 1);
+  }
+  if (from != &B.pg)
+    uvccl_pg_destroy(from, close_cb);
+}
+
 /* --shrink-on-failure: a peer failed. Shrink to the survivors, agree on
  * where to go on (the earliest op and size any survivor was at: they may
  * have failed in different places), and resume there. Returns only if
@@ -591,6 +662,9 @@ static void shrink_and_resume(int err)
            uvccl_fail_cause_name(f.cause));
   if (old != &B.pg)
     uvccl_pg_destroy(old, close_cb);
+  if (B.elastic && B.nshrunk < (int) (sizeof(B.shrunk) / sizeof(B.shrunk[0])))
+    grow_back(old->size - next->size);
+  next = cur_pg();
   B.rank = next->rank;
   B.world = next->size;
   B.opg = next;
@@ -621,6 +695,10 @@ static void shutdown_group(void)
   if (B.nshrunk > 0)
     uvccl_pg_destroy(cur_pg(), close_cb);
   uvccl_pg_destroy(&B.pg, close_cb);
+  if (B.estore_open) {
+    uvccl_store_close(&B.estore, NULL);
+    B.estore_open = 0;
+  }
   uv_run(&B.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&B.loop) != 0) {
     uv_run(&B.loop, UV_RUN_DEFAULT);
@@ -1204,7 +1282,7 @@ static void parse_ops(const char *s)
 
 enum {
   O_OP = 256, O_INPLACE, O_BUSY, O_BUDGET, O_TIMEOUT, O_CHECK, O_NOCHECK,
-  O_JSON, O_GPU, O_BACKEND, O_HEARTBEAT, O_SHRINK, O_STALL
+  O_JSON, O_GPU, O_BACKEND, O_HEARTBEAT, O_SHRINK, O_STALL, O_ELASTIC
 };
 
 static void parse_args(int argc, char **argv)
@@ -1232,6 +1310,7 @@ static void parse_args(int argc, char **argv)
     {"backend", required_argument, NULL, O_BACKEND},
     {"heartbeat", required_argument, NULL, O_HEARTBEAT},
     {"shrink-on-failure", no_argument, NULL, O_SHRINK},
+    {"elastic", no_argument, NULL, O_ELASTIC},
     {"stall", required_argument, NULL, O_STALL},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -1293,6 +1372,7 @@ static void parse_args(int argc, char **argv)
       B.heartbeat_s = arg_seconds("--heartbeat", optarg, 0.01, 86400);
       break;
     case O_SHRINK: B.shrink = 1; break;
+    case O_ELASTIC: B.shrink = B.elastic = 1; break;
     case O_STALL: {
       char *end;
       long r = strtol(optarg, &end, 10), at;
@@ -1340,7 +1420,7 @@ int main(int argc, char **argv)
   uint64_t t0;
   double init_ms;
   size_t bytes;
-  int rc, i, any_reduction = 0;
+  int rc, i, any_reduction = 0, joining;
 
   parse_args(argc, argv);
   B.esize = uvccl_dtype_size(B.dtype);
@@ -1367,10 +1447,19 @@ int main(int argc, char **argv)
   if (B.heartbeat_s > 0)
     opts.heartbeat_timeout_ms = (uint64_t) (B.heartbeat_s * 1000);
   t0 = uv_hrtime();
-  rc = uvccl_pg_init_url(&B.loop, &B.pg, "env://", &opts, &w, NULL);
+  joining = B.elastic && getenv("UVCCL_JOIN") != NULL &&
+            strcmp(getenv("UVCCL_JOIN"), "1") == 0;
+  if (joining) {
+    /* a replacement (uvccl-run --respawn): into the running world */
+    rc = estore_open();
+    if (rc == 0)
+      rc = uvccl_pg_join(&B.loop, &B.pg, &B.estore, &opts, &w, NULL);
+  } else {
+    rc = uvccl_pg_init_url(&B.loop, &B.pg, "env://", &opts, &w, NULL);
+  }
   if (rc != 0) {
-    errorf("uvccl_pg_init_url(\"env://\"): %s (%s)", uvccl_strerror(rc),
-           uvccl_err_name(rc));
+    errorf("%s: %s (%s)", joining ? "uvccl_pg_join" : "uvccl_pg_init_url",
+           uvccl_strerror(rc), uvccl_err_name(rc));
     if (B.usr2_on)
       uv_close((uv_handle_t *) &B.usr2, NULL);
     uv_run(&B.loop, UV_RUN_DEFAULT);
@@ -1442,6 +1531,23 @@ int main(int argc, char **argv)
              "connects to a peer when it first needs it\n");
   }
 
+  if (joining) {
+    /* where the members are: they agree on it with us right after the
+     * grow (we bring nothing: the largest position) */
+    uvccl_work_t pw = {0};
+    int64_t pos = INT64_MAX;
+
+    /* the members settled the machine before the first size (a phase of
+     * their own collectives): not again here, or we would wait for
+     * collectives they never start */
+    B.settled = 1;
+    finish("allreduce (position)",
+           uvccl_allreduce(&B.pg, &pw, &pos, &pos, 1, UVCCL_INT64, UVCCL_MIN,
+                           NULL),
+           &pw);
+    B.pos_op = (int) (pos >> 32);
+    B.pos_size = (int) (pos & 0xffffffff);
+  }
   /* --shrink-on-failure resumes here, at the agreed op and size */
   setjmp(B.resume);
   for (; B.pos_op < B.nselected; B.pos_op++, B.pos_size = 0)

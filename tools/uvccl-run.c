@@ -3,6 +3,7 @@
  *
  *   uvccl-run [-n N] [--master-port P] [--tag-output|--no-prefix]
  *             [--keep-going] [--kill R@SECONDS]... [--host-store]
+ *             [--respawn[=N]]
  *             [--] PROGRAM [ARGS...]
  *
  * Each rank is a child process (uv_spawn on a libuv loop) with RANK,
@@ -89,6 +90,12 @@ static const char usage_text[] =
 "                            then die without taking the store with it.\n"
 "                            PyTorch's own TCPStore clients cannot prove the\n"
 "                            secret: add --no-auth for PyTorch programs\n"
+"  --respawn[=N]             a rank that dies is started again (up to N\n"
+"                            times a rank, default 3) into the running\n"
+"                            world: it gets UVCCL_JOIN=1 (uvccl programs then\n"
+"                            join with uvccl_pg_join), UVCCL_RESPAWN_COUNT and\n"
+"                            TORCHELASTIC_RESTART_COUNT; implies --host-store\n"
+"                            and --keep-going\n"
 "  --print-config[=markdown] every UVCCL_* variable uvccl reads: its value\n"
 "                            here (or its default) and what it does; then\n"
 "                            exits (status 1 if a value is malformed)\n"
@@ -207,6 +214,7 @@ typedef struct {
   rank_t *rk;
   int fd;   /* where its lines go: 1 or 2 */
   int open; /* handle initialised and not yet closed */
+  int closing; /* uv_close called, its callback not yet run */
   char *buf;
   size_t len, cap;
 } stream_t;
@@ -218,6 +226,9 @@ struct rank_s {
   int spawned;  /* proc handle initialised (needs closing) */
   int running;  /* not yet exited */
   int killed;   /* by --kill: its death is not a failure */
+  int respawns; /* times restarted (--respawn) */
+  int respawn_due; /* dead, to be restarted once its handles closed */
+  int proc_open; /* process handle not yet closed */
   stream_t out, err;
   char prefix[24];
   size_t plen;
@@ -230,6 +241,11 @@ static int prefix_on = 1;
 static int keep_going;    /* a failed rank does not stop the others */
 static int no_auth;       /* --no-auth: no job secret */
 static int host_store;    /* --host-store: the store is served here */
+static int max_respawns;  /* --respawn[=N]: restarts allowed a rank */
+/* what spawn_rank needs again for a respawn */
+static char **g_args, **g_env;
+static size_t g_nbase;
+static int g_port;
 static uvccl_store_server_t store_server;
 static int store_open;
 static struct {
@@ -352,20 +368,26 @@ static void signal_all(int sig) {
     if (ranks[i].pid > 0) kill(-ranks[i].pid, sig);
 }
 
+static void maybe_respawn(rank_t *rk);
+
 static void on_stream_closed(uv_handle_t *h) {
   stream_t *s = (stream_t *)h->data;
   free(s->buf);
   s->buf = NULL;
   s->len = s->cap = 0;
+  s->closing = 0;
   open_streams--;
+  maybe_respawn(s->rk);
   check_done();
 }
 
 static void close_stream(stream_t *s) {
   if (!s->open) return;
   s->open = 0;
-  if (!uv_is_closing((uv_handle_t *)&s->pipe))
+  if (!uv_is_closing((uv_handle_t *)&s->pipe)) {
+    s->closing = 1;
     uv_close((uv_handle_t *)&s->pipe, on_stream_closed);
+  }
 }
 
 static void on_drain_timer(uv_timer_t *t) {
@@ -402,11 +424,35 @@ static void stop_all(int sig) {
   uv_timer_start(&kill_timer, on_kill_timer, KILL_GRACE_MS, 0);
 }
 
+static void on_proc_closed(uv_handle_t *h) {
+  rank_t *rk = (rank_t *)h->data;
+  rk->proc_open = 0;
+  maybe_respawn(rk);
+  check_done();
+}
+
 static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal) {
   rank_t *rk = (rank_t *)p->data;
   rk->running = 0;
   live--;
-  uv_close((uv_handle_t *)p, NULL);
+  uv_close((uv_handle_t *)p, on_proc_closed);
+  if ((status != 0 || term_signal != 0) && !stop_sig &&
+      rk->respawns < max_respawns) {
+    /* --respawn: it comes back into the running world (UVCCL_JOIN=1),
+     * once its pipes and process handle are closed */
+    if (term_signal)
+      msg("rank %d died (signal %d: %s): respawning it (%d of %d)", rk->rank,
+          term_signal, strsignal(term_signal), rk->respawns + 1,
+          max_respawns);
+    else
+      msg("rank %d exited with status %d: respawning it (%d of %d)",
+          rk->rank, (int)status, rk->respawns + 1, max_respawns);
+    rk->respawns++;
+    rk->respawn_due = 1;
+    live++; /* it is not done: the run waits for it */
+    check_done();
+    return;
+  }
   if (rk->killed && term_signal == SIGKILL) {
     msg("rank %d killed (--kill), as asked", rk->rank);
   } else if ((status != 0 || term_signal != 0) && !stop_sig) {
@@ -592,7 +638,7 @@ static int spawn_rank(rank_t *rk, char **args, char **env, size_t nbase,
                       int port) {
   uv_process_options_t po;
   uv_stdio_container_t io[3];
-  char vars[N_OUR_VARS][48];
+  char vars[N_OUR_VARS][48], again[3][48];
   size_t k;
   int r;
 
@@ -608,6 +654,16 @@ static int spawn_rank(rank_t *rk, char **args, char **env, size_t nbase,
   snprintf(vars[9], sizeof(vars[9]), "ROLE_WORLD_SIZE=%d", nranks);
   for (k = 0; k < N_OUR_VARS; k++) env[nbase + k] = vars[k];
   env[nbase + N_OUR_VARS] = NULL;
+  if (rk->respawns > 0) {
+    /* a replacement: it joins the running world (uvccl_pg_join) */
+    snprintf(again[0], sizeof(again[0]), "UVCCL_JOIN=1");
+    snprintf(again[1], sizeof(again[1]), "UVCCL_RESPAWN_COUNT=%d",
+             rk->respawns);
+    snprintf(again[2], sizeof(again[2]), "TORCHELASTIC_RESTART_COUNT=%d",
+             rk->respawns);
+    for (k = 0; k < 3; k++) env[nbase + N_OUR_VARS + k] = again[k];
+    env[nbase + N_OUR_VARS + 3] = NULL;
+  }
 
   memset(&po, 0, sizeof(po));
   memset(io, 0, sizeof(io));
@@ -645,7 +701,9 @@ static int spawn_rank(rank_t *rk, char **args, char **env, size_t nbase,
   rk->proc.data = rk;
   r = uv_spawn(loop, &rk->proc, &po);
   rk->spawned = 1;
+  rk->proc_open = 1;
   if (r != 0) {
+    rk->proc_open = 0;
     uv_close((uv_handle_t *)&rk->proc, NULL);
     close_stream(&rk->out);
     close_stream(&rk->err);
@@ -659,6 +717,22 @@ static int spawn_rank(rank_t *rk, char **args, char **env, size_t nbase,
     uv_read_start((uv_stream_t *)&rk->err.pipe, on_alloc, on_read);
   }
   return 0;
+}
+
+/* --respawn: the rank's handles are all closed; start it again. */
+static void maybe_respawn(rank_t *rk) {
+  int r;
+  if (!rk->respawn_due || rk->proc_open || rk->out.open || rk->err.open ||
+      rk->out.closing || rk->err.closing)
+    return;
+  rk->respawn_due = 0;
+  live--; /* spawn_rank counts it again */
+  if (stop_sig) return;
+  if ((r = spawn_rank(rk, g_args, g_env, g_nbase, g_port)) != 0) {
+    msg("cannot respawn rank %d: %s", rk->rank, uv_strerror(r));
+    if (!exit_code) exit_code = 1;
+    stop_all(SIGTERM);
+  }
 }
 
 /* The trampoline: dies with uvccl-run, then becomes PROGRAM. */
@@ -780,6 +854,12 @@ int main(int argc, char **argv) {
       no_auth = 1;
     } else if (strcmp(a, "--host-store") == 0) {
       host_store = 1;
+    } else if (strcmp(a, "--respawn") == 0) {
+      max_respawns = 3;
+      host_store = keep_going = 1;
+    } else if (strncmp(a, "--respawn=", 10) == 0) {
+      max_respawns = parse_count("--respawn", a + 10, 1, 1000000);
+      host_store = keep_going = 1;
     } else if (strcmp(a, "--print-config") == 0) {
       return print_config(0);
     } else if (strcmp(a, "--print-config=markdown") == 0) {
@@ -823,7 +903,7 @@ int main(int argc, char **argv) {
 
   for (ne = 0; environ && environ[ne]; ne++) {
   }
-  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 6));
+  env = xrealloc(NULL, sizeof(*env) * (ne + N_OUR_VARS + 9));
   for (ne = 0; environ && environ[ne]; ne++)
     if (!is_our_var(environ[ne])) env[nbase++] = environ[ne];
   /* A secret per job (its ranks' store answers only them), unless the
@@ -896,6 +976,10 @@ int main(int argc, char **argv) {
     kills[k].timer.data = (void *)(uintptr_t)k;
   }
   timers_on = 1;
+  g_args = args;
+  g_env = env;
+  g_nbase = nbase;
+  g_port = port;
   ranks = xrealloc(NULL, sizeof(*ranks) * (size_t)nranks);
   memset(ranks, 0, sizeof(*ranks) * (size_t)nranks);
   for (k = 0; k < nranks; k++) {

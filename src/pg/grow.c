@@ -284,8 +284,7 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
   grow_t *g;
   int rc;
   if (pg == NULL || pg->loop == NULL || pg->rank < 0 || newpg == NULL ||
-      newpg == pg || store == NULL || work == NULL || cb == NULL ||
-      njoin < 1 || njoin > 65536 - pg->size)
+      newpg == pg || store == NULL || work == NULL || njoin < 1 || njoin > 65536 - pg->size)
     return UV_EINVAL;
   if (opts != NULL && opts->prefix != NULL &&
       strlen(opts->prefix) >= KEY_MAX - 80)
@@ -312,8 +311,7 @@ int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg, uvccl_store_t *store,
                   uvccl_work_cb cb) {
   grow_t *g;
   int rc;
-  if (loop == NULL || newpg == NULL || store == NULL || work == NULL ||
-      cb == NULL)
+  if (loop == NULL || newpg == NULL || store == NULL || work == NULL)
     return UV_EINVAL;
   if (opts != NULL && opts->prefix != NULL &&
       strlen(opts->prefix) >= KEY_MAX - 80)

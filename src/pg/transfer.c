@@ -584,7 +584,7 @@ int uvccl_pg_transfer(uvccl_pg_t *pg, uvccl_work_t *work,
   xfer_t *x;
   int pos, rc, i;
   size_t b;
-  if (work == NULL || cb == NULL) return UV_EINVAL;
+  if (work == NULL) return UV_EINVAL;
   if ((rc = check_args(pg, bufs, nbufs, root, to, nto, &pos)) != 0) return rc;
   if (work->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
   x = uvccl__calloc(1, sizeof(*x));
