@@ -13,7 +13,9 @@
  *      others shrink to 3, uvccl-run starts it again, it joins, "grew to 4
  *      ranks (rank 3 joined)", rows of W=4 after, every result checked;
  *   e) the same with rank 0 killed: the store is uvccl-run's, so rank 0 is
- *      replaced like any other.
+ *      replaced like any other;
+ *   f) bench/elastic/cycles.c: the last of 4 ranks killed and replaced ten
+ *      times in a row, every allreduce checked, descriptors flat.
  * c runs first and times the sweep on this machine: the kills of a and b
  * are placed at fractions of that time, so they land mid-sweep on a slow
  * machine and a fast one alike. */
@@ -220,6 +222,43 @@ static void test_elastic(double sweep_s, int victim, const char *what) {
   procs_free(&p, 1);
 }
 
+/* bench/elastic/cycles.c under uvccl-run --respawn=10: the last of 4 ranks
+ * killed ten times in a row, each time the others shrink and grow back
+ * with its replacement, every allreduce checked. */
+static void test_cycles(void) {
+  static char run[4096], cyc[4096];
+  char *argv[] = {run, (char *)"-n", (char *)"4", (char *)"--respawn=10",
+                  cyc, (char *)"--cycles", (char *)"10", NULL};
+  proc_t p;
+  int fds1 = -1, fds10 = -1;
+  const char *l;
+  snprintf(run, sizeof(run), "%s/bin/uvccl-run", UVCCL_BUILD_DIR);
+  snprintf(cyc, sizeof(cyc), "%s/bench/uvccl-elastic-cycles",
+           UVCCL_BUILD_DIR);
+  if (access(cyc, X_OK) != 0) {
+    skip(2, "%s not built", cyc);
+    return;
+  }
+  if (spawn(&p, "uvccl-run", argv, NULL, 0) != 0)
+    printf("# cannot start %s\n", run);
+  finish_all(&p, 1, 120);
+  ok(p.status == 0 &&
+         strstr(p.obuf, "10 cycles: death to a grown world") != NULL &&
+         strstr(p.obuf, "every result right") != NULL &&
+         strstr(p.ebuf, "respawning it (10 of 10)") != NULL,
+     "f: the last rank killed ten times in a row, replaced each time, every "
+     "allreduce right (exit %d)", p.status);
+  if ((l = strstr(p.obuf, "cycle 1: world of 4")) != NULL)
+    sscanf(strstr(l, "KiB, ") + 5, "%d", &fds1);
+  if ((l = strstr(p.obuf, "cycle 10: world of 4")) != NULL)
+    sscanf(strstr(l, "KiB, ") + 5, "%d", &fds10);
+  ok(fds1 > 0 && fds10 > 0 && fds10 <= fds1 + 4,
+     "f: rank 0's open descriptors stay flat (%d after cycle 1, %d after "
+     "cycle 10)", fds1, fds10);
+  if (p.status != 0 || fds10 <= 0) show(&p);
+  procs_free(&p, 1);
+}
+
 /* Returns how long the sweep took. */
 static double test_no_kill(void) {
   proc_t p;
@@ -245,11 +284,12 @@ int main(void) {
   snprintf(path, sizeof(path), "%s/bin/uvccl-bench", UVCCL_BUILD_DIR);
   if (access(path, X_OK) != 0) skip_all("%s not built", path);
   atexit(kill_live);
-  plan(1 + 5 + 4 + 4 + 4);
+  plan(1 + 5 + 4 + 4 + 4 + 2);
   sweep = test_no_kill();
   test_one_kill(sweep);
   test_two_kills(sweep);
   test_elastic(sweep, 2, "d: --elastic");
   test_elastic(sweep, 0, "e: --elastic, rank 0");
+  test_cycles();
   return done_testing();
 }
