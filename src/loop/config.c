@@ -131,6 +131,14 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "call, and a caller in wait() for the end, before sleeping, us "
           "(off with more ranks than CPUs on the host, yielding with more "
           "than half as many; read by the backend)"),
+    /* launchers */
+    CHOICE(UVCCL__CFG_JOIN, "UVCCL_JOIN", "0|1", 0, "0",
+           "1: this process replaces a rank of a running world and joins it "
+           "(uvccl_pg_join) rather than making one; set by uvccl-run "
+           "--respawn, read by uvccl-bench --elastic"),
+    UINTV(UVCCL__CFG_RESPAWN_COUNT, "UVCCL_RESPAWN_COUNT", 0, NOMAX, 0, "0",
+          "how many times uvccl-run --respawn started this rank again (set "
+          "by it)"),
 };
 
 const uvccl__cfg_var_t *uvccl__config_var(int id) {

@@ -54,6 +54,9 @@ typedef enum {
   UVCCL__CFG_NCCL_WATCHDOG_MS,
   UVCCL__CFG_TORCH_CUDA,
   UVCCL__CFG_TORCH_SPIN_US,
+  /* launchers */
+  UVCCL__CFG_JOIN,
+  UVCCL__CFG_RESPAWN_COUNT,
   UVCCL__CFG_COUNT
 } uvccl__cfg_id_t;
 
