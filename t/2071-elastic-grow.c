@@ -30,10 +30,6 @@
 static uvccl_store_t store;
 static int store_port;
 
-static int work_go(uvccl_work_t *w, cbres_t *c, int rc, uint64_t ms) {
-  return finish_work(c, rc, ms);
-}
-
 #define PREP(w, c)                                                           \
   do {                                                                       \
     memset(&(w), 0, sizeof(w));                                              \
@@ -62,7 +58,7 @@ static int allreduce_check(uvccl_pg_t *g, const char *name) {
   int64_t v = g->rank, sum = -1;
   int rc;
   PREP(w, c);
-  rc = work_go(&w, &c, uvccl_allreduce(g, &w, &v, &sum, 1, UVCCL_INT64,
+  rc = finish_work(&c, uvccl_allreduce(g, &w, &v, &sum, 1, UVCCL_INT64,
                                        UVCCL_SUM, on_work), 15000);
   rep(rc == 0 && sum == (int64_t)g->size * (g->size - 1) / 2, name,
       "allreduce over %d ranks: %s %s, sum %lld", g->size, ename(rc), w.msg,
@@ -83,7 +79,7 @@ static int grow(uvccl_pg_t *from, uvccl_pg_t *to, int njoin, uint64_t ms,
   o.timeout_ms = ms;
   PREP(*w, *c);
   memset(to, 0, sizeof(*to));
-  return work_go(w, c, uvccl_pg_grow(from, to, &store, njoin, &o, w, on_work),
+  return finish_work(c, uvccl_pg_grow(from, to, &store, njoin, &o, w, on_work),
                  ms + 20000);
 }
 
@@ -93,7 +89,7 @@ static int join(uvccl_pg_t *to, uint64_t ms, uvccl_work_t *w, cbres_t *c) {
   o.timeout_ms = ms;
   PREP(*w, *c);
   memset(to, 0, sizeof(*to));
-  return work_go(w, c, uvccl_pg_join(&loop, to, &store, &o, w, on_work),
+  return finish_work(c, uvccl_pg_join(&loop, to, &store, &o, w, on_work),
                  ms + 30000);
 }
 
@@ -110,9 +106,10 @@ static int transfer_check(uvccl_pg_t *g) {
   for (i = 0; i < sizeof(mem); i++)
     mem[i] = g->rank == 0 ? (unsigned char)(i * 13 + 5) : 0;
   PREP(w, c);
-  rc = work_go(&w, &c, uvccl_pg_transfer(g, &w, &b, 1, 0, to, 2, 77, on_work),
-               15000);
-  for (i = 0; i < sizeof(mem); i++) bad += mem[i] != (unsigned char)(i * 13 + 5);
+  rc = finish_work(&c, uvccl_pg_transfer(g, &w, &b, 1, 0, to, 2, 77, on_work),
+                   15000);
+  for (i = 0; i < sizeof(mem); i++)
+    bad += mem[i] != (unsigned char)(i * 13 + 5);
   rep(rc == 0 && bad == 0, "transfer", "state to the joiners: %s %s, %zu "
       "wrong bytes", ename(rc), w.msg, bad);
   return rc;
@@ -141,7 +138,7 @@ static int member_main(const char *role) {
     if (R == 0) raise(SIGKILL); /* rank 0, and the store lives on */
     PREP(w, c);
     memset(&sh, 0, sizeof(sh));
-    rc = work_go(&w, &c, uvccl_pg_shrink(&pg, &sh, &w, on_work), 20000);
+    rc = finish_work(&c, uvccl_pg_shrink(&pg, &sh, &w, on_work), 20000);
     if (rc != 0 || sh.size != 3) {
       rep(0, "grew", "shrink: %s %s (size %d)", ename(rc), w.msg, sh.size);
     } else {

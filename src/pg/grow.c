@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COMP "grow"
 #define KEY_MAX 512
 
 enum {
@@ -284,7 +283,8 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
   grow_t *g;
   int rc;
   if (pg == NULL || pg->loop == NULL || pg->rank < 0 || newpg == NULL ||
-      newpg == pg || store == NULL || work == NULL || njoin < 1 || njoin > 65536 - pg->size)
+      newpg == pg || store == NULL || work == NULL || njoin < 1 ||
+      njoin > 65536 - pg->size)
     return UV_EINVAL;
   if (opts != NULL && opts->prefix != NULL &&
       strlen(opts->prefix) >= KEY_MAX - 80)

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define COMP "transfer"
 #define MAGIC 0x46585655u /* "UVXF" */
 #define VERSION 1u
 #define WINDOW 8 /* chunks in flight on each link */
@@ -31,13 +30,12 @@ enum { M_HELLO, M_LENGTHS, M_READY, M_GO, M_SUMS, M_DONE, M_CHUNK_RX,
 
 typedef struct {
   uint32_t magic, version;
-  uint64_t nbufs, chunk, total;
+  uint64_t nbufs, chunk;
 } hello_t;
 
 /* READY, GO and DONE: a status and, when it is not 0, why. */
 typedef struct {
   int32_t status;
-  int32_t rank; /* the rank it is about (group rank) */
   char text[TEXT];
 } verdict_t;
 
@@ -77,7 +75,7 @@ struct xfer_s {
   int readies, dones;      /* root: answers in */
   int sums_in;             /* receiver: SUMS arrived */
   int sums_posted;         /* receiver: its receive posted */
-  int go_sent, go_ok, go_status;
+  int go_ok, go_status;
   char go_text[TEXT];
   int go_seen;             /* GO sent (root) or received, ok */
   int said_ready;          /* receiver: READY sent */
@@ -155,7 +153,6 @@ static void fail(xfer_t *x, int status, const char *fmt, ...) {
   if (x->pos >= 0 && !x->finishing) {
     memset(&v, 0, sizeof(v));
     v.status = status;
-    v.rank = x->pg->rank;
     snprintf(v.text, sizeof(v.text), "rank %d: %.120s", x->pg->rank, x->msg);
     x->finishing = 1;
     post_verdict(x, x->said_ready ? M_DONE : M_READY, x->root, &v);
@@ -347,7 +344,6 @@ static void recv_pump(xfer_t *x) {
     verdict_t v;
     size_t b;
     memset(&v, 0, sizeof(v));
-    v.rank = x->pg->rank;
     for (b = 0; b < x->nbufs; b++)
       if (x->sums[b] != x->root_sums[b]) {
         v.status = UVCCL_ECHECKSUM;
@@ -370,7 +366,6 @@ static void recv_pump(xfer_t *x) {
 static void check_lengths(xfer_t *x, verdict_t *v) {
   size_t b;
   memset(v, 0, sizeof(*v));
-  v->rank = x->pg->rank;
   for (b = 0; b < x->nbufs; b++)
     if (x->lengths[b] != x->bufs[b].len) {
       v->status = UVCCL_EMISMATCH;
@@ -401,10 +396,8 @@ static void root_on_ready(xfer_t *x, slot_t *s) {
              x->pg->rank, x->msg);
   }
   memset(&go, 0, sizeof(go));
-  go.rank = x->root;
   go.status = x->go_ok ? 0 : x->go_status;
   snprintf(go.text, sizeof(go.text), "%s", x->go_text);
-  x->go_sent = 1;
   for (i = 0; i < x->nto; i++)
     if (post_verdict(x, M_GO, x->to[i], &go) != 0) return;
   if (!x->go_ok) {
@@ -429,6 +422,11 @@ static void on_message(xfer_t *x, slot_t *s) {
     if (x->hello.magic != MAGIC || x->hello.version != VERSION) {
       fail(x, UVCCL_EPROTO, "transfer: rank %d sent something else than a "
            "transfer's hello under tag %d", x->root, x->tag);
+    } else if (x->hello.chunk != UVCCL_TRANSFER_CHUNK) {
+      /* a root built with other chunks: the receives would not match */
+      fail(x, UVCCL_EPROTO, "transfer: rank %d sends %llu-byte chunks, this "
+           "build takes %u", x->root, (unsigned long long)x->hello.chunk,
+           UVCCL_TRANSFER_CHUNK);
     } else if (x->hello.nbufs != x->nbufs) {
       /* the lengths still come: take them, then say so */
       uvccl__free(x->lengths);
@@ -446,7 +444,6 @@ static void on_message(xfer_t *x, slot_t *s) {
     if (x->hello.nbufs != x->nbufs) {
       memset(&v, 0, sizeof(v));
       v.status = UVCCL_EMISMATCH;
-      v.rank = x->pg->rank;
       snprintf(v.text, sizeof(v.text),
                "rank %d has %zu buffers where the root has %llu",
                x->pg->rank, x->nbufs, (unsigned long long)x->hello.nbufs);
@@ -501,7 +498,6 @@ static void on_inner(uvccl_work_t *w, int status) {
     /* every answer counts, even after a failure: GO must go out */
     if (status != 0) {
       s->v.status = status;
-      s->v.rank = s->peer;
       snprintf(s->v.text, sizeof(s->v.text), "rank %d did not answer: %.120s",
                s->peer, why);
     }
@@ -600,8 +596,7 @@ int uvccl_pg_transfer(uvccl_pg_t *pg, uvccl_work_t *work,
   x->to = uvccl__calloc((size_t)nto, sizeof(int));
   x->sums = uvccl__calloc(nbufs ? nbufs : 1, sizeof(uint32_t));
   x->root_sums = uvccl__calloc(nbufs ? nbufs : 1, sizeof(uint32_t));
-  if (pos >= 0) x->lengths = uvccl__calloc(nbufs ? nbufs : 1, 8);
-  else x->lengths = uvccl__calloc(nbufs ? nbufs : 1, 8);
+  x->lengths = uvccl__calloc(nbufs ? nbufs : 1, 8);
   if (x->to == NULL || x->sums == NULL || x->root_sums == NULL ||
       x->lengths == NULL || make_chunks(x) != 0) {
     xfer_free(x);
@@ -614,10 +609,8 @@ int uvccl_pg_transfer(uvccl_pg_t *pg, uvccl_work_t *work,
   x->hello.version = VERSION;
   x->hello.nbufs = nbufs;
   x->hello.chunk = UVCCL_TRANSFER_CHUNK;
-  for (b = 0; b < nbufs; b++) {
-    x->hello.total += bufs[b].len;
-    if (pos < 0) x->lengths[b] = bufs[b].len;
-  }
+  if (pos < 0)
+    for (b = 0; b < nbufs; b++) x->lengths[b] = bufs[b].len;
   rc = uvccl__work_start(work, pg->loop, "transfer", &transfer_ops, x,
                          work->timeout_ms, cb);
   if (rc != 0) {
