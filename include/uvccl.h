@@ -1031,7 +1031,10 @@ UVCCL_EXTERN int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
  * next grow. Each step has its own time limit (the store's, opts's
  * creation timeout); a cancelled grow destroys newpg itself, so its memory
  * must stay until the loop has run on.
- * This build makes the new world's connections anew (members' included). */
+ * CPU groups make the new world's connections anew (members' included).
+ * NCCL groups grow through ncclCommGrow, the members agreeing through the
+ * store instead of a collective; UVCCL_ENOTSUP at the call (work->msg says
+ * why) where the loaded NCCL is older than 2.29 (docs/elastic.md). */
 UVCCL_EXTERN int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg,
                                uvccl_store_t *store, int njoin,
                                const uvccl_pg_options_t *opts,

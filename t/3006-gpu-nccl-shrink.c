@@ -223,24 +223,9 @@ static int child_old(void) {
 }
 
 static void test_old_nccl(const char *self) {
-  int p[2], st = 0, rc1 = 0, rc2 = 0;
+  int rc1 = 0, rc2 = 0;
   char buf[512] = "";
-  ssize_t n;
-  pid_t pid;
-  if (pipe(p) != 0) return;
-  pid = fork();
-  if (pid == 0) {
-    dup2(p[1], 1);
-    setenv("UVCCL_NCCL", FAKE_NCCL_OLD, 1);
-    setenv("T_CHILD", "old", 1);
-    execl(self, self, (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  n = read(p[0], buf, sizeof(buf) - 1);
-  if (n > 0) buf[n] = '\0';
-  close(p[0]);
-  waitpid(pid, &st, 0);
+  if (run_child_with_nccl(self, FAKE_NCCL_OLD, buf, sizeof(buf)) != 0) return;
   sscanf(buf, "%d %d", &rc1, &rc2);
   ok(rc1 == UVCCL_ENOTSUP, "c: older NCCL: revoke says UVCCL_ENOTSUP (%s)",
      uvccl_err_name(rc1));

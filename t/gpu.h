@@ -6,8 +6,11 @@
 #define UVCCL_T_GPU_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static inline double now_s(void) {
   struct timespec ts;
@@ -70,6 +73,37 @@ static inline int nccl_ranks_start(uv_loop_t *loop, uvccl_store_t *store,
     if (uvccl_pg_init(loop, &pgs[r], store, &o, &w[r], NULL) != 0) good = 0;
   }
   return good;
+}
+
+/* Runs this test program (self) again in a child with env T_CHILD=old
+ * and UVCCL_NCCL=nccl (an older fake, say): what it printed goes to buf.
+ * 0, or -1 if it could not run. */
+static inline int run_child_with_nccl(const char *self, const char *nccl,
+                                      char *buf, size_t len) {
+  int p[2], st = 0;
+  ssize_t n;
+  pid_t pid;
+  buf[0] = '\0';
+  if (pipe(p) != 0) return -1;
+  pid = fork();
+  if (pid < 0) {
+    close(p[0]);
+    close(p[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(p[1], 1);
+    setenv("UVCCL_NCCL", nccl, 1);
+    setenv("T_CHILD", "old", 1);
+    execl(self, self, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  n = read(p[0], buf, len - 1);
+  if (n > 0) buf[n] = '\0';
+  close(p[0]);
+  waitpid(pid, &st, 0);
+  return 0;
 }
 
 #endif

@@ -96,6 +96,9 @@ static int load_nccl(void) {
   SYM(h, uvccl__nccl, RedOpDestroy, "ncclRedOpDestroy");
   *(void **)&uvccl__nccl.CommRevoke = dlsym(h, "ncclCommRevoke");
   *(void **)&uvccl__nccl.CommShrink = dlsym(h, "ncclCommShrink");
+  *(void **)&uvccl__nccl.CommGetUniqueId = dlsym(h, "ncclCommGetUniqueId");
+  *(void **)&uvccl__nccl.CommGrow = dlsym(h, "ncclCommGrow");
+  if (uvccl__nccl.CommGetUniqueId == NULL) uvccl__nccl.CommGrow = NULL;
   if (uvccl__nccl.GetVersion(&uvccl__nccl.version) != 0 ||
       uvccl__nccl.version < 21800) {
     /* ncclCommSplit and the nonblocking config need 2.18 */

@@ -113,11 +113,16 @@ typedef struct {
                               int residence, uvccl__nccl_comm_t comm);
   int (*RedOpDestroy)(int op, uvccl__nccl_comm_t comm);
   /* Optional (NULL where the loaded NCCL is older): ncclCommRevoke
-   * (2.28) and ncclCommShrink (2.27). */
+   * (2.28), ncclCommShrink (2.27), ncclCommGetUniqueId and ncclCommGrow
+   * (2.29). */
   int (*CommRevoke)(uvccl__nccl_comm_t comm, int flags);
   int (*CommShrink)(uvccl__nccl_comm_t comm, int *exclude, int nexclude,
                     uvccl__nccl_comm_t *newcomm, uvccl__nccl_config_t *config,
                     int flags);
+  int (*CommGetUniqueId)(uvccl__nccl_comm_t comm, uvccl__nccl_unique_id_t *id);
+  int (*CommGrow)(uvccl__nccl_comm_t comm, int nranks,
+                  const uvccl__nccl_unique_id_t *id, int rank,
+                  uvccl__nccl_comm_t *newcomm, uvccl__nccl_config_t *config);
   int version; /* ncclGetVersion: 22809 for 2.28.9 */
 } uvccl__nccl_api_t;
 

@@ -2,7 +2,12 @@
  * in (the generation of the prefix), rank 0 makes the NCCL id on the
  * device thread and publishes it at PREFIX/nccl/id/<gen>, the others wait
  * for it, then every rank creates its nonblocking communicator on the
- * device thread (ncclCommInitRankConfig, polled, never blocking). */
+ * device thread (ncclCommInitRankConfig, polled, never blocking).
+ *
+ * A world made by a grow goes the same way with ncclCommGrow: rank 0 (a
+ * member) gets the single-use id from its old world
+ * (ncclCommGetUniqueId) and publishes it; the joiners wait for it; the
+ * other members need none (their old world carries them). */
 #include "nccl_internal.h"
 #include "cuda/cuda_api.h"
 
@@ -51,7 +56,10 @@ static void boot_submit(nccl_group_t *g, nop_kind_t kind, const char *name) {
 }
 
 void uvccl__nccl_boot_init(nccl_group_t *g) {
-  boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
+  if (g->grown)
+    boot_submit(g, NOP_GROW, "ncclCommGrow");
+  else
+    boot_submit(g, NOP_COMM_INIT, "ncclCommInitRankConfig");
 }
 
 /* A world that owns its store client (made from a URL) watches it for
@@ -143,6 +151,13 @@ static void on_count_add(uvccl_work_t *w, int status) {
   gen = (w->result - 1) / g->size;
   snprintf(b->key, sizeof(b->key), "%s/nccl/id/%lld", b->prefix,
            (long long)gen);
+  if (g->grown && g->grow_parent != NULL) {
+    if (g->rank == 0)
+      boot_submit(g, NOP_GROW_ID, "ncclCommGetUniqueId");
+    else
+      id_known(g);
+    return;
+  }
   if (g->rank == 0) {
     boot_submit(g, NOP_UNIQUE_ID, "ncclGetUniqueId");
     return;
@@ -167,7 +182,7 @@ void uvccl__nccl_boot_step(nccl_group_t *g, nccl_op_t *op) {
               g->device, op->gop.msg[0] ? op->gop.msg : uvccl_strerror(st));
     return;
   }
-  if (op->kind == NOP_UNIQUE_ID) {
+  if (op->kind == NOP_UNIQUE_ID || op->kind == NOP_GROW_ID) {
     b->setw.data = g;
     rc = uvccl_store_set(b->store, &b->setw, b->key, &g->uid, sizeof(g->uid),
                          on_id_set);
@@ -180,6 +195,7 @@ void uvccl__nccl_boot_step(nccl_group_t *g, nccl_op_t *op) {
   }
   /* the communicator is ready */
   g->ready = 1;
+  g->grow_parent = NULL;
   b->dead = 1;
   trace_watch(g);
   LOG_DEBUG("nccl", "rank %d/%d: NCCL communicator ready on cuda:%d", g->rank,
@@ -227,6 +243,13 @@ static int pick_device(const uvccl_pg_options_t *o, char *err, size_t errlen) {
 int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
                         const uvccl_pg_options_t *o, uvccl_work_t *work,
                         uvccl_work_cb cb) {
+  return uvccl__nccl_boot_start(loop, pg, store, o, work, cb, 0, NULL);
+}
+
+int uvccl__nccl_boot_start(uv_loop_t *loop, uvccl_pg_t *pg,
+                           uvccl_store_t *store, const uvccl_pg_options_t *o,
+                           uvccl_work_t *work, uvccl_work_cb cb, int grown,
+                           nccl_group_t *parent) {
   nccl_group_t *g;
   nccl_boot_t *b;
   char err[256];
@@ -248,7 +271,10 @@ int uvccl__nccl_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   g->boot = b;
   g->world = 1;
-  g->lazy = o->lazy_init != 0;
+  /* a grow needs its old world now: never lazy */
+  g->lazy = o->lazy_init != 0 && !grown;
+  g->grown = grown;
+  g->grow_parent = parent;
   if (o->timeout_ms) g->timeout_ms = o->timeout_ms;
   b->store = store;
   b->work = work;

@@ -307,6 +307,19 @@ static void free_group_resources(nccl_group_t *g) {
   g->fp_dev = g->fp_host = g->fp_event = NULL;
 }
 
+/* An init or grow ended (r): the group takes the communicator and makes
+ * its resources, or the failed one is aborted. */
+static int take_comm(nccl_op_t *op, nccl_group_t *g, int r) {
+  if (r == 0) {
+    g->comm = op->newcomm;
+    r = make_group_resources(op, g);
+  } else if (op->newcomm != NULL) {
+    NCCL.CommAbort(op->newcomm);
+  }
+  op->newcomm = NULL;
+  return r;
+}
+
 static int issue_init(nccl_op_t *op, nccl_group_t *g) {
   int r;
   if (op->phase == 0) {
@@ -326,14 +339,39 @@ static int issue_init(nccl_op_t *op, nccl_group_t *g) {
   }
   r = poll_comm(op, "ncclCommInitRankConfig", op->newcomm);
   if (r == UVCCL__GPU_AGAIN) return r;
-  if (r == 0) {
-    g->comm = op->newcomm;
-    r = make_group_resources(op, g);
-  } else if (op->newcomm != NULL) {
-    NCCL.CommAbort(op->newcomm);
+  return take_comm(op, g, r);
+}
+
+/* ncclCommGrow: a member passes its old world (rank 0 with the id it got
+ * from ncclCommGetUniqueId, the others without) and keeps its rank; a
+ * joiner passes none, the id and its place. */
+static int issue_grow(nccl_op_t *op, nccl_group_t *g) {
+  nccl_group_t *p = g->grow_parent;
+  int r;
+  if (op->phase == 0) {
+    uvccl__nccl_config_t cfg;
+    uvccl__nccl_config_init(&cfg);
+    if (p != NULL && p->comm == NULL) {
+      snprintf(op->gop.msg, sizeof(op->gop.msg), "ncclCommGrow: the world "
+               "it grows from has no communicator (destroyed or aborted)");
+      return UVCCL_ECLOSING;
+    }
+    uvccl__gpu_in_call(&op->gop, "ncclCommGrow");
+    r = NCCL.CommGrow(p ? p->comm : NULL, g->size,
+                      p == NULL || g->rank == 0 ? &g->uid : NULL,
+                      p ? -1 : g->rank, &op->newcomm, &cfg);
+    uvccl__gpu_in_call(&op->gop, NULL);
+    if (r != UVCCL__NCCL_SUCCESS && r != UVCCL__NCCL_IN_PROGRESS) {
+      fail_nccl(op, "ncclCommGrow", r, p ? p->comm : op->newcomm);
+      if (op->newcomm != NULL) NCCL.CommAbort(op->newcomm);
+      op->newcomm = NULL;
+      return UVCCL_ENCCL;
+    }
+    op->phase = 1;
   }
-  op->newcomm = NULL;
-  return r;
+  r = poll_comm(op, "ncclCommGrow", op->newcomm);
+  if (r == UVCCL__GPU_AGAIN) return r;
+  return take_comm(op, g, r);
 }
 
 static int issue_split(nccl_op_t *op, nccl_group_t *parent) {
@@ -507,6 +545,19 @@ int uvccl__nccl_issue(uvccl__gpu_op_t *gop) {
   case NOP_WAIT_STREAM: return issue_stream_order(op, g, 0);
   case NOP_REVOKE: return issue_revoke(op, g);
   case NOP_SHRINK: return issue_shrink(op, g);
+  case NOP_GROW_ID: {
+    int r;
+    if (g->grow_parent == NULL || g->grow_parent->comm == NULL) {
+      snprintf(op->gop.msg, sizeof(op->gop.msg), "ncclCommGetUniqueId: the "
+               "world it grows from has no communicator");
+      return UVCCL_ECLOSING;
+    }
+    r = NCCL.CommGetUniqueId(g->grow_parent->comm, &g->uid);
+    return r == UVCCL__NCCL_SUCCESS
+               ? 0
+               : fail_nccl(op, "ncclCommGetUniqueId", r, g->grow_parent->comm);
+  }
+  case NOP_GROW: return issue_grow(op, g);
   }
   return UV_EINVAL;
 }

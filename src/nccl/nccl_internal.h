@@ -128,6 +128,8 @@ typedef enum {
   NOP_WAIT_STREAM,  /* the group's stream waits for the user's */
   NOP_REVOKE,       /* ncclCommRevoke, then wait until quiescent */
   NOP_SHRINK,       /* ncclCommShrink of the group, without excl[] */
+  NOP_GROW_ID,      /* ncclCommGetUniqueId of the parent (its rank 0) */
+  NOP_GROW,         /* ncclCommGrow: from the parent, or as a joiner */
 } nop_kind_t;
 
 struct nccl_op_s {
@@ -208,6 +210,12 @@ struct nccl_group_s {
   char prefix[200];
   uint64_t hb_ms;
   uint32_t nshrinks;
+  uint32_t ngrows;        /* grows agreed on this group (nccl_grow.c) */
+  /* a world made by a grow: the world it grew from (a member's; NULL on
+   * a joiner), read by the GPU thread's ncclCommGetUniqueId and
+   * ncclCommGrow while the grow is made, NULL afterwards */
+  struct nccl_group_s *grow_parent;
+  int grown;              /* made by ncclCommGrow (NOP_GROW_ID, NOP_GROW) */
   char fail_msg[UVCCL_WORK_MSG_LEN]; /* why, once failed or broken */
   int destroying;
   int aborted;
@@ -312,6 +320,12 @@ int uvccl__nccl_group_attach(nccl_group_t *g, char *err, size_t errlen);
 void uvccl__nccl_group_discard(nccl_group_t *g);
 
 /* nccl_boot.c */
+/* Creation of a world over a store: by ncclCommInitRankConfig, or, where
+ * grown is set, by ncclCommGrow from parent (a member's old world; NULL
+ * on a joiner). */
+int uvccl__nccl_boot_start(uv_loop_t *loop, uvccl_pg_t *pg,
+    uvccl_store_t *store, const uvccl_pg_options_t *o, uvccl_work_t *work,
+    uvccl_work_cb cb, int grown, nccl_group_t *parent);
 void uvccl__nccl_boot_fail(nccl_group_t *g, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* done() of the unique-id and init ops. */
@@ -326,5 +340,12 @@ nccl_group_t *uvccl__nccl_child_new(nccl_group_t *p, uvccl_pg_t *pg, int rank,
 /* nccl_shrink.c: done() of a shrink and of a revoke. */
 void uvccl__nccl_shrink_done(nccl_op_t *op);
 void uvccl__nccl_revoke_done(nccl_op_t *op);
+
+/* nccl_grow.c: grows (src/pg/grow.c's backend entries). */
+int uvccl__nccl_pg_grow_check(const uvccl_pg_t *pg, char *why, size_t len);
+int uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len);
+int uvccl__nccl_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
+    uvccl_pg_t *pg, uvccl_store_t *store, const uvccl_pg_options_t *opts,
+    uvccl_work_t *work, uvccl_work_cb cb);
 
 #endif

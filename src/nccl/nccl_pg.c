@@ -385,6 +385,8 @@ static void op_done(uvccl__gpu_op_t *gop) {
     break;
   case NOP_UNIQUE_ID:
   case NOP_COMM_INIT:
+  case NOP_GROW_ID:
+  case NOP_GROW:
   case NOP_SPLIT:
   case NOP_SHRINK:
   case NOP_REVOKE:

@@ -22,6 +22,18 @@ typedef struct uvccl__backend_s {
   int (*revoke)(uvccl_pg_t *pg, const char *reason);
   int (*shrink)(uvccl_pg_t *pg, uvccl_pg_t *newpg, const int *exclude,
       int nexclude, uvccl_work_t *work, uvccl_work_cb cb);
+  /* Grows (grow.c). grow_check: 0 where this backend can grow pg (a
+   * member's world; NULL: a joiner's), else an error with why.
+   * grow_agree_key: 1 with the key where the members agree on the grow's
+   * epoch through the store (rank 0 sets it, the others wait for it), for
+   * groups whose collectives cannot take host memory; NULL: a broadcast
+   * over the old world. grow_init: makes the grown world (parent: a
+   * member's old world; NULL on a joiner); NULL: made anew by init. */
+  int (*grow_check)(const uvccl_pg_t *pg, char *why, size_t len);
+  int (*grow_agree_key)(uvccl_pg_t *pg, char *key, size_t len);
+  int (*grow_init)(uv_loop_t *loop, uvccl_pg_t *parent, uvccl_pg_t *pg,
+      uvccl_store_t *store, const uvccl_pg_options_t *opts,
+      uvccl_work_t *work, uvccl_work_cb cb);
   int (*new_group)(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
       int nranks, const char *tag);
   int (*split)(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,
@@ -85,6 +97,11 @@ typedef struct uvccl__backend_s {
   int (*scatter_bytes)(uvccl_pg_t *pg, uvccl_work_t *work,
       const uvccl_buf_t *bufs, size_t nbufs, int root, uvccl_work_cb cb);
 } uvccl__backend_t;
+
+/* The table of a group's backend (a group not made: the CPU one's), and
+ * of the backend options name (NULL: one this build does not know). */
+const uvccl__backend_t *uvccl__backend_of(const uvccl_pg_t *pg);
+const uvccl__backend_t *uvccl__backend_for(const uvccl_pg_options_t *opts);
 
 /* CPU groups over TCP and shared memory (src/cpu/backend.c). */
 extern const uvccl__backend_t uvccl__cpu_backend;

@@ -10,15 +10,18 @@
  * Members: rank 0 opens epoch E (counter, plan, open), and broadcasts E to
  * the others over the old world; that broadcast is the point every member
  * agrees on (a member dead by then fails it on all of them, and they keep
- * the old world). Joiners: wait for an open epoch, take a place with the
+ * the old world). Backends whose collectives take no host memory (NCCL)
+ * name a key of the old world's instead: rank 0 sets it to E, the others
+ * wait for it. Joiners: wait for an open epoch, take a place with the
  * counter (the (J+1)th finds the epoch full and waits for the next one).
  * Then everyone makes the new world of M + J ranks under P/grow/E/world:
  * members keep their ranks, joiners take M, M+1, ... in the order they
  * took their places. A rank that fails meanwhile fails that creation on
  * everyone, who then keep what they had.
  *
- * This step makes the new world's connections anew, members' included;
- * keeping the members' live connections is the next one (issue 33). */
+ * The backend makes the new world from the old one where it can (NCCL:
+ * ncclCommGrow); the CPU groups make its connections anew, members'
+ * included (keeping the members' live ones is still to do). */
 #include "backend.h"
 #include "loop/internal.h"
 
@@ -47,8 +50,10 @@ typedef struct {
   uvccl_pg_t *pg; /* members: the world that grows; NULL on a joiner */
   uvccl_pg_t *newpg;
   uvccl_store_t *store;
+  const uvccl__backend_t *b;
   uvccl_pg_options_t o;
   char base[KEY_MAX - 80]; /* P */
+  char agree_key[KEY_MAX]; /* the backend's (grow_agree_key); "": none */
   char world[KEY_MAX]; /* P/grow/E/world */
   char key[KEY_MAX];
   char val[64];
@@ -132,8 +137,16 @@ static void step(grow_t *g, int next) {
                          on_inner);
     break;
   case S_AGREE:
-    rc = uvccl_broadcast(g->pg, &g->inner, &g->epoch, 1, UVCCL_INT64, 0,
-                         on_inner);
+    if (g->agree_key[0] == '\0') {
+      rc = uvccl_broadcast(g->pg, &g->inner, &g->epoch, 1, UVCCL_INT64, 0,
+                           on_inner);
+    } else if (g->rank == 0) {
+      snprintf(g->val, sizeof(g->val), "%" PRIu64, g->epoch);
+      rc = uvccl_store_set(g->store, &g->inner, g->agree_key, g->val,
+                           strlen(g->val), on_inner);
+    } else {
+      rc = uvccl_store_get(g->store, &g->inner, g->agree_key, on_inner);
+    }
     break;
   case S_WAIT_OPEN:
     snprintf(g->key, sizeof(g->key), "%s/grow/open", g->base);
@@ -157,7 +170,12 @@ static void step(grow_t *g, int next) {
     o.rank = g->rank;
     o.size = g->size;
     memset(g->newpg, 0, sizeof(*g->newpg));
-    rc = uvccl_pg_init(g->loop, g->newpg, g->store, &o, &g->inner, on_inner);
+    if (g->b->grow_init != NULL)
+      rc = g->b->grow_init(g->loop, g->pg, g->newpg, g->store, &o, &g->inner,
+                           on_inner);
+    else
+      rc = uvccl_pg_init(g->loop, g->newpg, g->store, &o, &g->inner,
+                         on_inner);
     break;
   }
   }
@@ -181,6 +199,20 @@ static int parse_plan(const char *v, size_t len, int *m, int *j) {
   memcpy(buf, v, len);
   buf[len] = '\0';
   return sscanf(buf, "%d %d", m, j) == 2 && *m > 0 && *j > 0 ? 0 : -1;
+}
+
+/* An epoch from the store (the last opened, or the members' agreement). */
+static int parse_epoch(grow_t *g, const char *key, const uvccl_work_t *w) {
+  char buf[32];
+  size_t n = w->value_len < sizeof(buf) - 1 ? w->value_len : sizeof(buf) - 1;
+  memcpy(buf, w->value, n);
+  buf[n] = '\0';
+  g->epoch = strtoull(buf, NULL, 10);
+  if (g->epoch == 0) {
+    fail(g, UVCCL_EPROTO, "grow: %s holds '%s', not an epoch", key, buf);
+    return -1;
+  }
+  return 0;
 }
 
 static void on_inner(uvccl_work_t *w, int status) {
@@ -209,21 +241,15 @@ static void on_inner(uvccl_work_t *w, int status) {
     step(g, S_AGREE);
     break;
   case S_AGREE:
+    if (g->agree_key[0] != '\0' && g->rank != 0 &&
+        parse_epoch(g, g->agree_key, w) != 0)
+      return;
     step(g, S_CREATE);
     break;
-  case S_WAIT_OPEN: {
-    char buf[32];
-    size_t n = w->value_len < sizeof(buf) - 1 ? w->value_len : sizeof(buf) - 1;
-    memcpy(buf, w->value, n);
-    buf[n] = '\0';
-    g->epoch = strtoull(buf, NULL, 10);
-    if (g->epoch == 0) {
-      fail(g, UVCCL_EPROTO, "grow: %s holds '%s', not an epoch", g->key, buf);
-      return;
-    }
+  case S_WAIT_OPEN:
+    if (parse_epoch(g, g->key, w) != 0) return;
     step(g, S_WAIT_PLAN);
     break;
-  }
   case S_WAIT_PLAN:
     if (parse_plan(w->value, w->value_len, &g->members, &g->njoin) != 0) {
       fail(g, UVCCL_EPROTO, "grow: %s is not a plan", g->key);
@@ -263,10 +289,12 @@ static void on_abandon(uvccl_work_t *w, int status) {
 static const struct uvccl__work_ops grow_ops = {on_abandon, NULL, NULL};
 
 static grow_t *grow_new(uv_loop_t *loop, uvccl_pg_t *newpg,
-                        uvccl_store_t *store, const uvccl_pg_options_t *opts) {
+                        uvccl_store_t *store, const uvccl_pg_options_t *opts,
+                        const uvccl__backend_t *b) {
   grow_t *g = uvccl__calloc(1, sizeof(*g));
   const char *p;
   if (g == NULL) return NULL;
+  g->b = b;
   g->loop = loop;
   g->newpg = newpg;
   g->store = store;
@@ -280,6 +308,7 @@ static grow_t *grow_new(uv_loop_t *loop, uvccl_pg_t *newpg,
 int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
                   int njoin, const uvccl_pg_options_t *opts,
                   uvccl_work_t *work, uvccl_work_cb cb) {
+  const uvccl__backend_t *b;
   grow_t *g;
   int rc;
   if (pg == NULL || pg->loop == NULL || pg->rank < 0 || newpg == NULL ||
@@ -289,8 +318,16 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
   if (opts != NULL && opts->prefix != NULL &&
       strlen(opts->prefix) >= KEY_MAX - 80)
     return UV_EINVAL;
-  g = grow_new(pg->loop, newpg, store, opts);
+  if (work->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  b = uvccl__backend_of(pg);
+  if (b->grow_check != NULL &&
+      (rc = b->grow_check(pg, work->msg, sizeof(work->msg))) != 0)
+    return rc;
+  g = grow_new(pg->loop, newpg, store, opts, b);
   if (g == NULL) return UV_ENOMEM;
+  g->o.backend = pg->backend_; /* the new world is of the old one's kind */
+  if (b->grow_agree_key != NULL)
+    b->grow_agree_key(pg, g->agree_key, sizeof(g->agree_key));
   g->pg = pg;
   g->njoin = njoin;
   g->members = pg->size;
@@ -309,6 +346,7 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
 int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg, uvccl_store_t *store,
                   const uvccl_pg_options_t *opts, uvccl_work_t *work,
                   uvccl_work_cb cb) {
+  const uvccl__backend_t *b;
   grow_t *g;
   int rc;
   if (loop == NULL || newpg == NULL || store == NULL || work == NULL)
@@ -316,7 +354,12 @@ int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg, uvccl_store_t *store,
   if (opts != NULL && opts->prefix != NULL &&
       strlen(opts->prefix) >= KEY_MAX - 80)
     return UV_EINVAL;
-  g = grow_new(loop, newpg, store, opts);
+  if ((b = uvccl__backend_for(opts)) == NULL) return UV_EINVAL;
+  if (work->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  if (b->grow_check != NULL &&
+      (rc = b->grow_check(NULL, work->msg, sizeof(work->msg))) != 0)
+    return rc;
+  g = grow_new(loop, newpg, store, opts, b);
   if (g == NULL) return UV_ENOMEM;
   rc = uvccl__work_start(work, loop, "join", &grow_ops, g, 0, cb);
   if (rc != 0) {

@@ -87,6 +87,8 @@ typedef struct comm_s {
                                meets the n-th of the others, as NCCL */
   uint64_t nsplit;          /* splits called, matched the same way */
   uint64_t *nsend, *nrecv;  /* per peer: p2p matched in call order */
+  unique_id_t grow_id;      /* ncclCommGetUniqueId's, until its grow */
+  int grow_issued;
   struct {
     int used;
     int dtype;
@@ -104,6 +106,7 @@ static int g_fail_next;
 static volatile uint32_t *g_block_flag;
 static long g_fail_at = -1, g_calls;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_grown; /* ncclCommGrow's comms (fake_nccl_grown_comms) */
 
 /* the group being built on this thread */
 typedef struct {
@@ -489,6 +492,11 @@ typedef struct clique_s {
   rdv_t *rdvs;
   mbox_t *mboxes;
   split_t *splits;
+  /* ncclCommGrow of this clique: its members that called before the root
+   * (by rank, waiting for the id), and the id once the root called */
+  comm_t **grow_wait;
+  int grow_open, grow_nranks, grow_arrived;
+  unique_id_t grow_target;
 } clique_t;
 
 static clique_t *g_cliques;
@@ -537,6 +545,7 @@ static void clique_unref_locked(clique_t *q) {
     free(sp->child);
     free(sp);
   }
+  free(q->grow_wait);
   free(q->comms);
   free(q);
 }
@@ -1079,7 +1088,7 @@ EXPORT int ncclGetVersion(int *v) {
 #ifdef FAKE_NCCL_NO_SHRINK
   *v = 22605;
 #else
-  *v = 22809;
+  *v = 22902;
 #endif
   return R_SUCCESS;
 }
@@ -1298,6 +1307,138 @@ EXPORT int ncclCommShrink(void *comm, int *excl, int nexcl, void **newcomm,
   make_busy(n);
   c->revoked = 0; /* quiescent again, as NCCL after a shrink */
   return launched(c);
+}
+#endif
+
+#ifndef FAKE_NCCL_NO_SHRINK
+/* ncclCommGetUniqueId: the id of a grow of comm, for its root's
+ * ncclCommGrow (single use) and the joiners. */
+EXPORT int ncclCommGetUniqueId(void *comm, unique_id_t *id) {
+  comm_t *c = comm;
+  static unsigned counter;
+  if (!id)
+    return set_error(R_INVALID_ARGUMENT, "ncclCommGetUniqueId: id is NULL");
+  if (c == NULL || c->destroyed || c->aborted)
+    return set_error(R_INVALID_USAGE, "ncclCommGetUniqueId: no such comm");
+  memset(id, 0, sizeof(*id));
+  snprintf(id->internal, sizeof(id->internal), "fake-nccl-grow-%d-%u",
+           (int)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
+  pthread_mutex_lock(&g_lock);
+  c->grow_id = *id;
+  c->grow_issued = 1;
+  pthread_mutex_unlock(&g_lock);
+  return R_SUCCESS;
+}
+
+/* n takes its place in the grown clique of id (made by whoever comes
+ * first, as an init's). 0, or 2 (other nranks), 3 (place taken), 1. */
+static int grow_place_locked(comm_t *n, const unique_id_t *id, int nranks,
+                             int rank) {
+  clique_t *q;
+  for (q = g_cliques; q; q = q->next)
+    if (memcmp(&q->id, id, sizeof(*id)) == 0) break;
+  if (!q) q = clique_new_locked(id, nranks);
+  if (!q) return 1;
+  if (q->nranks != nranks) return 2;
+  if (q->comms[rank] != NULL) return 3;
+  n->child_pending = 0;
+  if (comm_place_locked(n, q, rank) != 0) return 1;
+  if (q->joined == q->nranks) clique_check_devices_locked(q);
+  pthread_cond_broadcast(&g_cond);
+  return 0;
+}
+
+/* ncclCommGrow (2.29): members pass their comm and rank -1 (their rank
+ * stays), the root (rank 0) with the id its comm gave, the others
+ * without; new ranks pass no comm, the id and their rank. The members
+ * that call before the root wait for its id. */
+EXPORT int ncclCommGrow(void *comm, int nranks, const unique_id_t *id,
+                        int rank, void **newcomm, config_head_t *cfg) {
+  comm_t *c = comm, *n;
+  clique_t *q;
+  int blocking, err = 0, i;
+  if (!newcomm)
+    return set_error(R_INVALID_ARGUMENT, "ncclCommGrow: newcomm is NULL");
+  *newcomm = NULL;
+  if (cfg && (cfg->magic != 0xcafebeef || cfg->size < sizeof(*cfg)))
+    return set_error(R_INVALID_ARGUMENT, "ncclCommGrow: config not "
+                     "initialized with NCCL_CONFIG_INITIALIZER");
+  if (c != NULL) {
+    if (c->destroyed || c->aborted)
+      return set_error(R_INVALID_USAGE, "ncclCommGrow: no such comm");
+    if (rank != -1 || nranks <= c->nranks)
+      return set_error(R_INVALID_ARGUMENT, "ncclCommGrow: a member passes "
+                       "rank -1 and more than its %d ranks (rank %d, "
+                       "nranks %d)", c->nranks, rank, nranks);
+    if (c->nranks == 1 && id == NULL)
+      return set_error(R_INVALID_ARGUMENT, "ncclCommGrow: the root passes "
+                       "the id");
+    blocking = config_blocking(cfg, c->blocking);
+  } else {
+    if (id == NULL || rank < 0 || rank >= nranks)
+      return set_error(R_INVALID_ARGUMENT, "ncclCommGrow: a new rank passes "
+                       "the id and its rank (rank %d, nranks %d)", rank,
+                       nranks);
+    blocking = config_blocking(cfg, 1);
+  }
+  n = comm_new(blocking);
+  if (!n) return set_error(R_SYSTEM, "fake NCCL: out of memory");
+  n->nranks = 0;
+  n->child_pending = 1;
+  if (c != NULL) n->device = c->device;
+  pthread_mutex_lock(&g_lock);
+  q = c != NULL ? c->clique : NULL;
+  if (c == NULL) {
+    err = grow_place_locked(n, id, nranks, rank);
+  } else if (id != NULL) { /* the root */
+    if (!c->grow_issued || memcmp(&c->grow_id, id, sizeof(*id)) != 0) {
+      err = 4;
+    } else {
+      c->grow_issued = 0; /* single use */
+      err = grow_place_locked(n, id, nranks, c->rank);
+      if (!err && q != NULL) {
+        q->grow_open = 1;
+        q->grow_target = *id;
+        q->grow_nranks = nranks;
+        for (i = 0; q->grow_wait && i < q->nranks; i++)
+          if (q->grow_wait[i] != NULL) {
+            if (grow_place_locked(q->grow_wait[i], id, nranks, i) != 0)
+              q->grow_wait[i]->async_error = R_INVALID_USAGE;
+            q->grow_wait[i] = NULL;
+          }
+      }
+    }
+  } else if (q->grow_open) {
+    err = grow_place_locked(n, &q->grow_target, q->grow_nranks, c->rank);
+  } else {
+    if (!q->grow_wait)
+      q->grow_wait = calloc((size_t)q->nranks, sizeof(*q->grow_wait));
+    if (!q->grow_wait) err = 1;
+    else q->grow_wait[c->rank] = n;
+  }
+  if (!err && q != NULL && ++q->grow_arrived == q->nranks) {
+    q->grow_open = 0; /* every member called: the next grow is another */
+    q->grow_arrived = 0;
+  }
+  while (!err && blocking && comm_pending_locked(n) && !n->destroyed)
+    pthread_cond_wait(&g_cond, &g_lock);
+  if (err) n->destroyed = 1; /* never handed out */
+  pthread_mutex_unlock(&g_lock);
+  if (err == 1) return set_error(R_SYSTEM, "fake NCCL: out of memory");
+  if (err == 2)
+    return set_error(R_INVALID_USAGE, "ncclCommGrow: nranks %d differs from "
+                     "the other ranks' of this id", nranks);
+  if (err == 3)
+    return set_error(R_INVALID_USAGE, "ncclCommGrow: rank %d joined twice",
+                     c != NULL ? c->rank : rank);
+  if (err == 4)
+    return set_error(R_INVALID_USAGE, "ncclCommGrow: the id is not this "
+                     "comm's (ncclCommGetUniqueId), or was used already");
+  *newcomm = n;
+  __atomic_add_fetch(&g_grown, 1, __ATOMIC_SEQ_CST);
+  if (blocking) return n->async_error;
+  make_busy(n);
+  return R_IN_PROGRESS;
 }
 #endif
 
@@ -1568,6 +1709,12 @@ EXPORT void fake_nccl_block_next(volatile uint32_t *flag) {
   pthread_mutex_lock(&g_lock);
   g_block_flag = flag;
   pthread_mutex_unlock(&g_lock);
+}
+
+/* Calls of ncclCommGrow that made a communicator: a test sees a grow went
+ * through it (not through a new init). */
+EXPORT int fake_nccl_grown_comms(void) {
+  return __atomic_load_n(&g_grown, __ATOMIC_SEQ_CST);
 }
 
 /* Communicators alive (made, neither destroyed nor aborted). */
