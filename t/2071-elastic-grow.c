@@ -12,7 +12,10 @@
  *      world still works;
  *   d) a member killed before the grow: the others fail the members'
  *      agreement (naming it) and keep the old world; the joiner fails too;
- *   e) a stranger (another secret) cannot join: its store refuses it. */
+ *   e) a stranger (another secret) cannot join: its store refuses it;
+ *   f) a grow after a chain of shrinks: rank 3 killed, 4 -> 3; rank 2
+ *      killed, 3 -> 2; then 2 -> 4 with two joiners, ranks 0 and 1 kept;
+ *      allreduce of the four. */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -81,6 +84,13 @@ static int grow(uvccl_pg_t *from, uvccl_pg_t *to, int njoin, uint64_t ms,
   memset(to, 0, sizeof(*to));
   return finish_work(c, uvccl_pg_grow(from, to, &store, njoin, &o, w, on_work),
                  ms + 20000);
+}
+
+static int shrink(uvccl_pg_t *from, uvccl_pg_t *to, uvccl_work_t *w,
+                  cbres_t *c) {
+  PREP(*w, *c);
+  memset(to, 0, sizeof(*to));
+  return finish_work(c, uvccl_pg_shrink(from, to, w, on_work), 20000);
 }
 
 static int join(uvccl_pg_t *to, uint64_t ms, uvccl_work_t *w, cbres_t *c) {
@@ -153,6 +163,27 @@ static int member_main(const char *role) {
       }
       destroy(&sh);
     }
+  } else if (strcmp(role, "chain") == 0) {
+    uvccl_pg_t s1, s2;
+    if (R == 3) raise(SIGKILL);
+    rc = shrink(&pg, &s1, &w, &c);
+    if (rc == 0 && R == 2) raise(SIGKILL); /* the shrunk world loses it */
+    if (rc == 0 && s1.size == 3) rc = shrink(&s1, &s2, &w, &c);
+    else rc = rc != 0 ? rc : UVCCL_EPROTO;
+    if (rc != 0 || s2.size != 2) {
+      rep(0, "grew", "shrinks: %s %s", ename(rc), w.msg);
+    } else {
+      rc = grow(&s2, &np, 2, 20000, &w, &c);
+      rep(rc == 0 && np.size == 4 && np.rank == R && w.result == 1, "grew",
+          "4 -> 3 -> 2, grown to 4: %s %s (rank %d of %d, epoch %lld)",
+          ename(rc), w.msg, np.rank, np.size, (long long)w.result);
+      if (rc == 0) {
+        allreduce_check(&np, "after");
+        destroy(&np);
+      }
+      destroy(&s2);
+    }
+    if (s1.impl_ != NULL) destroy(&s1);
   } else if (strcmp(role, "joinerdies") == 0) {
     double t0 = now_s();
     rc = grow(&pg, &np, 1, 3000, &w, &c);
@@ -181,7 +212,8 @@ static int joiner_main(const char *role) {
   uv_loop_init(&loop);
   uv_timer_init(&loop, &guard);
   store_open();
-  if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0) {
+  if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0 ||
+      strcmp(role, "chain") == 0) {
     int want = strcmp(role, "grow") == 0 ? 6 : 4;
     rc = join(&np, 20000, &w, &c);
     rep(rc == 0 && np.size == want && np.rank >= want - 2 && w.result == 1,
@@ -307,11 +339,17 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
         "agreement naming rank 3; the joiner fails too", what);
   } else if (strcmp(role, "stranger") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: refused (UVCCL_EAUTH)", what);
+  } else if (strcmp(role, "chain") == 0) {
+    agg(ps, nm + nj, "grew", all & ~0xcu, "%s: ranks 0 and 1 shrink twice, "
+        "then grow to 4 with two joiners (ranks kept, epoch 1)", what);
+    agg(ps, nm + nj, "after", all & ~0xcu, "%s: allreduce of the four",
+        what);
   }
   for (r = 0; r < nm + nj; r++) {
     int may_die = (strcmp(role, "kill0") == 0 && r == 0) ||
                   (strcmp(role, "memberdies") == 0 && r == 3) ||
-                  (strcmp(role, "joinerdies") == 0 && r >= nm);
+                  (strcmp(role, "joinerdies") == 0 && r >= nm) ||
+                  (strcmp(role, "chain") == 0 && (r == 2 || r == 3));
     if (ps[r].status != 0 && !(may_die && ps[r].status == 128 + SIGKILL))
       clean = 0;
   }
@@ -340,11 +378,12 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(5 + 3 + 3 + 2 + 2);
+  plan(5 + 3 + 3 + 2 + 2 + 3);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
   scenario("memberdies", 4, 1, "d) a member killed before the grow");
   scenario("stranger", 0, 1, "e) a stranger");
+  scenario("chain", 4, 2, "f) a grow after a chain of shrinks");
   return done_testing();
 }
