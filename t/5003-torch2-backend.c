@@ -7,7 +7,10 @@
  * peer killed mid-allreduce and abort() at 3, init through tcp:// with no
  * MASTER_ADDR on a host whose name does not resolve at 2, shrink_group
  * (one rank killed, one excluded alive) at 4, a rank killed during
- * FSDP2 steps at 3, DDP at 2, what runs on
+ * FSDP2 steps at 3, c10d's reconfigure API (a 4th process joins with
+ * enable_reconfigure, handles as a set and as a list, one leaves) at 4,
+ * DDP at 2, the elastic DDP example under uvccl-run --respawn (a rank
+ * killed, the survivors shrink, its replacement joins), what runs on
  * top (functional collectives, DTensor, FSDP2, compiled DDP, DETAIL)
  * against Gloo at 2 and 4, and pip install ./python with the root's pip,
  * offline; its TAP lines
@@ -46,7 +49,7 @@ int main(void) {
   if (n == 0)
     skip_all("no PyTorch 2.x root with libtorch-dev (TORCH_ROOT_DEV=1 "
              "tools/torch-root.sh create trixie makes one)");
-  plan(13 * n);
+  plan(15 * n);
   for (i = 0; i < n; i++) {
     char cmd[8192];
     int seen = 0, rc;
@@ -65,7 +68,7 @@ int main(void) {
       }
     }
     rc = f != NULL ? pclose(f) : -1;
-    for (; seen < 13; seen++)
+    for (; seen < 15; seen++)
       ok(0, "%s: the run ended early (status %d)", roots[i], rc);
   }
   return done_testing();

@@ -5,7 +5,8 @@
 # libuvccl and the extension there with the root's compiler against its
 # libtorch, then runs t/py/torch_backend.py (every operation against Gloo
 # in the same job, errors, a timeout, a killed peer, split_group) at 2, 3
-# and 4 ranks, shrink_group at 4.
+# and 4 ranks, shrink_group at 4, reconfigure at 4, the elastic DDP
+# example (examples/torch/elastic_ddp.py) under uvccl-run --respawn.
 # Prints TAP; exits 2 when the root cannot build the extension.
 #
 #   t/run-torch2-backend.sh /opt/uvccl-torch/trixie
@@ -39,13 +40,13 @@ else
 fi
 rm -rf "$src"
 mv "$src.new" "$src"
-if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl.a >/tmp/uvccl-build.log 2>&1 && make -o deps torch-ext >>/tmp/uvccl-build.log 2>&1'; then
+if ! chroot "$root" /bin/sh -c 'cd /uvccl-src && make -o deps -j2 build/libuvccl.a build/bin/uvccl-run >/tmp/uvccl-build.log 2>&1 && make -o deps torch-ext >>/tmp/uvccl-build.log 2>&1'; then
   tail -20 "$root/tmp/uvccl-build.log" >&2
   echo "run-torch2-backend: building in $root failed" >&2
   exit 2
 fi
 version=$(chroot "$root" python3 -c 'import torch; print(torch.__version__)')
-echo "1..13"
+echo "1..15"
 n_test=0
 world() { # n scenario
   local n=$1 scen=$2 port r out fails want got
@@ -92,6 +93,10 @@ world 2 tcpinit 8
 world 4 shrink 12
 # a rank killed during FSDP2 steps (2 checks per survivor)
 world 3 fsdp_kill 4
+# c10d's reconfigure API (2.14+): a 4th process joins with
+# enable_reconfigure, handles as a set and as a list, the 4th leaves,
+# refusals (5 checks a rank)
+world 4 reconfigure 20
 # DDP, 2 ranks: parameters equal, losses as Gloo's
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 out=$(mktemp -d)
@@ -104,9 +109,9 @@ wait
 fails=$(cat "$out"/* | grep -c '^@check [0-9]* 0 ')
 got=$(cat "$out"/* | grep -c '^@check [0-9]* 1 ')
 if [ "$fails" = 0 ] && [ "$got" -ge 12 ]; then
-  echo "ok 9 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
+  echo "ok 10 - PyTorch $version, DDP (MLP, CNN) 2 ranks 50 steps: parameters equal, losses as Gloo's ($got checks)"
 else
-  echo "not ok 9 - PyTorch $version, DDP: $got passed, $fails failed"
+  echo "not ok 10 - PyTorch $version, DDP: $got passed, $fails failed"
   grep -h '^@check [0-9]* 0 \|Error' "$out"/* | head -20 | sed 's/^/#   /'
 fi
 rm -rf "$out"
@@ -137,15 +142,38 @@ ontop() { # test-number n description [env...]
   fi
   rm -rf "$out"
 }
-ontop 10 2 "functional collectives, DTensor, FSDP2, compiled DDP"
-ontop 11 4 "functional collectives, DTensor, FSDP2, compiled DDP"
-ontop 12 2 "TORCH_DISTRIBUTED_DEBUG=DETAIL (mismatched shapes caught)" \
+ontop 11 2 "functional collectives, DTensor, FSDP2, compiled DDP"
+ontop 12 4 "functional collectives, DTensor, FSDP2, compiled DDP"
+ontop 13 2 "TORCH_DISTRIBUTED_DEBUG=DETAIL (mismatched shapes caught)" \
   T_ONLY=detail TORCH_DISTRIBUTED_DEBUG=DETAIL
+# The elastic DDP example (examples/torch/elastic_ddp.py) under
+# uvccl-run --respawn: 4 ranks train, rank 2 is killed at step 120, the
+# survivors shrink and go on, its replacement joins through reconfigure,
+# the world is 4 again and the loss curve goes on (PyTorch with the
+# reconfigure API; the example says so and exits 2 elsewhere)
+out=$(mktemp)
+chroot "$root" /bin/sh -c "cd /uvccl-src && PYTHONPATH=python USE_LIBUV=0 \
+  PYTHONWARNINGS=ignore timeout 240 build/bin/uvccl-run --respawn=1 \
+  --no-auth -n 4 python3 examples/torch/elastic_ddp.py --kill-rank 2 \
+  --kill-step 120" >"$out" 2>&1
+rc=$?
+fin=$(grep -o 'final: .*' "$out" | head -1)
+if grep -q "has no reconfigure API" "$out"; then
+  echo "ok 14 - elastic DDP example # SKIP PyTorch $version has no reconfigure API"
+elif [ "$rc" = 0 ] && grep -q "shrunk to 3 ranks at step 120" "$out" &&
+    grep -q "grew to 4 ranks (1 joined)" "$out" &&
+    echo "$fin" | grep -q "400 steps, loss [0-9.]* -> 0\.0[0-4][0-9]*, world 4, steps lost 0, failed attempts 1,"; then
+  echo "ok 14 - PyTorch $version, elastic DDP (uvccl-run --respawn, rank 2 killed): $(grep -o 'shrunk to 3 ranks at step 120 [0-9.]* s after the kill' "$out"); $(grep -o 'grew to 4 ranks (1 joined) at step [0-9]* [0-9.]* s after the kill' "$out"); $fin"
+else
+  echo "not ok 14 - PyTorch $version, elastic DDP example (exit $rc)"
+  grep -v -i warn "$out" | tail -25 | sed 's/^/#   /'
+fi
+rm -f "$out"
 # pip install ./python with the root's own pip, offline, into a venv that
 # sees the root's torch; then a 2-rank allreduce with the installed package
 # (run from /, so the source tree's copy is not what imports)
 if ! chroot "$root" python3 -c 'import venv, ensurepip' 2>/dev/null; then
-  echo "ok 13 - pip install ./python # SKIP $root has no python3-venv (tools/torch-root.sh create installs it)"
+  echo "ok 15 - pip install ./python # SKIP $root has no python3-venv (tools/torch-root.sh create installs it)"
   exit 0
 fi
 log=$root/tmp/uvccl-pip.log
@@ -167,13 +195,13 @@ dist.destroy_process_group()'" >"$out/$r" 2>&1 &
   wait
   if grep -q "site-packages/uvccl_torch.*\[3.0, 3.0, 3.0, 3.0\]" "$out/0" &&
      grep -q "site-packages/uvccl_torch.*\[3.0, 3.0, 3.0, 3.0\]" "$out/1"; then
-    echo "ok 13 - PyTorch $version, pip install --no-build-isolation --no-index ./python in a venv: the installed package's 2-rank allreduce right"
+    echo "ok 15 - PyTorch $version, pip install --no-build-isolation --no-index ./python in a venv: the installed package's 2-rank allreduce right"
   else
-    echo "not ok 13 - PyTorch $version, the pip-installed package"
+    echo "not ok 15 - PyTorch $version, the pip-installed package"
     cat "$out"/* | tail -20 | sed 's/^/#   /'
   fi
   rm -rf "$out"
 else
-  echo "not ok 13 - PyTorch $version, pip install ./python failed"
+  echo "not ok 15 - PyTorch $version, pip install ./python failed"
   tail -20 "$log" | sed 's/^/#   /'
 fi

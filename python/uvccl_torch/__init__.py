@@ -73,18 +73,31 @@ def _advertised_host(store):
     return ""
 
 
-def _create(store, rank, world_size, timeout):
+def _create(store, rank, world_size, timeout, deferred=False):
     dev, ident, nccl = _gpu()
     return _C.ProcessGroupUVCCL(store, rank, world_size, timeout, "uvccl",
-                                dev, ident, nccl, _advertised_host(store))
+                                dev, ident, nccl, _advertised_host(store),
+                                deferred)
+
+
+def _create_extended(opts, backend_options):
+    """c10d's extended creator (PyTorch with reconfigure): the same group,
+    made without a world where init_process_group(enable_reconfigure=True)
+    asked for the reconfigure regime (reconfigure() makes it)."""
+    return _create(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                   bool(getattr(opts, "enable_reconfigure", False)))
 
 
 if "UVCCL" not in _dist.Backend._plugins:
-    try:  # PyTorch 2: the backend serves CPU tensors, and CUDA ones if built so
-        _dist.Backend.register_backend(
-            "uvccl", _create, devices=["cpu", "cuda"] if _C.cuda else ["cpu"])
-    except TypeError:  # PyTorch 1.13: no devices argument
-        _dist.Backend.register_backend("uvccl", _create)
+    _devices = ["cpu", "cuda"] if _C.cuda else ["cpu"]
+    if hasattr(_dist.distributed_c10d, "_reconfigure"):
+        _dist.Backend.register_backend("uvccl", _create_extended,
+                                       extended_api=True, devices=_devices)
+    else:
+        try:  # PyTorch 2: CPU tensors, and CUDA ones if built so
+            _dist.Backend.register_backend("uvccl", _create, devices=_devices)
+        except TypeError:  # PyTorch 1.13: no devices argument
+            _dist.Backend.register_backend("uvccl", _create)
 
 
 def split_group(parent_pg=None, split_ranks=None, timeout=None,

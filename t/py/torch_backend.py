@@ -708,10 +708,93 @@ def abort_main():
     check(True, "destroy", "destroy_process_group returned")
 
 
+def reconfigure_main():
+    """c10d's reconfigure API (2.14+), 4 processes: ranks 0-2 make a world
+    of 3; the 4th starts with enable_reconfigure=True (no world: an
+    operation fails, saying so). All four reconfigure with their handles as
+    a set (ranks: the sorted order), then as a list in reverse (ranks
+    reversed); then the first three reconfigure without the 4th (it
+    leaves). Each allreduce checked; a reused uuid, a handle list without
+    this rank's and a foreign handle are refused."""
+    import datetime
+    joiner = rank == 3
+    store = dist.TCPStore(os.environ["MASTER_ADDR"],
+                          int(os.environ["MASTER_PORT"]), is_master=rank == 0,
+                          timeout=datetime.timedelta(seconds=60),
+                          use_libuv=False)
+    dist.init_process_group("uvccl", store=store, rank=rank,
+                            world_size=4 if joiner else 3,
+                            enable_reconfigure=joiner)
+    if not hasattr(dist, "_reconfigure"):
+        for name in ("supports", "set", "ordered", "shrunk", "refused"):
+            check(True, name, f"PyTorch {torch.__version__} has no reconfigure")
+        dist.destroy_process_group()
+        return
+    h = dist._get_reconfigure_handle()
+    said = ""
+    if joiner:
+        try:
+            dist.all_reduce(torch.ones(2))
+        except RuntimeError as e:
+            said = str(e).splitlines()[0]
+    check(dist._supports_reconfigure() and h.startswith("uvccl:-1:") and
+          (not joiner or "reconfigure" in said), "supports",
+          f"handle {h}" + (f"; before: {said[:120]}" if joiner else ""))
+
+    def meet(tag, who):
+        store.set(f"t/{tag}/{rank}", dist._get_reconfigure_handle())
+        keys = [f"t/{tag}/{r}" for r in who]
+        store.wait(keys)
+        return [store.get(k).decode() for k in keys]
+
+    def allreduce_ok():
+        t = torch.full((4,), float(dist.get_rank() + 1))
+        dist.all_reduce(t)
+        n = dist.get_world_size()
+        return torch.equal(t, torch.full((4,), n * (n + 1) / 2.0)), t[0].item()
+
+    hs = meet("a", range(4))
+    dist._reconfigure(uuid=11, handles=set(hs)).wait()
+    want = sorted(hs).index(hs[rank])
+    good, v = allreduce_ok()
+    check(good and dist.get_rank() == want and dist.get_world_size() == 4,
+          "set", f"as a set: rank {dist.get_rank()} (sorted place {want}) of "
+          f"{dist.get_world_size()}, allreduce {v}")
+    hs = meet("b", range(4))
+    dist._reconfigure(uuid=12, handles=hs[::-1]).wait()
+    good, v = allreduce_ok()
+    check(good and dist.get_rank() == 3 - rank, "ordered",
+          f"as a list in reverse: rank {dist.get_rank()}, allreduce {v}")
+    hs = meet("c", range(4))
+    if joiner:
+        dist.destroy_process_group()
+        check(True, "shrunk", "left")
+        check(True, "refused", "left")
+        return
+    dist._reconfigure(uuid=13, handles=hs[:3]).wait()
+    good, v = allreduce_ok()
+    check(good and dist.get_world_size() == 3 and dist.get_rank() == rank,
+          "shrunk", f"without the 4th: rank {dist.get_rank()} of "
+          f"{dist.get_world_size()}, allreduce {v}")
+    msgs = []
+    for uuid, handles in ((13, hs[:3]), (14, [x for x in hs[:3]
+                                               if x != hs[rank]]),
+                          (15, ["gloo:0:1:2:3"])):
+        try:
+            dist._reconfigure(uuid=uuid, handles=handles).wait()
+            msgs.append("accepted")
+        except (RuntimeError, ValueError) as e:
+            msgs.append(str(e).splitlines()[0])
+    good, v = allreduce_ok()  # a refused reconfigure leaves the world alone
+    check(good and "fresh one" in msgs[0] and "not among" in msgs[1] and
+          "uvccl handle" in msgs[2], "refused", " / ".join(m[:90] for m in msgs))
+    dist.destroy_process_group()
+
+
 # T_SCENARIO: which one this run is ("": the main one)
 SCENARIOS = {"": main, "tcpinit": tcpinit_main, "kill": kill_main,
              "abort": abort_main, "shrink": shrink_main,
-             "fsdp_kill": fsdp_kill_main}
+             "fsdp_kill": fsdp_kill_main, "reconfigure": reconfigure_main}
 
 try:
     SCENARIOS[os.environ.get("T_SCENARIO", "")]()

@@ -14,11 +14,12 @@ PYBIND11_MODULE(_C, m) {
       m, "ProcessGroupUVCCL")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int,
                     std::chrono::milliseconds, std::string, int, std::string,
-                    bool, std::string>(),
+                    bool, std::string, bool>(),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("name") = "uvccl",
            py::arg("cuda_device") = -1, py::arg("cuda_id") = "",
            py::arg("nccl") = false, py::arg("host") = "",
+           py::arg("deferred") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("cuda_mode", &uvccl_torch::ProcessGroupUVCCL::cuda_mode,
            "How CUDA tensors travel: 'nccl' (a uvccl NCCL group), 'staged' "

@@ -7,7 +7,7 @@ namespace uvccl_torch {
 ProcessGroupUVCCL::ProcessGroupUVCCL(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::string name, int cuda_device,
-    std::string cuda_id, bool nccl_ok, std::string host)
+    std::string cuda_id, bool nccl_ok, std::string host, bool deferred)
     : PGBase(rank, size), loop_(Loop::get()), name_(std::move(name)) {
   std::memset(&pg_, 0, sizeof(pg_));
   std::memset(&mb_pg_, 0, sizeof(mb_pg_));
@@ -15,9 +15,27 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
   std::memset(&store_, 0, sizeof(store_));
   std::memset(&server_, 0, sizeof(server_));
   timeout_ms_ = (uint64_t)timeout.count();
+  c10d_store_ = store;
+  cuda_device_arg_ = cuda_device;
+  cuda_id_ = std::move(cuda_id);
+  nccl_ok_ = nccl_ok;
+  host_arg_ = std::move(host);
+  {
+    char h[128] = "";
+    gethostname(h, sizeof(h) - 1);
+    static std::atomic<int> made{0};
+    ident_ = std::to_string(rank) + ":" + h + ":" + std::to_string(getpid()) +
+             "." + std::to_string(made++);
+  }
+  if (deferred) return;  // the world comes with reconfigure()
+  connect(store, rank, size);
+}
+
+void ProcessGroupUVCCL::connect(const c10::intrusive_ptr<c10d::Store>& store,
+                                int rank, int size) {
   std::string addr;
   if (rank == 0) {
-    std::string bind = publish_host(host);
+    std::string bind = publish_host(host_arg_);
     int port = loop_->call<int>([this, &bind]() {
       uvccl_store_server_options_t so;
       std::memset(&so, 0, sizeof(so));
@@ -59,7 +77,7 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
     return std::string();
   });
   if (!msg.empty()) {
-    shutdown();
+    teardown();
     TORCH_CHECK(false, "uvccl: ", msg);
   }
   int rc = blocking([this, rank, size](uvccl_work_t* w, uvccl_work_cb cb) {
@@ -71,7 +89,7 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
     return uvccl_pg_init(loop_->loop(), &pg_, &store_, &o, w, cb);
   }, &msg);
   if (rc != 0) {
-    shutdown();
+    teardown();
     TORCH_CHECK(false, "uvccl: creating the group: ", msg);
   }
   // the private subgroup of monitoredBarrier: every rank makes it now,
@@ -82,7 +100,7 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
     return uvccl_pg_new_group(&pg_, &mb_pg_, all.data(), size, nullptr);
   });
   if (rc != 0) {
-    shutdown();
+    teardown();
     TORCH_CHECK(false, "uvccl: creating the group: ", uvccl_strerror(rc));
   }
   pg_up_ = true;
@@ -90,9 +108,9 @@ ProcessGroupUVCCL::ProcessGroupUVCCL(
     return local_ranks(rank, size);
   }));
   try {
-    setup_cuda(cuda_device, cuda_id, nccl_ok);
+    setup_cuda(cuda_device_arg_, cuda_id_, nccl_ok_);
   } catch (...) {
-    shutdown();
+    teardown();
     throw;
   }
 }
@@ -266,6 +284,10 @@ std::string ProcessGroupUVCCL::publish_host(const std::string& host) {
 void ProcessGroupUVCCL::shutdown() {
   if (shut_) return;
   shut_ = true;
+  teardown();
+}
+
+void ProcessGroupUVCCL::teardown() {
   std::promise<void> done;
   auto f = done.get_future();
   loop_->post([this, &done]() {
@@ -304,6 +326,21 @@ void ProcessGroupUVCCL::shutdown() {
   } else {
     f.wait();
   }
+  // what belonged to that world (a reconfigure makes another)
+  loop_->call<int>([this]() {
+    std::memset(&pg_, 0, sizeof(pg_));
+    std::memset(&mb_pg_, 0, sizeof(mb_pg_));
+    std::memset(&npg_, 0, sizeof(npg_));
+    std::memset(&store_, 0, sizeof(store_));
+    std::memset(&server_, 0, sizeof(server_));
+    premul_.clear();
+    return 0;
+  });
+  cuda_mode_ = kCudaNone;
+  nccl_has_store_ = false;
+  mb_count_ = 0;
+  seq_ = 0;
+  error_ = std::make_shared<std::atomic<int>>(0);
 }
 
 void ProcessGroupUVCCL::part_done() {

@@ -43,11 +43,14 @@ class ProcessGroupUVCCL : public PGBase {
   // only where they share it (host, boot and device UUID); nccl_ok: NCCL
   // is there (see "CUDA tensors" below); host: the address rank 0's store
   // server is bound to and told as ("": $MASTER_ADDR, else the host name).
+  // deferred: made for c10d's reconfigure regime
+  // (init_process_group(enable_reconfigure=True)): no world until
+  // reconfigure() makes one.
   ProcessGroupUVCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     int size, std::chrono::milliseconds timeout,
                     std::string name = "uvccl", int cuda_device = -1,
                     std::string cuda_id = "", bool nccl_ok = false,
-                    std::string host = "");
+                    std::string host = "", bool deferred = false);
 
   // A group made from parent's connections by split or shrink (no store,
   // no new sockets), with the rank and size the callers computed: make
@@ -249,6 +252,22 @@ class ProcessGroupUVCCL : public PGBase {
   c10::intrusive_ptr<Options> getBackendOptions() override;
 #endif
 
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // c10d's reconfigure (fault tolerance: grow, shrink, both, a merge): the
+  // application gathers every peer's handle out of band and each calls
+  // reconfigure with the same uuid (fresh each time) and handles; this
+  // group then becomes the world of those peers, rank = the handle's place
+  // in the list (a set: sorted), made anew over the c10d store it was
+  // created with under "uvccl/reconfigure/<uuid>/" (its rank 0 serves
+  // uvccl's store there), CUDA tensors' NCCL group included. The old world
+  // is left first: on failure the group has none until a reconfigure
+  // succeeds. Groups made by split or shrink have no store: they cannot.
+  bool supportsReconfigure() const override { return c10d_store_.defined(); }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(
+      const c10d::ReconfigureOptions& opts) override;
+#endif
+
   // The first failure of an operation of this group (see getError), as a
   // uvccl code; 0: none. Any thread.
   int first_error() const { return error_->load(); }
@@ -340,6 +359,16 @@ class ProcessGroupUVCCL : public PGBase {
 
   void shutdown();
 
+  // Makes this rank's world over store (rank 0's uvccl store server, the
+  // groups, CUDA tensors' group): the constructor's, and reconfigure's.
+  void connect(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+               int size);
+
+  // Leaves the world (groups destroyed, store client and server closed)
+  // and forgets what belonged to it: shutdown's, and reconfigure's before
+  // it connects again.
+  void teardown();
+
   // destroy order: the group, then its store client, then the server
   void part_done();
 
@@ -361,6 +390,17 @@ class ProcessGroupUVCCL : public PGBase {
   std::vector<c10::intrusive_ptr<WorkUVCCL>> coalesced_;
   std::vector<Deferred> batch_;
   uint32_t mb_count_ = 0;
+  // creation's arguments, for reconfigure: the c10d store (undefined for
+  // groups made by split or shrink), this rank's GPU, the host told
+  c10::intrusive_ptr<c10d::Store> c10d_store_;
+  int cuda_device_arg_ = -1;
+  std::string cuda_id_;
+  bool nccl_ok_ = false;
+  std::string host_arg_;
+  // reconfigure: the configuration's uuid (-1: the creation's), and who
+  // this process is in every handle (its rank at creation, host and pid)
+  int64_t reconf_uuid_ = -1;
+  std::string ident_;
   uvccl_store_t store_;
   uvccl_store_server_t server_;
   std::string host_;

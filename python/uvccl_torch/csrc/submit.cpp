@@ -223,7 +223,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::submit(
   c10::raw::intrusive_ptr::incref(raw);  // the loop's, until on_done
   loop_->post([this, raw]() {
     if (!pg_up_) {
-      raw->complete(UVCCL_ECLOSING, "the process group is shut down");
+      raw->complete(UVCCL_ECLOSING, "the process group has no world (shut "
+                               "down, or made for reconfigure and not yet "
+                               "reconfigured)");
     } else {
       raw->start_next();
     }
