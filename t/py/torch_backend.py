@@ -717,6 +717,10 @@ def reconfigure_main():
     leaves). Each allreduce checked; a reused uuid, a handle list without
     this rank's and a foreign handle are refused."""
     import datetime
+    if not hasattr(dist, "_reconfigure"):
+        for name in ("supports", "set", "ordered", "shrunk", "refused"):
+            check(True, name, f"PyTorch {torch.__version__} has no reconfigure")
+        return
     joiner = rank == 3
     store = dist.TCPStore(os.environ["MASTER_ADDR"],
                           int(os.environ["MASTER_PORT"]), is_master=rank == 0,
@@ -725,11 +729,6 @@ def reconfigure_main():
     dist.init_process_group("uvccl", store=store, rank=rank,
                             world_size=4 if joiner else 3,
                             enable_reconfigure=joiner)
-    if not hasattr(dist, "_reconfigure"):
-        for name in ("supports", "set", "ordered", "shrunk", "refused"):
-            check(True, name, f"PyTorch {torch.__version__} has no reconfigure")
-        dist.destroy_process_group()
-        return
     h = dist._get_reconfigure_handle()
     said = ""
     if joiner:
