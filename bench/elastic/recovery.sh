@@ -8,8 +8,8 @@
 #            with Gloo: every worker stopped and started again, the last
 #            checkpoint (every 50 steps) loaded.
 # 4 ranks, 400 steps of 10 ms, rank 2 SIGKILLed at step 120. Prints each
-# run's "final:" line, then the medians: the time from the kill to training
-# at full size again, and the steps lost.
+# run's lines, then the medians: the time from the kill to training again
+# (any size) and to training at full size again, and the steps lost.
 #
 #   bench/elastic/recovery.sh [ROOT] [RUNS]     (ROOT: /opt/uvccl-torch/sid)
 set -u
@@ -43,7 +43,8 @@ for i in $(seq "$runs"); do
   chroot "$root" /bin/sh -c "cd /uvccl-src && PYTHONPATH=python USE_LIBUV=0 \
     PYTHONWARNINGS=ignore timeout 300 build/bin/uvccl-run --respawn=1 \
     --no-auth -n 4 python3 examples/torch/elastic_ddp.py $args" \
-    2>&1 | grep -o 'final: .*' | tee -a "$out/uvccl" | sed 's/^/uvccl    /'
+    2>&1 | grep -o 'shrunk to .*\|final: .*' | tee -a "$out/uvccl" |
+    sed 's/^/uvccl    /'
   chroot "$root" /bin/sh -c "cd /uvccl-src && PYTHONPATH=python USE_LIBUV=0 \
     PYTHONWARNINGS=ignore LOGLEVEL=ERROR timeout 300 python3 -c '$torchrun' \
     --standalone --local-addr 127.0.0.1 --nproc-per-node 4 --max-restarts 1 \
@@ -62,9 +63,17 @@ for name, lost_re in (("uvccl", r"steps lost (\d+)"),
     t = [float(m.group(1)) for l in lines
          for m in [re.search(r"full size again ([0-9.]+) s", l)] if m]
     lost = [int(m.group(1)) for l in lines for m in [re.search(lost_re, l)] if m]
-    print("%-9s runs %d: full size again %s s after the kill (median), "
-          "steps lost %s" % (name, len(lines),
-                             "%.2f" % statistics.median(t) if t else "-",
-                             "%d" % statistics.median(lost) if lost else "-"))
+    # training again (at any size): uvccl's survivors at 3 ranks; a
+    # restarted job only at full size
+    again = [float(m.group(1)) for l in lines
+             for m in [re.search(r"shrunk to \d+ ranks at step \d+ ([0-9.]+) s", l)]
+             if m] or t
+    lines = [l for l in lines if l.startswith("final:")]
+    print("%-9s runs %d: training again %s s after the kill, full size again "
+          "%s s (medians), steps lost %s" % (
+              name, len(lines),
+              "%.3f" % statistics.median(again) if again else "-",
+              "%.2f" % statistics.median(t) if t else "-",
+              "%d" % statistics.median(lost) if lost else "-"))
 EOF
 rm -rf "$out"
