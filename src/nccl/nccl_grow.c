@@ -50,10 +50,9 @@ int uvccl__nccl_pg_grow_check(const uvccl_pg_t *pg, char *why, size_t len) {
   return 0;
 }
 
-int uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len) {
+void uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len) {
   nccl_group_t *g = pg->impl_;
   snprintf(key, len, "%.200s/nccl/grow/%u", g->prefix, ++g->ngrows);
-  return 1;
 }
 
 int uvccl__nccl_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,

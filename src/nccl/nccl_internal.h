@@ -343,7 +343,7 @@ void uvccl__nccl_revoke_done(nccl_op_t *op);
 
 /* nccl_grow.c: grows (src/pg/grow.c's backend entries). */
 int uvccl__nccl_pg_grow_check(const uvccl_pg_t *pg, char *why, size_t len);
-int uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len);
+void uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len);
 int uvccl__nccl_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
     uvccl_pg_t *pg, uvccl_store_t *store, const uvccl_pg_options_t *opts,
     uvccl_work_t *work, uvccl_work_cb cb);

@@ -24,13 +24,13 @@ typedef struct uvccl__backend_s {
       int nexclude, uvccl_work_t *work, uvccl_work_cb cb);
   /* Grows (grow.c). grow_check: 0 where this backend can grow pg (a
    * member's world; NULL: a joiner's), else an error with why.
-   * grow_agree_key: 1 with the key where the members agree on the grow's
+   * grow_agree_key: writes the key where the members agree on the grow's
    * epoch through the store (rank 0 sets it, the others wait for it), for
    * groups whose collectives cannot take host memory; NULL: a broadcast
    * over the old world. grow_init: makes the grown world (parent: a
    * member's old world; NULL on a joiner); NULL: made anew by init. */
   int (*grow_check)(const uvccl_pg_t *pg, char *why, size_t len);
-  int (*grow_agree_key)(uvccl_pg_t *pg, char *key, size_t len);
+  void (*grow_agree_key)(uvccl_pg_t *pg, char *key, size_t len);
   int (*grow_init)(uv_loop_t *loop, uvccl_pg_t *parent, uvccl_pg_t *pg,
       uvccl_store_t *store, const uvccl_pg_options_t *opts,
       uvccl_work_t *work, uvccl_work_cb cb);

@@ -326,21 +326,13 @@ void ProcessGroupUVCCL::teardown() {
   } else {
     f.wait();
   }
-  // what belonged to that world (a reconfigure makes another)
-  loop_->call<int>([this]() {
-    std::memset(&pg_, 0, sizeof(pg_));
-    std::memset(&mb_pg_, 0, sizeof(mb_pg_));
-    std::memset(&npg_, 0, sizeof(npg_));
-    std::memset(&store_, 0, sizeof(store_));
-    std::memset(&server_, 0, sizeof(server_));
-    premul_.clear();
-    return 0;
-  });
+  // what else belonged to that world (a reconfigure makes another; its
+  // handles were cleared on the loop, in part_done)
   cuda_mode_ = kCudaNone;
   nccl_has_store_ = false;
   mb_count_ = 0;
   seq_ = 0;
-  error_ = std::make_shared<std::atomic<int>>(0);
+  error_->store(0);
 }
 
 void ProcessGroupUVCCL::part_done() {
@@ -363,6 +355,13 @@ void ProcessGroupUVCCL::part_done() {
     });
     return;
   }
+  // every part is closed: the handles are free for another world
+  std::memset(&pg_, 0, sizeof(pg_));
+  std::memset(&mb_pg_, 0, sizeof(mb_pg_));
+  std::memset(&npg_, 0, sizeof(npg_));
+  std::memset(&store_, 0, sizeof(store_));
+  std::memset(&server_, 0, sizeof(server_));
+  premul_.clear();
   part_done_->set_value();
 }
 

@@ -80,6 +80,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUVCCL::reconfigure(
     TORCH_CHECK(got == me, "uvccl: reconfigure: uuid ", opts.uuid,
                 " was used already; each reconfigure needs a fresh one");
   }
+  // The loop may need the GIL meanwhile (a future's Python callback):
+  // the waits below must not hold it.
+  std::unique_ptr<py::gil_scoped_release> nogil;
+  if (Py_IsInitialized() && PyGILState_Check())
+    nogil = std::make_unique<py::gil_scoped_release>();
   uint64_t saved = timeout_ms_;
   if (opts.timeout.has_value() && opts.timeout->count() > 0)
     timeout_ms_ = (uint64_t)opts.timeout->count();
