@@ -1113,9 +1113,9 @@ static int sched_needs(sched_t *s, int world_rank) {
     if ((op->type == SOP_SEND || op->type == SOP_RECV ||
          op->type == SOP_RECV_RED) &&
         op->peer == world_rank &&
-        /* a frame the rank sent before it left is no reason to fail */
-        !(op->type != SOP_SEND && op->state != SOP_ACTIVE &&
-          uvccl__net_left_early(s->g->net, op)))
+        /* a frame the rank sent before it left is no reason to fail
+         * (early, or being handed over to a posted receive) */
+        !(op->type != SOP_SEND && uvccl__net_left_early(s->g->net, op)))
       return 1;
   }
   return 0;

@@ -1018,6 +1018,9 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
 int uvccl__net_left_early(net_t *net, const sop_t *op) {
   peer_t *p;
   if (op->peer < 0 || !uvccl__net_left_cleanly(net, op->peer)) return 0;
+  if (op->handoff != NULL)
+    /* posted, its whole frame here and being handed over in slices */
+    return op->handoff->got == op->handoff->len;
   p = net->peers[op->peer];
   if (op->p2p)
     return early_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
