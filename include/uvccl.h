@@ -861,6 +861,14 @@ UVCCL_EXTERN const char *uvccl_pg_peer_address(const uvccl_pg_t *pg,
  * or "?" (no such rank, or its connection is down). */
 UVCCL_EXTERN const char *uvccl_pg_peer_transport(const uvccl_pg_t *pg,
                                                  int group_rank);
+/* The host the rank runs on, as a number: 0, 1, ... in the order of each
+ * host's lowest group rank. Ranks of one kernel share a host unless their
+ * $UVCCL_HOST_ID differ (network namespaces standing for hosts). Large
+ * collectives' rings and chains visit each host's ranks one after another
+ * ($UVCCL_RING_ORDER). UV_EINVAL: no such rank; UVCCL_ENOTSUP: not known
+ * (NCCL groups, and worlds above UVCCL_MESH_MAX ranks, which connect
+ * lazily). */
+UVCCL_EXTERN int uvccl_pg_peer_host(const uvccl_pg_t *pg, int group_rank);
 UVCCL_EXTERN void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
 UVCCL_EXTERN void uvccl_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
 /* A PREMUL_SUM with this factor: *op is an operation id valid in this

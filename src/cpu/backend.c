@@ -19,6 +19,7 @@ const uvccl__backend_t uvccl__cpu_backend = {
     .group_rank = uvccl__cpu_pg_group_rank,
     .peer_address = uvccl__cpu_pg_peer_address,
     .peer_transport = uvccl__cpu_pg_peer_transport,
+    .peer_host = uvccl__cpu_pg_peer_host,
     .set_timeout = uvccl__cpu_pg_set_timeout,
     .set_busy_poll = uvccl__cpu_pg_set_busy_poll,
     .premul_sum = uvccl__cpu_pg_premul_sum,

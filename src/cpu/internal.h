@@ -394,6 +394,8 @@ struct net_s {
   /* Shared memory with the ranks of this host (shm.c); NULL: off. */
   struct uvccl__shm_net_s *shm;
   int shm_done;          /* peers whose shared-memory exchange is over */
+  uint64_t *hosts;       /* by world rank: its host (shm_seg.c's key, from
+                            the shared-memory offers; 0: not known) */
   /* Local ops larger than a slice, or met when the turn is spent, run a
    * turn's worth of slices per loop iteration, so a 256 MiB copy or
    * reduction never blocks the loop for long. */
@@ -488,6 +490,12 @@ struct group_s {
   int fp_check;           /* members compare fingerprints before each
                              collective (children inherit it) */
   char trace_name[64];    /* world: the store prefix; else set by kind */
+  /* The rings' and chains' order (topo.c): position -> group rank, and
+   * this rank's position; ring NULL: rank order. Made at the first
+   * collective that asks (creation is over by then). */
+  int *ring;
+  int ring_pos;
+  int ring_made;
 };
 
 
@@ -602,7 +610,8 @@ int uvccl__net_peer_ok(net_t *net, int world_rank, char *msg, size_t len);
 /* 1 when world_rank left cleanly (said goodbye, its connection read to
  * the end, no failure): what it sent before leaving can still be received. */
 int uvccl__net_left_cleanly(net_t *net, int world_rank);
-/* 1 when the receive op's frame, from a rank that left cleanly, is here. */
+/* 1 when the receive op's frame, from a rank that left cleanly, is here
+ * (early, or whole and being handed over to op in slices). */
 int uvccl__net_left_early(net_t *net, const sop_t *op);
 /* What a work failing on g because of the world's failures says: the
  * first failed rank, from g's point of view. */
@@ -891,6 +900,7 @@ int uvccl__cpu_pg_global_rank(const uvccl_pg_t *pg, int group_rank);
 int uvccl__cpu_pg_group_rank(const uvccl_pg_t *pg, int global_rank);
 const char *uvccl__cpu_pg_peer_address(const uvccl_pg_t *pg, int group_rank);
 const char *uvccl__cpu_pg_peer_transport(const uvccl_pg_t *pg, int group_rank);
+int uvccl__cpu_pg_peer_host(const uvccl_pg_t *pg, int group_rank);
 void uvccl__cpu_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
 void uvccl__cpu_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
 int uvccl__cpu_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op);

@@ -280,6 +280,29 @@ const char *uvccl__cpu_pg_peer_transport(const uvccl_pg_t *pg, int group_rank) {
   return r < 0 ? "?" : uvccl__net_transport(g->net, r);
 }
 
+/* Hosts numbered in the order of their lowest group rank, as the rings
+ * visit them (algo/ring.c). */
+int uvccl__cpu_pg_peer_host(const uvccl_pg_t *pg, int group_rank) {
+  const group_t *g = pg ? pg->impl_ : NULL;
+  const net_t *net;
+  uint64_t h;
+  int i, j, n = 0;
+  if (g == NULL || group_rank < 0 || group_rank >= g->size) return UV_EINVAL;
+  net = g->net;
+  if (g->size == 1) return 0;
+  if (net->sparse || g->boot != NULL) return UVCCL_ENOTSUP;
+  h = net->hosts[g->ranks[group_rank]];
+  if (h == 0) return UVCCL_ENOTSUP;
+  for (i = 0; i < group_rank; i++) {
+    uint64_t hi = net->hosts[g->ranks[i]];
+    if (hi == h) return uvccl__cpu_pg_peer_host(pg, i);
+    for (j = 0; j < i && net->hosts[g->ranks[j]] != hi; j++) {
+    }
+    if (j == i) n++; /* the first rank of another host */
+  }
+  return n;
+}
+
 void uvccl__cpu_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
   group_t *g = pg ? pg->impl_ : NULL;
   if (g) g->timeout_ms = timeout_ms ? timeout_ms : UVCCL_PG_DEFAULT_TIMEOUT_MS;

@@ -55,6 +55,14 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "tcp: no shared memory for this rank (its peers reach it through "
            "TCP); auto and shm: shared memory with the ranks of this host; "
            "another value fails group creation"),
+    TEXT(UVCCL__CFG_HOST_ID, "UVCCL_HOST_ID", "unset",
+         "this rank's host, for ranks of one kernel that stand for different "
+         "hosts (network namespaces, containers): ranks whose values differ "
+         "never share memory and count as different hosts"),
+    CHOICE(UVCCL__CFG_RING_ORDER, "UVCCL_RING_ORDER", "host|rank", 0, "host",
+           "host: rings and chains of large collectives visit each host's "
+           "ranks one after another, so that each host's link carries each "
+           "byte once however the ranks are placed; rank: in rank order"),
     UINTV(UVCCL__CFG_HEARTBEAT_TIMEOUT_MS, "UVCCL_HEARTBEAT_TIMEOUT_MS", 0,
           NOMAX, 15000, "15000",
           "how long a silent rank or store server has before it is declared "

@@ -119,6 +119,13 @@ const char *uvccl_pg_peer_transport(const uvccl_pg_t *pg, int group_rank) {
   return uvccl__backend_of(pg)->peer_transport(pg, group_rank);
 }
 
+int uvccl_pg_peer_host(const uvccl_pg_t *pg, int group_rank) {
+  const uvccl__backend_t *b;
+  if (pg == NULL) return UV_EINVAL;
+  b = uvccl__backend_of(pg);
+  return b->peer_host != NULL ? b->peer_host(pg, group_rank) : UVCCL_ENOTSUP;
+}
+
 void uvccl_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms) {
   uvccl__backend_of(pg)->set_timeout(pg, timeout_ms);
 }

@@ -42,6 +42,7 @@ typedef struct uvccl__backend_s {
   int (*group_rank)(const uvccl_pg_t *pg, int global_rank);
   const char *(*peer_address)(const uvccl_pg_t *pg, int group_rank);
   const char *(*peer_transport)(const uvccl_pg_t *pg, int group_rank);
+  int (*peer_host)(const uvccl_pg_t *pg, int group_rank); /* NULL: ENOTSUP */
   void (*set_timeout)(uvccl_pg_t *pg, uint64_t timeout_ms);
   void (*set_busy_poll)(uvccl_pg_t *pg, uint32_t us);
   int (*premul_sum)(uvccl_pg_t *pg, double factor, uvccl_redop_t *op);

@@ -98,6 +98,22 @@ static inline void recv_segs(sched_t *s, int from, void *buf, size_t len) {
   }
 }
 
+/* A ring (or chain) over the group, in the order ring.c chooses: P
+ * positions, R[position] = group rank (NULL: rank order), this rank at
+ * position q, its neighbours' group ranks. Builders count steps in
+ * positions and name peers and blocks by ring_at. */
+typedef struct {
+  int P, q, left, right;
+  const int *R;
+} ring_t;
+
+static inline int ring_at(const ring_t *x, int pos) {
+  pos = mod(pos, x->P);
+  return x->R != NULL ? x->R[pos] : pos;
+}
+
+void uvccl__ring_of(group_t *g, ring_t *x);
+
 /* Shared by the families (allreduce.c). */
 uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
                                     uint32_t dep0);

@@ -117,13 +117,20 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
 static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
                                size_t count, uint32_t dep0) {
   group_t *g = s->g;
-  int P = g->size, r = g->rank, st;
-  int left = mod(r - 1, P), right = mod(r + 1, P);
+  ring_t x;
+  int P = g->size, r, st, left, right;
   size_t es = s->esize, base = count / (size_t)P, extra = count % (size_t)P;
   size_t maxc = base + (extra ? 1 : 0);
   uint32_t nseg = nseg_for(maxc * es, g->segment), k;
   uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, fin;
   size_t nsteps = (size_t)(P - 1) * nseg;
+
+  /* Chunks are numbered by ring position (any numbering every rank
+   * shares would do): r is this rank's position. */
+  uvccl__ring_of(g, &x);
+  r = x.q;
+  left = x.left;
+  right = x.right;
 
   rs_send = uvccl__malloc(nsteps * sizeof(uint32_t));
   rs_recv = uvccl__malloc(nsteps * sizeof(uint32_t));

@@ -45,8 +45,8 @@ static int allgather_bruck(sched_t *s, const void *sendbuf, void *const *bufs,
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
                            const size_t *lens) {
   group_t *g = s->g;
-  int P = g->size, r = g->rank, st, c;
-  int left = mod(r - 1, P), right = mod(r + 1, P);
+  ring_t x;
+  int P = g->size, r = g->rank, st, c, left, right;
   size_t maxl = 0, total = 0;
   uint32_t nseg, k, *prev;
   if (sendbuf != bufs[r] && lens[r] > 0)
@@ -58,11 +58,14 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
   }
   if (P > 2 && total <= g->small_max)
     return allgather_bruck(s, sendbuf, bufs, lens);
+  uvccl__ring_of(g, &x);
+  left = x.left;
+  right = x.right;
   nseg = nseg_for(maxl, g->segment);
   prev = uvccl__malloc(nseg * sizeof(uint32_t));
   if (prev == NULL) return UV_ENOMEM;
   for (st = 0; st < P - 1; st++) {
-    int cs = mod(r - st, P), cr = mod(r - st - 1, P);
+    int cs = ring_at(&x, x.q - st), cr = ring_at(&x, x.q - st - 1);
     for (k = 0; k < nseg; k++) {
       size_t so, sl, ro, rl;
       uint32_t tag = (uint32_t)st * nseg + k, snd, rcv;

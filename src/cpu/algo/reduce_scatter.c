@@ -3,13 +3,14 @@
 
 /* ---- reduce_scatter ------------------------------------------------------ */
 
-/* Ring where rank r finishes with block r: at step t it sends block
- * r - t - 1 and reduces block r - t - 2 into its working copy. */
+/* Ring where rank r finishes with block r: at step t the rank at ring
+ * position q sends the block of position q - t - 1 and reduces that of
+ * q - t - 2 into its working copy. */
 static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
                                 const size_t *counts) {
   group_t *g = s->g;
-  int P = g->size, r = g->rank, st, c;
-  int left = mod(r - 1, P), right = mod(r + 1, P);
+  ring_t x;
+  int P = g->size, r = g->rank, st, c, left, right;
   size_t es = s->esize, maxc = 0, total = 0, *off;
   uint32_t nseg, k, *prev;
   char *work;
@@ -28,6 +29,9 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
     uvccl__free(off);
     return 0;
   }
+  uvccl__ring_of(g, &x);
+  left = x.left;
+  right = x.right;
   nseg = nseg_for(maxc * es, g->segment);
   work = uvccl__sched_tmp(s, total * es);
   prev = uvccl__malloc(nseg * sizeof(uint32_t));
@@ -37,7 +41,7 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
     return UV_ENOMEM;
   }
   for (st = 0; st < P - 1; st++) {
-    int cs = mod(r - st - 1, P), cr = mod(r - st - 2, P);
+    int cs = ring_at(&x, x.q - st - 1), cr = ring_at(&x, x.q - st - 2);
     for (k = 0; k < nseg; k++) {
       size_t so, sl, ro, rl;
       uint32_t tag = (uint32_t)st * nseg + k, snd, rcv;

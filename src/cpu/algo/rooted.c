@@ -27,17 +27,29 @@ static void bcast_tree(sched_t *s, char *buf, size_t n, int root,
   }
 }
 
+/* The chain follows the ring (ring.c) from the root's position on. */
+static int ring_pos_of(const ring_t *x, int grank) {
+  int i;
+  if (x->R == NULL) return grank;
+  for (i = 0; i < x->P && x->R[i] != grank; i++) {
+  }
+  return i;
+}
+
 static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
   group_t *g = s->g;
-  int P = g->size, vr = mod(g->rank - root, P);
+  ring_t x;
+  int P = g->size, vr;
   uint32_t nseg = nseg_for(n, g->segment), k;
+  uvccl__ring_of(g, &x);
+  vr = mod(x.q - ring_pos_of(&x, root), P);
   for (k = 0; k < nseg; k++) {
     size_t o, l;
     uint32_t rcv = NONE;
     seg_range(n, nseg, k, &o, &l);
-    if (vr > 0) rcv = uvccl__sop_recv(s, mod(g->rank - 1, P), k, buf + o, l);
+    if (vr > 0) rcv = uvccl__sop_recv(s, x.left, k, buf + o, l);
     if (vr < P - 1) {
-      uint32_t snd = uvccl__sop_send(s, mod(g->rank + 1, P), k, buf + o, l);
+      uint32_t snd = uvccl__sop_send(s, x.right, k, buf + o, l);
       uvccl__sop_dep(s, rcv, snd);
     }
   }
@@ -103,9 +115,13 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
     return 0;
   }
   {
-    /* Pipelined chain towards the root (virtual ranks P-1 .. 0). */
+    /* Pipelined chain towards the root (virtual ranks P-1 .. 0), in the
+     * ring's order. */
     uint32_t nseg = nseg_for(n, g->segment), k;
     size_t es = s->esize;
+    ring_t x;
+    uvccl__ring_of(g, &x);
+    vr = mod(x.q - ring_pos_of(&x, root), P);
     for (k = 0; k < nseg; k++) {
       size_t o, l, eo, el;
       uint32_t cp, rcv = NONE;
@@ -115,11 +131,11 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
       cp = uvccl__sop_copy(s, w + o, sendbuf + o, l);
       rcv = cp;
       if (vr < P - 1) {
-        rcv = uvccl__sop_recv_red(s, mod(r + 1, P), k, w + o, l);
+        rcv = uvccl__sop_recv_red(s, x.right, k, w + o, l);
         uvccl__sop_dep(s, cp, rcv);
       }
       if (vr > 0) {
-        uint32_t snd = uvccl__sop_send(s, mod(r - 1, P), k, w + o, l);
+        uint32_t snd = uvccl__sop_send(s, x.left, k, w + o, l);
         uvccl__sop_dep(s, rcv, snd);
       } else if (scale) {
         uvccl__sop_dep(s, rcv, uvccl__sop_scale(s, w + o, l));

@@ -75,12 +75,14 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->addrs = uvccl__calloc((size_t)size, sizeof(*net->addrs));
   net->fails = uvccl__calloc((size_t)size, sizeof(*net->fails));
   net->failed = uvccl__calloc((size_t)size, sizeof(int));
+  net->hosts = uvccl__calloc((size_t)size, sizeof(uint64_t));
   if (net->peers == NULL || net->addrs == NULL || net->fails == NULL ||
-      net->failed == NULL) {
+      net->failed == NULL || net->hosts == NULL) {
     uvccl__free(net->peers);
     uvccl__free(net->addrs);
     uvccl__free(net->fails);
     uvccl__free(net->failed);
+    uvccl__free(net->hosts);
     uvccl__free(net);
     return NULL;
   }

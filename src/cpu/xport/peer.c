@@ -190,6 +190,7 @@ static void net_free(net_t *net) {
   uvccl__free(net->peers);
   uvccl__free(net->addrs);
   uvccl__free(net->fails);
+  uvccl__free(net->hosts);
   uvccl__free(net->failed);
   if (net->agrees_free != NULL) net->agrees_free(net);
   uvccl__tls_ctx_unref(net->tls);

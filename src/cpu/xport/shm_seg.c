@@ -25,7 +25,7 @@ static uint64_t slot_offset(uint64_t ring_size, uint32_t s) {
 
 /* The kernel's boot id: two processes that read the same one run on the
  * same host in the same boot (containers included). */
-static void boot_id(uint8_t out[16]) {
+static void kernel_boot_id(uint8_t out[16]) {
   static uint8_t cached[16];
   static int have;
   char buf[64];
@@ -50,6 +50,32 @@ static void boot_id(uint8_t out[16]) {
   }
   memcpy(cached, out, 16);
   have = 1;
+}
+
+/* This rank's host: the boot id, told apart by $UVCCL_HOST_ID where ranks
+ * of one kernel stand for different hosts (network namespaces): two
+ * ranks are on one host only if both agree. All zero: unknown. */
+static void boot_id(uint8_t out[16]) {
+  const char *id = uvccl__config_text(UVCCL__CFG_HOST_ID);
+  uint64_t h = 0xcbf29ce484222325ull;
+  int i;
+  kernel_boot_id(out);
+  if (id == NULL || memcmp(out, (uint8_t[16]){0}, 16) == 0) return;
+  for (i = 0; id[i] != '\0'; i++) {
+    h ^= (unsigned char)id[i];
+    h *= 0x100000001b3ull;
+  }
+  for (i = 0; i < 16; i++) {
+    out[i] ^= (uint8_t)(h >> (8 * (i % 8)));
+    if (i == 7) h = h * 0x9e3779b97f4a7c15ull + 1;
+  }
+}
+
+uint64_t uvccl__shm_host_key(const uvccl__shm_info_t *in) {
+  uint64_t a, b;
+  memcpy(&a, in->boot_id, 8);
+  memcpy(&b, in->boot_id + 8, 8);
+  return a ^ (b * 0x9e3779b97f4a7c15ull);
 }
 
 int uvccl__shm_inbox_open(uvccl__shm_inbox_t *ib, uint32_t nslots,
@@ -130,6 +156,7 @@ void uvccl__shm_info_none(uvccl__shm_info_t *in) {
   in->magic = UVCCL__SHM_MAGIC;
   in->kind = UVCCL__SHM_INFO;
   in->memfd = in->bellfd = -1;
+  boot_id(in->boot_id); /* the host, for the rings' order (topo.c) */
 }
 
 void uvccl__shm_inbox_info(const uvccl__shm_inbox_t *ib,

@@ -150,6 +150,8 @@ void uvccl__shm_inbox_slot(uvccl__shm_inbox_t *ib, uint32_t s,
 void uvccl__shm_info_none(uvccl__shm_info_t *in);
 /* 1 when the info comes from this host (same boot id) and offers an inbox. */
 int uvccl__shm_info_local(const uvccl__shm_info_t *in);
+/* The host an offer came from, as 64 bits (0: unknown). */
+uint64_t uvccl__shm_host_key(const uvccl__shm_info_t *in);
 
 /* Maps slot `slot` of the inbox `peer` describes. 0, or an error with why. */
 int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,

@@ -1,0 +1,283 @@
+/* Hosts: ranks of one kernel told apart by $UVCCL_HOST_ID, and the rings
+ * of large collectives in host order (src/cpu/algo/ring.c).
+ *
+ *   a) 5 ranks on hosts "a b a b a" (scattered): same-host pairs talk
+ *      through shared memory, the others TCP; uvccl_pg_peer_host numbers
+ *      the hosts 0 1 0 1 0 on every rank; the ring is 0 2 4 1 3 (each host's
+ *      ranks together); every ring and chain collective exact: allreduce
+ *      int32 and float32 (4 MiB, in place and out of place), reduce_scatter
+ *      and reduce_scatterv (uneven), allgather and allgatherv, broadcast
+ *      from every root, reduce to every root;
+ *   b) 4 ranks placed by host ("a a b b"): the ring is rank order, hosts
+ *      0 0 1 1;
+ *   c) a) with $UVCCL_RING_ORDER=rank: rank order, the same exact results.
+ *
+ * The binary is also the rank program (UVCCL_T_ROLE=hosts, UVCCL_T_HOSTS
+ * the hosts by rank, UVCCL_T_RING the ring expected). */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "uvccl.h"
+#include "cpu/algo/algo.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAXP 5
+#include "ranks.h"
+
+#define N (1u << 20) /* 4 MiB of int32: rings, not the small algorithms */
+
+/* Starts an operation on w and waits for it: its status. */
+static cbres_t cres;
+#define RUN(w, call)                                                           \
+  (memset(&cres, 0, sizeof(cres)), (w).data = &cres,                           \
+   finish_work(&cres, (call), 30000))
+
+/* value of element i on rank r */
+static int32_t v_of(int r, size_t i) { return (int32_t)((i % 1009) + 7 * r); }
+
+static void check_allreduce(void) {
+  int32_t *a = malloc(N * 4), *b = malloc(N * 4);
+  float *f = malloc(N * 4);
+  size_t i, bad = 0, badf = 0, badi = 0;
+  uvccl_work_t w = {0};
+  int rc, rc2, rc3, q;
+  for (i = 0; i < N; i++) {
+    a[i] = v_of(R, i);
+    f[i] = (float)v_of(R, i);
+  }
+  rc = RUN(w, uvccl_allreduce(&pg, &w, a, b, N, UVCCL_INT32, UVCCL_SUM,
+                                   on_work));
+  for (i = 0; i < N; i++) {
+    int64_t want = 0;
+    for (q = 0; q < P; q++) want += v_of(q, i);
+    if (b[i] != want) bad++;
+  }
+  rc2 = RUN(w, uvccl_allreduce(&pg, &w, f, f, N, UVCCL_FLOAT32,
+                                    UVCCL_SUM, on_work));
+  for (i = 0; i < N; i++) {
+    int64_t want = 0;
+    for (q = 0; q < P; q++) want += v_of(q, i);
+    if (f[i] != (float)want) badf++;
+  }
+  rc3 = RUN(w, uvccl_allreduce(&pg, &w, a, a, N, UVCCL_INT32, UVCCL_MAX,
+                                    on_work));
+  for (i = 0; i < N; i++)
+    if (a[i] != v_of(P - 1, i)) badi++;
+  rep(rc == 0 && rc2 == 0 && rc3 == 0 && bad == 0 && badf == 0 && badi == 0,
+      "allreduce", "int32 sum %s (%zu wrong), float32 in place %s (%zu), "
+      "int32 max in place %s (%zu)", ename(rc), bad, ename(rc2), badf,
+      ename(rc3), badi);
+  free(a);
+  free(b);
+  free(f);
+}
+
+static void check_reduce_scatter(void) {
+  size_t counts[MAXP], total = 0, off = 0, i, bad = 0, badv = 0, per = N / 8;
+  int32_t *in, *out;
+  uvccl_work_t w = {0};
+  int rc, rc2, q;
+  for (q = 0; q < P; q++) {
+    counts[q] = per + (size_t)q * 1000 + 3;
+    total += counts[q];
+  }
+  in = malloc(total * 4 > per * P * 4 ? total * 4 : per * P * 4);
+  out = malloc((per + P * 1000 + 3) * 4);
+  for (i = 0; i < per * (size_t)P; i++) in[i] = v_of(R, i);
+  rc = RUN(w, uvccl_reduce_scatter(&pg, &w, in, out, per, UVCCL_INT32,
+                                        UVCCL_SUM, on_work));
+  for (i = 0; i < per; i++) {
+    int64_t want = 0;
+    for (q = 0; q < P; q++) want += v_of(q, (size_t)R * per + i);
+    if (out[i] != want) bad++;
+  }
+  for (i = 0; i < total; i++) in[i] = v_of(R, i);
+  for (q = 0; q < R; q++) off += counts[q];
+  rc2 = RUN(w, uvccl_reduce_scatterv(&pg, &w, in, out, counts,
+                                          UVCCL_INT32, UVCCL_SUM, on_work));
+  for (i = 0; i < counts[R]; i++) {
+    int64_t want = 0;
+    for (q = 0; q < P; q++) want += v_of(q, off + i);
+    if (out[i] != want) badv++;
+  }
+  rep(rc == 0 && rc2 == 0 && bad == 0 && badv == 0, "reduce_scatter",
+      "even %s (%zu wrong), v %s (%zu wrong)", ename(rc), bad, ename(rc2),
+      badv);
+  free(in);
+  free(out);
+}
+
+static void check_allgather(void) {
+  size_t per = N / 4, counts[MAXP], total = 0, i, bad = 0, badv = 0, off;
+  int32_t *mine = malloc((per + MAXP * 777) * 4), *all;
+  uvccl_work_t w = {0};
+  int rc, rc2, q;
+  for (q = 0; q < P; q++) {
+    counts[q] = per + (size_t)q * 777;
+    total += counts[q];
+  }
+  all = malloc((total > per * P ? total : per * P) * 4);
+  for (i = 0; i < per; i++) mine[i] = v_of(R, i);
+  rc = RUN(w, uvccl_allgather(&pg, &w, mine, all, per, UVCCL_INT32,
+                                   on_work));
+  for (q = 0; q < P; q++)
+    for (i = 0; i < per; i++)
+      if (all[(size_t)q * per + i] != v_of(q, i)) bad++;
+  for (i = 0; i < counts[R]; i++) mine[i] = v_of(R, i + 5);
+  {
+    void *bufs[MAXP];
+    for (q = 0, off = 0; q < P; off += counts[q], q++) bufs[q] = all + off;
+    rc2 = RUN(w, uvccl_allgatherv(&pg, &w, mine, counts[R], bufs, counts,
+                                  UVCCL_INT32, on_work));
+  }
+  for (q = 0, off = 0; q < P; off += counts[q], q++)
+    for (i = 0; i < counts[q]; i++)
+      if (all[off + i] != v_of(q, i + 5)) badv++;
+  rep(rc == 0 && rc2 == 0 && bad == 0 && badv == 0, "allgather",
+      "even %s (%zu wrong), v %s (%zu wrong)", ename(rc), bad, ename(rc2),
+      badv);
+  free(mine);
+  free(all);
+}
+
+static void check_rooted(void) {
+  int32_t *b = malloc(N * 4), *out = malloc(N * 4);
+  uvccl_work_t w = {0};
+  size_t i, bad = 0, badr = 0;
+  int root, rcs = 0, q;
+  char errs[400] = "";
+  for (root = 0; root < P; root++) {
+    int rc;
+    for (i = 0; i < N; i++) b[i] = R == root ? v_of(root, i) : -1;
+    rc = RUN(w, uvccl_broadcast(&pg, &w, b, N, UVCCL_INT32, root,
+                                     on_work));
+    if (rc != 0) {
+      size_t l = strlen(errs);
+      snprintf(errs + l, sizeof(errs) - l, " broadcast from %d: %s", root,
+               ename(rc));
+      rcs++;
+    }
+    for (i = 0; i < N; i++)
+      if (b[i] != v_of(root, i)) bad++;
+    for (i = 0; i < N; i++) b[i] = v_of(R, i);
+    rc = RUN(w, uvccl_reduce(&pg, &w, b, out, N, UVCCL_INT32, UVCCL_SUM,
+                                  root, on_work));
+    if (rc != 0) {
+      size_t l = strlen(errs);
+      snprintf(errs + l, sizeof(errs) - l, " reduce to %d: %s %s", root, ename(rc), w.msg);
+      rcs++;
+    }
+    if (R == root)
+      for (i = 0; i < N; i++) {
+        int64_t want = 0;
+        for (q = 0; q < P; q++) want += v_of(q, i);
+        if (out[i] != want) badr++;
+      }
+  }
+  rep(rcs == 0 && bad == 0 && badr == 0, "rooted",
+      "broadcast from every root (%zu wrong), reduce to every root (%zu "
+      "wrong), %d calls failed%s", bad, badr, rcs, errs);
+  free(b);
+  free(out);
+}
+
+static int rank_main(void) {
+  const char *hosts = getenv("UVCCL_T_HOSTS"), *want = getenv("UVCCL_T_RING");
+  char id[8], d[256] = "", ring[64] = "";
+  ring_t x;
+  int q, bad = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  R = atoi(getenv("RANK"));
+  P = atoi(getenv("WORLD_SIZE"));
+  /* "a b a b a": this rank's host is the R-th letter */
+  snprintf(id, sizeof(id), "host-%c", hosts[2 * R]);
+  setenv("UVCCL_HOST_ID", id, 1);
+  rank_init(20000);
+
+  for (q = 0; q < P; q++) {
+    const char *t = uvccl_pg_peer_transport(&pg, q);
+    const char *exp = q == R ? "self"
+                      : hosts[2 * q] == hosts[2 * R] ? "shm" : "tcp";
+    int h = uvccl_pg_peer_host(&pg, q), hw = 0, k;
+    size_t l = strlen(d);
+    /* expected: hosts numbered by first appearance */
+    for (k = 0; k < q; k++) {
+      int j;
+      if (hosts[2 * k] == hosts[2 * q]) break;
+      for (j = 0; j < k && hosts[2 * j] != hosts[2 * k]; j++) {
+      }
+      if (j == k) hw++;
+    }
+    if (k < q) hw = uvccl_pg_peer_host(&pg, k);
+    snprintf(d + l, sizeof(d) - l, "%s%d=%s/host %d", q ? " " : "", q, t, h);
+    if (strcmp(t, exp) != 0 || h != hw) bad++;
+  }
+  rep(bad == 0, "hosts", "%s", d);
+  rep(uvccl_pg_peer_host(&pg, P) == UV_EINVAL &&
+          uvccl_pg_peer_host(&pg, -1) == UV_EINVAL,
+      "host_einval", "no such rank: UV_EINVAL");
+
+  uvccl__ring_of(pg.impl_, &x);
+  for (q = 0; q < P; q++) {
+    size_t l = strlen(ring);
+    snprintf(ring + l, sizeof(ring) - l, "%s%d", q ? " " : "", ring_at(&x, q));
+  }
+  rep(strcmp(ring, want) == 0 && ring_at(&x, x.q) == R, "ring",
+      "ring %s (want %s), this rank at position %d", ring, want, x.q);
+
+  check_allreduce();
+  check_reduce_scatter();
+  check_allgather();
+  check_rooted();
+  return rank_destroy();
+}
+
+static void world(const char *name, const char *hosts, const char *ring,
+                  int n, const char *order) {
+  proc_t ps[MAXP];
+  unsigned all = (1u << n) - 1;
+  static char e_hosts[64], e_ring[64];
+  snprintf(e_hosts, sizeof(e_hosts), "UVCCL_T_HOSTS=%s", hosts);
+  snprintf(e_ring, sizeof(e_ring), "UVCCL_T_RING=%s", ring);
+  putenv(e_hosts);
+  putenv(e_ring);
+  if (order != NULL) setenv("UVCCL_RING_ORDER", order, 1);
+  scenario_failed = 0;
+  spawn_world(ps, n, "hosts", 0);
+  unsetenv("UVCCL_RING_ORDER");
+  finish_all(ps, n, 90);
+  agg(ps, n, "init", all, "%s: %d ranks on hosts \"%s\" make their world", name,
+      n, hosts);
+  agg(ps, n, "hosts", all, "%s: shared memory within a host, TCP between; "
+      "uvccl_pg_peer_host numbers the hosts by their first rank", name);
+  agg(ps, n, "host_einval", all, "%s: uvccl_pg_peer_host of no such rank: "
+      "UV_EINVAL", name);
+  agg(ps, n, "ring", all, "%s: the ring is %s on every rank", name, ring);
+  agg(ps, n, "allreduce", all, "%s: allreduce int32 and float32, in and out "
+      "of place, exact", name);
+  agg(ps, n, "reduce_scatter", all, "%s: reduce_scatter and reduce_scatterv "
+      "exact", name);
+  agg(ps, n, "allgather", all, "%s: allgather and allgatherv exact", name);
+  agg(ps, n, "rooted", all, "%s: broadcast from and reduce to every root "
+      "exact", name);
+  agg(ps, n, "destroy", all, "%s: destroy, loop closed", name);
+  if (scenario_failed) dump_procs(ps, n);
+  procs_free(ps, n);
+}
+
+int main(void) {
+  const char *role = getenv("UVCCL_T_ROLE");
+  if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
+  parent_init(300);
+  signal(SIGPIPE, SIG_IGN);
+  plan(27);
+  unsetenv("UVCCL_TRANSPORT");
+  unsetenv("UVCCL_MESH_MAX");
+  world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);
+  world("b (by host)", "a a b b", "0 1 2 3", 4, NULL);
+  world("c (scattered, UVCCL_RING_ORDER=rank)", "a b a b a", "0 1 2 3 4", 5,
+        "rank");
+  return done_testing();
+}
