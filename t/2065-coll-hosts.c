@@ -10,7 +10,12 @@
  *      from every root, reduce to every root;
  *   b) 4 ranks placed by host ("a a b b"): the ring is rank order, hosts
  *      0 0 1 1;
- *   c) a) with $UVCCL_RING_ORDER=rank: rank order, the same exact results.
+ *   c) a) with $UVCCL_RING_ORDER=rank: rank order, the same exact results;
+ *   d) 4 ranks on hosts "a b a b": hosts alike, so large allreduces reduce
+ *      in each host (rings 0 2 and 1 3), across the hosts (0 1 and 2 3),
+ *      and gather back; exact.
+ * b) and d) check the hierarchical allreduce's rings, a) and c) that
+ * there are none (hosts of 3 and 2 ranks; rank order).
  *
  * The binary is also the rank program (UVCCL_T_ROLE=hosts, UVCCL_T_HOSTS
  * the hosts by rank, UVCCL_T_RING the ring expected). */
@@ -227,6 +232,59 @@ static int rank_main(void) {
   rep(strcmp(ring, want) == 0 && ring_at(&x, x.q) == R, "ring",
       "ring %s (want %s), this rank at position %d", ring, want, x.q);
 
+  /* hosts alike: the allreduce's rings in the host and across */
+  {
+    const char *order = getenv("UVCCL_RING_ORDER");
+    char seen[MAXP], got[64] = "none", exp[64] = "none";
+    int nh = 0, L = -1, alike = 1, k, me_l = 0;
+    ring_t in_host, across;
+    for (q = 0; q < P; q++) {
+      int cnt = 0;
+      for (k = 0; k < nh && seen[k] != hosts[2 * q]; k++) {
+      }
+      if (k < nh) continue;
+      seen[nh++] = hosts[2 * q];
+      for (k = 0; k < P; k++) cnt += hosts[2 * k] == hosts[2 * q];
+      if (L < 0) L = cnt;
+      if (cnt != L) alike = 0;
+    }
+    if (alike && L >= 2 && nh >= 2 && (order == NULL || !strcmp(order, "host"))) {
+      size_t l;
+      snprintf(exp, sizeof(exp), "in");
+      for (q = 0; q < P; q++)
+        if (hosts[2 * q] == hosts[2 * R]) {
+          if (q == R) me_l = (int)(strlen(exp) - 2) / 2;
+          l = strlen(exp);
+          snprintf(exp + l, sizeof(exp) - l, " %d", q);
+        }
+      l = strlen(exp);
+      snprintf(exp + l, sizeof(exp) - l, " across");
+      for (k = 0; k < nh; k++) {
+        int idx = 0;
+        for (q = 0; q < P; q++)
+          if (hosts[2 * q] == seen[k] && idx++ == me_l) {
+            l = strlen(exp);
+            snprintf(exp + l, sizeof(exp) - l, " %d", q);
+          }
+      }
+    }
+    if (uvccl__ring_hosts(pg.impl_, &in_host, &across)) {
+      size_t l;
+      snprintf(got, sizeof(got), "in");
+      for (q = 0; q < in_host.P; q++) {
+        l = strlen(got);
+        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&in_host, q));
+      }
+      l = strlen(got);
+      snprintf(got + l, sizeof(got) - l, " across");
+      for (q = 0; q < across.P; q++) {
+        l = strlen(got);
+        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&across, q));
+      }
+    }
+    rep(strcmp(got, exp) == 0, "hier", "%s (want %s)", got, exp);
+  }
+
   check_allreduce();
   check_reduce_scatter();
   check_allgather();
@@ -255,6 +313,9 @@ static void world(const char *name, const char *hosts, const char *ring,
   agg(ps, n, "host_einval", all, "%s: uvccl_pg_peer_host of no such rank: "
       "UV_EINVAL", name);
   agg(ps, n, "ring", all, "%s: the ring is %s on every rank", name, ring);
+  agg(ps, n, "hier", all, "%s: the hierarchical allreduce's rings (in the "
+      "host, across the hosts) where the hosts have as many ranks each, else "
+      "none", name);
   agg(ps, n, "allreduce", all, "%s: allreduce int32 and float32, in and out "
       "of place, exact", name);
   agg(ps, n, "reduce_scatter", all, "%s: reduce_scatter and reduce_scatterv "
@@ -272,12 +333,13 @@ int main(void) {
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(27);
+  plan(40);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);
   world("b (by host)", "a a b b", "0 1 2 3", 4, NULL);
   world("c (scattered, UVCCL_RING_ORDER=rank)", "a b a b a", "0 1 2 3 4", 5,
         "rank");
+  world("d (2 hosts of 2, scattered)", "a b a b", "0 2 1 3", 4, NULL);
   return done_testing();
 }

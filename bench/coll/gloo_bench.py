@@ -99,15 +99,15 @@ def sizes(a, op, w):
     return out
 
 
-def worker(rank, w, port, a):
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+def worker(rank, w, port, a, addr="127.0.0.1"):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     tmo = datetime.timedelta(seconds=a.timeout)
-    store = dist.TCPStore("127.0.0.1", port, w, rank == 0, timeout=tmo)
+    store = dist.TCPStore(addr, port, w, rank == 0, timeout=tmo)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=w,
                             timeout=tmo)
     init_ms = (time.perf_counter() - t0) * 1e3
@@ -323,6 +323,11 @@ def main():
     ap.add_argument("--no-check", dest="check", action="store_false")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--label", default="gloo")
+    ap.add_argument("--env", action="store_true",
+                    help="be one rank of a world started elsewhere: RANK, "
+                    "WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and "
+                    "GLOO_SOCKET_IFNAME) from the environment, as "
+                    "bench/cluster/cluster.sh starts them in its hosts")
     a = ap.parse_args()
     ops = []
     for o in a.op.split(","):
@@ -337,6 +342,11 @@ def main():
             or a.minbytes > a.maxbytes:
         ap.error("bad --world/--root/-f/-b/-e")
 
+    if a.env:
+        e = os.environ
+        worker(int(e["RANK"]), int(e["WORLD_SIZE"]), int(e["MASTER_PORT"]), a,
+               e.get("MASTER_ADDR", "127.0.0.1"))
+        sys.exit(0)
     ctx = mp.get_context("spawn")
     port = free_port()
     ps = [ctx.Process(target=worker, args=(r, a.world, port, a)) for r in range(a.world)]

@@ -59,10 +59,14 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
          "this rank's host, for ranks of one kernel that stand for different "
          "hosts (network namespaces, containers): ranks whose values differ "
          "never share memory and count as different hosts"),
-    CHOICE(UVCCL__CFG_RING_ORDER, "UVCCL_RING_ORDER", "host|rank", 0, "host",
-           "host: rings and chains of large collectives visit each host's "
-           "ranks one after another, so that each host's link carries each "
-           "byte once however the ranks are placed; rank: in rank order"),
+    CHOICE(UVCCL__CFG_RING_ORDER, "UVCCL_RING_ORDER", "host|ring|rank", 0,
+           "host",
+           "ring: rings and chains of large collectives visit each host's "
+           "ranks one after another (each host's link carries each byte "
+           "once however the ranks are placed); host: that, and where every "
+           "host has as many ranks (two or more), large allreduces reduce "
+           "within each host, across the hosts, and gather back; rank: one "
+           "ring in rank order"),
     UINTV(UVCCL__CFG_HEARTBEAT_TIMEOUT_MS, "UVCCL_HEARTBEAT_TIMEOUT_MS", 0,
           NOMAX, 15000, "15000",
           "how long a silent rank or store server has before it is declared "

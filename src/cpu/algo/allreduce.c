@@ -113,12 +113,22 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
 
 /* Out of place costs no copy: the first step sends straight from src, and
  * every reducing receive computes buf = src op (what arrived), since each
- * chunk is reduced exactly once per rank. src may equal buf. */
-static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
-                               size_t count, uint32_t dep0) {
+ * chunk is reduced exactly once per rank. src may equal buf.
+ *
+ * Over the ring x (the whole group, or a host's ranks). With cross (the
+ * ranks of every host at this rank's place in its host), the chunk this
+ * rank finished reducing within its host is allreduced across the hosts
+ * on that ring before the allgather spreads it in the host again: each
+ * host's link then carries 2(H-1)/H of the buffer each way, where one
+ * ring over all ranks carries 2(P-1)/P. The two rings share no pair of
+ * ranks (one stays in a host, the other leaves it), so their tags cannot
+ * meet. */
+static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
+                                  const ring_t *cross, const char *src,
+                                  char *buf, size_t count, uint32_t dep0) {
   group_t *g = s->g;
-  ring_t x;
-  int P = g->size, r, st, left, right;
+  ring_t x = *xr;
+  int P = x.P, r, st, left, right;
   size_t es = s->esize, base = count / (size_t)P, extra = count % (size_t)P;
   size_t maxc = base + (extra ? 1 : 0);
   uint32_t nseg = nseg_for(maxc * es, g->segment), k;
@@ -127,7 +137,6 @@ static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
 
   /* Chunks are numbered by ring position (any numbering every rank
    * shares would do): r is this rank's position. */
-  uvccl__ring_of(g, &x);
   r = x.q;
   left = x.left;
   right = x.right;
@@ -163,8 +172,28 @@ static uint32_t allreduce_ring(sched_t *s, const char *src, char *buf,
       uvccl__sop_dep(s, dep0, rs_recv[i]);
     }
   }
-  /* The chunk this rank finished reducing: r + 1. Scale it once. */
-  for (k = 0; k < nseg; k++) {
+  /* The chunk this rank finished reducing: r + 1. Across the hosts, then
+   * (scaled there once); else scale it once here. */
+  if (cross != NULL) {
+    int c = mod(r + 1, P);
+    uint32_t all = uvccl__sop_nop(s), across;
+    for (k = 0; k < nseg; k++)
+      uvccl__sop_dep(s, rs_recv[(uint32_t)(P - 2) * nseg + k], all);
+    across = CHUNK_LEN(c) == 0
+                 ? all
+                 : allreduce_ring_on(s, cross, NULL, buf + CHUNK_OFF(c) * es,
+                                     buf + CHUNK_OFF(c) * es, CHUNK_LEN(c),
+                                     all);
+    if (across == NONE) {
+      fin = NONE;
+      goto out;
+    }
+    for (k = 0; k < nseg; k++) {
+      fin_k[k] = across;
+    }
+    uvccl__sop_dep(s, across, fin);
+  }
+  for (k = 0; cross == NULL && k < nseg; k++) {
     uint32_t last = rs_recv[(uint32_t)(P - 2) * nseg + k];
     size_t o, l;
     int c = mod(r + 1, P);
@@ -238,7 +267,14 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
   if (n <= g->small_max && g->small_tree && g->size > 2)
     return uvccl__algo_allreduce_tree(s, buf, n, dep0);
   if (n <= g->small_max) return allreduce_rd(s, buf, n, dep0);
-  return allreduce_ring(s, src, buf, count, dep0);
+  {
+    ring_t x, in_host, across;
+    if (uvccl__ring_hosts(g, &in_host, &across) &&
+        count >= (size_t)g->size)
+      return allreduce_ring_on(s, &in_host, &across, src, buf, count, dep0);
+    uvccl__ring_of(g, &x);
+    return allreduce_ring_on(s, &x, NULL, src, buf, count, dep0);
+  }
 }
 
 int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,

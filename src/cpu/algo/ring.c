@@ -9,7 +9,11 @@
  * in a world that connected its full mesh every rank knows every peer's
  * host by the time a collective starts; a sparse world (lazy
  * connections) does not, and keeps rank order, as does
- * $UVCCL_RING_ORDER=rank. */
+ * $UVCCL_RING_ORDER=rank.
+ *
+ * Hosts alike (as many ranks each, two or more, and two hosts or more):
+ * uvccl__ring_hosts gives the two rings of the hierarchical allreduce,
+ * one in this rank's host and one across the hosts at its place. */
 #include "algo.h"
 
 static int *make_order(const group_t *g) {
@@ -45,11 +49,13 @@ static int *make_order(const group_t *g) {
   return order;
 }
 
+enum { ORDER_HOST = 0, ORDER_RING, ORDER_RANK };
+
 void uvccl__ring_of(group_t *g, ring_t *x) {
   if (!g->ring_made) {
-    int by_rank = 0, i;
-    uvccl__config_choice(UVCCL__CFG_RING_ORDER, &by_rank);
-    g->ring = by_rank ? NULL : make_order(g);
+    int order = ORDER_HOST, i;
+    uvccl__config_choice(UVCCL__CFG_RING_ORDER, &order);
+    g->ring = order == ORDER_RANK ? NULL : make_order(g);
     g->ring_pos = g->rank;
     for (i = 0; g->ring != NULL && i < g->size; i++)
       if (g->ring[i] == g->rank) g->ring_pos = i;
@@ -60,4 +66,64 @@ void uvccl__ring_of(group_t *g, ring_t *x) {
   x->q = g->ring_pos;
   x->left = ring_at(x, x->q - 1);
   x->right = ring_at(x, x->q + 1);
+}
+
+/* The hosts' shapes from the ring (host order): H hosts of L ranks each,
+ * or 0. */
+static void make_hier(group_t *g) {
+  const net_t *net = g->net;
+  ring_t x;
+  int P = g->size, L = 0, H, i, j, me_h, me_l, order = ORDER_HOST;
+  uvccl__config_choice(UVCCL__CFG_RING_ORDER, &order);
+  uvccl__ring_of(g, &x);
+  if (order != ORDER_HOST || net->sparse || P < 4) return;
+  for (i = 0; i < P; i++)
+    if (net->hosts[g->ranks[i]] == 0) return;
+  /* in host order each host's ranks are consecutive: L is the first run */
+  while (L < P && net->hosts[g->ranks[ring_at(&x, L)]] ==
+                      net->hosts[g->ranks[ring_at(&x, 0)]])
+    L++;
+  if (L < 2 || L == P || P % L != 0) return;
+  H = P / L;
+  for (i = 0; i < P; i++) /* every run of L is one host, and a new one */
+    if ((net->hosts[g->ranks[ring_at(&x, i)]] ==
+         net->hosts[g->ranks[ring_at(&x, i - i % L)]]) != 1 ||
+        (i % L == 0 && i > 0 &&
+         net->hosts[g->ranks[ring_at(&x, i)]] ==
+             net->hosts[g->ranks[ring_at(&x, i - 1)]]))
+      return;
+  for (j = 1; j < H; j++) /* a host's ranks in one run only */
+    for (i = 0; i < j; i++)
+      if (net->hosts[g->ranks[ring_at(&x, j * L)]] ==
+          net->hosts[g->ranks[ring_at(&x, i * L)]])
+        return;
+  me_h = x.q / L;
+  me_l = x.q % L;
+  g->hier = uvccl__malloc((size_t)(L + H) * sizeof(int));
+  if (g->hier == NULL) return; /* one ring is as right */
+  for (i = 0; i < L; i++) g->hier[i] = ring_at(&x, me_h * L + i);
+  for (j = 0; j < H; j++) g->hier[L + j] = ring_at(&x, j * L + me_l);
+  g->hier_L = L;
+  g->hier_H = H;
+  g->hier_me_l = me_l;
+  g->hier_me_h = me_h;
+}
+
+int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across) {
+  if (!g->hier_made) {
+    make_hier(g);
+    g->hier_made = 1;
+  }
+  if (g->hier == NULL) return 0;
+  in_host->P = g->hier_L;
+  in_host->R = g->hier;
+  in_host->q = g->hier_me_l;
+  in_host->left = ring_at(in_host, in_host->q - 1);
+  in_host->right = ring_at(in_host, in_host->q + 1);
+  across->P = g->hier_H;
+  across->R = g->hier + g->hier_L;
+  across->q = g->hier_me_h;
+  across->left = ring_at(across, across->q - 1);
+  across->right = ring_at(across, across->q + 1);
+  return 1;
 }
