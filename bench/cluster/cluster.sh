@@ -13,9 +13,11 @@
 # two namespaces never share memory (one kernel would let them).
 #
 # Runs, per placement, interleaved PASSES times:
-#   uvccl       build/bin/uvccl-bench (rings in host order, the default)
-#   uvccl-rank  the same with UVCCL_RING_ORDER=rank (rings in rank order,
-#               as before hosts were known)
+#   uvccl       build/bin/uvccl-bench (the default: rings in host order,
+#               and hierarchical allreduces where hosts are alike)
+#   uvccl-ring  the same with UVCCL_RING_ORDER=ring (one ring in host order)
+#   uvccl-rank  the same with UVCCL_RING_ORDER=rank (one ring in rank
+#               order, as before hosts were known)
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -29,7 +31,7 @@
 #   bench/cluster/cluster.sh            (root, iproute2, tc; a few minutes)
 # Environment: H=2 L=2 RATE=400mbit OPS="allreduce broadcast allgather
 #   reduce_scatter" SIZES="16M" PASSES=3 PLACES="host scattered"
-#   IMPLS="uvccl uvccl-rank gloo openmpi" ITERS=5 WARMUP=1 (timed and
+#   IMPLS="uvccl uvccl-ring uvccl-rank gloo openmpi" ITERS=5 WARMUP=1 (timed and
 #   untimed iterations of each run; every rank's last result is checked)
 #   ROWS=FILE (keep every run's JSON row there)
 set -eu
@@ -41,7 +43,7 @@ OPS=${OPS:-"allreduce broadcast allgather reduce_scatter"}
 SIZES=${SIZES:-16M}
 PASSES=${PASSES:-3}
 PLACES=${PLACES:-"host scattered"}
-IMPLS=${IMPLS:-"uvccl uvccl-rank gloo openmpi"}
+IMPLS=${IMPLS:-"uvccl uvccl-ring uvccl-rank gloo openmpi"}
 ITERS=${ITERS:-5}
 WARMUP=${WARMUP:-1}
 N=(-n "$ITERS" -w "$WARMUP")
@@ -103,9 +105,9 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
     h=$(host_of "$r" "$place")
     local env=(RANK=$r WORLD_SIZE=$W MASTER_ADDR=10.215.0.1 MASTER_PORT=$port)
     case $impl in
-      uvccl | uvccl-rank)
+      uvccl | uvccl-ring | uvccl-rank)
         env+=(UVCCL_HOST_ID=h$h UVCCL_SOCKET_IFNAME=eth0)
-        [ "$impl" = uvccl-rank ] && env+=(UVCCL_RING_ORDER=rank)
+        [ "$impl" != uvccl ] && env+=(UVCCL_RING_ORDER=${impl#uvccl-})
         cmd=("$ROOT/build/bin/uvccl-bench" --op "$op" -b "$bytes" -e "$bytes"
           "${N[@]}" --json --timeout 300) ;;
       gloo)
