@@ -42,6 +42,77 @@ static int allgather_bruck(sched_t *s, const void *sendbuf, void *const *bufs,
   return 0;
 }
 
+/* A ring over x where position p carries the m blocks items[p * m ..
+ * p * m + m) (group ranks), each cut in nseg segments: at step t, the
+ * blocks of position q - t go right and those of q - t - 1 come from the
+ * left, straight into place. have[b * nseg + k]: the op after which
+ * segment k of block b is in bufs[b] (NONE: there from the start; this
+ * rank's own block is sent from sendbuf); what arrives is recorded
+ * there. */
+static void ring_gather_items(sched_t *s, const ring_t *x, const int *items,
+                              int m, uint32_t nseg, const void *sendbuf,
+                              void *const *bufs, const size_t *lens,
+                              uint32_t *have) {
+  int P = x->P, st, j;
+  uint32_t k;
+  for (st = 0; st < P - 1; st++) {
+    int ps = mod(x->q - st, P), pr = mod(x->q - st - 1, P);
+    for (j = 0; j < m; j++) {
+      int bs = items[ps * m + j], br = items[pr * m + j];
+      for (k = 0; k < nseg; k++) {
+        size_t so, sl, ro, rl;
+        uint32_t tag = ((uint32_t)st * (uint32_t)m + (uint32_t)j) * nseg + k;
+        uint32_t snd;
+        const char *src = bs == s->g->rank ? (const char *)sendbuf
+                                           : (const char *)bufs[bs];
+        seg_range(lens[bs], nseg, k, &so, &sl);
+        seg_range(lens[br], nseg, k, &ro, &rl);
+        snd = uvccl__sop_send(s, x->right, tag, src + so, sl);
+        uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+        have[(size_t)br * nseg + k] =
+            uvccl__sop_recv(s, x->left, tag, (char *)bufs[br] + ro, rl);
+      }
+    }
+  }
+}
+
+/* Hosts alike (H of L ranks, ring.c): first each rank's block goes
+ * around the ring across the hosts at its place (each host's link then
+ * carries (H-1)/H of the whole, the least it can), then each host's ring
+ * passes the columns it gathered (H blocks a place) through shared
+ * memory. */
+static int allgather_hosts(sched_t *s, const ring_t *in_host,
+                           const ring_t *across, const void *sendbuf,
+                           void *const *bufs, const size_t *lens) {
+  group_t *g = s->g;
+  int P = g->size, L = in_host->P, H = across->P, p, j, rc = 0;
+  size_t maxl = 0;
+  uint32_t nseg, *have;
+  int *cols;
+  ring_t x;
+  for (p = 0; p < P; p++)
+    if (lens[p] > maxl) maxl = lens[p];
+  nseg = nseg_for(maxl, g->segment);
+  have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
+  cols = uvccl__malloc((size_t)P * sizeof(int));
+  if (have == NULL || cols == NULL) {
+    rc = UV_ENOMEM;
+    goto out;
+  }
+  for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
+  /* the host ring's position p carries column p: the rank at place p of
+   * every host (hosts are runs of L in the ring's order) */
+  uvccl__ring_of(g, &x);
+  for (p = 0; p < L; p++)
+    for (j = 0; j < H; j++) cols[p * H + j] = ring_at(&x, j * L + p);
+  ring_gather_items(s, across, across->R, 1, nseg, sendbuf, bufs, lens, have);
+  ring_gather_items(s, in_host, cols, H, nseg, sendbuf, bufs, lens, have);
+out:
+  uvccl__free(have);
+  uvccl__free(cols);
+  return rc;
+}
+
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
                            const size_t *lens) {
   group_t *g = s->g;
@@ -58,6 +129,11 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
   }
   if (P > 2 && total <= g->small_max)
     return allgather_bruck(s, sendbuf, bufs, lens);
+  {
+    ring_t in_host, across;
+    if (uvccl__ring_hosts(g, &in_host, &across))
+      return allgather_hosts(s, &in_host, &across, sendbuf, bufs, lens);
+  }
   uvccl__ring_of(g, &x);
   left = x.left;
   right = x.right;

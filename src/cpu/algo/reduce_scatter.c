@@ -1,7 +1,92 @@
-/* reduce_scatter(v): a ring, natively. */
+/* reduce_scatter(v): a ring, natively; across hosts alike, in two. */
 #include "algo.h"
 
 /* ---- reduce_scatter ------------------------------------------------------ */
+
+/* A reduce-scatter ring over x where position p carries the m blocks
+ * items[p * m .. p * m + m) (group ranks; off[b], counts[b] in elements,
+ * each cut in nseg segments): at step t the blocks of position q - t - 1
+ * go right (from in at the first step where from_input, else from work)
+ * and those of q - t - 2 are reduced into work as they arrive (in the
+ * last ring, this rank's own block into recvbuf, scaled); have[b * nseg + k]:
+ * the op after which segment k of block b holds what this rank adds
+ * (NONE: the input, from the start), updated with what arrives. */
+static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
+                              int m, uint32_t nseg, int from_input, int last,
+                              const char *in, char *work, char *recvbuf,
+                              const size_t *off, const size_t *counts,
+                              uint32_t *have) {
+  int P = x->P, st, j, me = s->g->rank;
+  size_t es = s->esize;
+  uint32_t k;
+  const char *mine = from_input ? in : work; /* what this rank adds */
+  for (st = 0; st < P - 1; st++) {
+    int ps = mod(x->q - st - 1, P), pr = mod(x->q - st - 2, P);
+    for (j = 0; j < m; j++) {
+      int bs = items[ps * m + j], br = items[pr * m + j];
+      for (k = 0; k < nseg; k++) {
+        size_t so, sl, ro, rl;
+        uint32_t tag = ((uint32_t)st * (uint32_t)m + (uint32_t)j) * nseg + k;
+        uint32_t snd, rcv;
+        char *dst;
+        seg_range(counts[bs], nseg, k, &so, &sl);
+        seg_range(counts[br], nseg, k, &ro, &rl);
+        snd = uvccl__sop_send(s, x->right, tag,
+                              (st == 0 ? mine : work) + (off[bs] + so) * es,
+                              sl * es);
+        uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+        dst = last && br == me ? recvbuf + ro * es
+                               : work + (off[br] + ro) * es;
+        rcv = uvccl__sop_recv_red_from(s, x->left, tag, dst,
+                                       mine + (off[br] + ro) * es, rl * es);
+        uvccl__sop_dep(s, have[(size_t)br * nseg + k], rcv);
+        if (last && br == me && (s->divisor > 1 || s->scale != 1.0)) {
+          uint32_t sc = uvccl__sop_scale(s, dst, rl * es);
+          uvccl__sop_dep(s, rcv, sc);
+          rcv = sc;
+        }
+        have[(size_t)br * nseg + k] = rcv;
+      }
+    }
+  }
+}
+
+/* Hosts alike (H of L ranks, ring.c): each host's ring first reduces
+ * the columns (column p: the blocks of the ranks at place p of every
+ * host) through shared memory, so that the rank at place p holds column
+ * p reduced over its host; then the ring across the hosts at each place
+ * reduce-scatters its column, each host's link carrying (H-1)/H of the
+ * whole, the least it can. */
+static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
+                                const ring_t *across, const char *sendbuf,
+                                char *recvbuf, const size_t *counts,
+                                const size_t *off, size_t total,
+                                size_t maxc) {
+  group_t *g = s->g;
+  int P = g->size, L = in_host->P, H = across->P, p, j, rc = 0;
+  uint32_t nseg = nseg_for(maxc * s->esize, g->segment), *have;
+  int *cols;
+  char *work = uvccl__sched_tmp(s, total * s->esize);
+  ring_t x;
+  have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
+  cols = uvccl__malloc((size_t)P * sizeof(int));
+  if (work == NULL || have == NULL || cols == NULL) {
+    rc = UV_ENOMEM;
+    goto out;
+  }
+  for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
+  uvccl__ring_of(g, &x);
+  for (p = 0; p < L; p++)
+    for (j = 0; j < H; j++) cols[p * H + j] = ring_at(&x, j * L + p);
+  ring_reduce_items(s, in_host, cols, H, nseg, 1, 0, sendbuf, work, recvbuf,
+                    off, counts, have);
+  ring_reduce_items(s, across, across->R, 1, nseg, 0, 1, sendbuf, work,
+                    recvbuf, off, counts, have);
+out:
+  uvccl__free(have);
+  uvccl__free(cols);
+  return rc;
+}
 
 /* Ring where rank r finishes with block r: at step t the rank at ring
  * position q sends the block of position q - t - 1 and reduces that of
@@ -28,6 +113,15 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
       uvccl__sop_dep(s, cp, uvccl__sop_scale(s, recvbuf, counts[0] * es));
     uvccl__free(off);
     return 0;
+  }
+  {
+    ring_t in_host, across;
+    if (uvccl__ring_hosts(g, &in_host, &across)) {
+      int rc = reduce_scatter_hosts(s, &in_host, &across, sendbuf, recvbuf,
+                                    counts, off, total, maxc);
+      uvccl__free(off);
+      return rc;
+    }
   }
   uvccl__ring_of(g, &x);
   left = x.left;
