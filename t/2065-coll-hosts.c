@@ -13,7 +13,8 @@
  *   c) a) with $UVCCL_RING_ORDER=rank: rank order, the same exact results;
  *   d) 4 ranks on hosts "a b a b": hosts alike, so large allreduces reduce
  *      in each host (rings 0 2 and 1 3), across the hosts (0 1 and 2 3),
- *      and gather back; exact.
+ *      and gather back, and allgather(v) and reduce_scatter(v) go across
+ *      and within the hosts in two rings; exact (b too).
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order).
  *
