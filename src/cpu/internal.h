@@ -498,7 +498,8 @@ struct group_s {
   int ring_made;
   /* Hosts alike (ring.c, uvccl__ring_hosts): this rank's host's ranks
    * (hier[0 .. hier_L)), then each host's rank at this rank's place in
-   * its host (hier[hier_L ..  + hier_H)); hier NULL: not so. */
+   * its host (hier[hier_L ..  + hier_H)), then the columns (L of H);
+   * hier NULL: not so. */
   int *hier;
   int hier_L, hier_H, hier_me_l, hier_me_h;
   int hier_made;

@@ -116,6 +116,9 @@ void uvccl__ring_of(group_t *g, ring_t *x);
 /* Hosts alike: 1 with the ring of this rank's host and the ring across
  * the hosts at its place (see ring.c); else 0. */
 int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across);
+/* After uvccl__ring_hosts said 1: the columns, L of H group ranks (column
+ * i: the rank at place i of every host, hosts in ring order). */
+const int *uvccl__ring_columns(const group_t *g);
 
 /* Shared by the families (allreduce.c). */
 uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,

@@ -85,32 +85,21 @@ static int allgather_hosts(sched_t *s, const ring_t *in_host,
                            const ring_t *across, const void *sendbuf,
                            void *const *bufs, const size_t *lens) {
   group_t *g = s->g;
-  int P = g->size, L = in_host->P, H = across->P, p, j, rc = 0;
+  int P = g->size, p;
   size_t maxl = 0;
   uint32_t nseg, *have;
-  int *cols;
-  ring_t x;
   for (p = 0; p < P; p++)
     if (lens[p] > maxl) maxl = lens[p];
   nseg = nseg_for(maxl, g->segment);
   have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
-  cols = uvccl__malloc((size_t)P * sizeof(int));
-  if (have == NULL || cols == NULL) {
-    rc = UV_ENOMEM;
-    goto out;
-  }
+  if (have == NULL) return UV_ENOMEM;
   for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
-  /* the host ring's position p carries column p: the rank at place p of
-   * every host (hosts are runs of L in the ring's order) */
-  uvccl__ring_of(g, &x);
-  for (p = 0; p < L; p++)
-    for (j = 0; j < H; j++) cols[p * H + j] = ring_at(&x, j * L + p);
   ring_gather_items(s, across, across->R, 1, nseg, sendbuf, bufs, lens, have);
-  ring_gather_items(s, in_host, cols, H, nseg, sendbuf, bufs, lens, have);
-out:
+  /* the host ring's position p carries column p */
+  ring_gather_items(s, in_host, uvccl__ring_columns(g), across->P, nseg,
+                    sendbuf, bufs, lens, have);
   uvccl__free(have);
-  uvccl__free(cols);
-  return rc;
+  return 0;
 }
 
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,

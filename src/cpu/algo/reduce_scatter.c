@@ -63,29 +63,22 @@ static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
                                 const size_t *off, size_t total,
                                 size_t maxc) {
   group_t *g = s->g;
-  int P = g->size, L = in_host->P, H = across->P, p, j, rc = 0;
+  int P = g->size, p;
   uint32_t nseg = nseg_for(maxc * s->esize, g->segment), *have;
-  int *cols;
   char *work = uvccl__sched_tmp(s, total * s->esize);
-  ring_t x;
   have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
-  cols = uvccl__malloc((size_t)P * sizeof(int));
-  if (work == NULL || have == NULL || cols == NULL) {
-    rc = UV_ENOMEM;
-    goto out;
+  if (work == NULL || have == NULL) {
+    uvccl__free(have);
+    return UV_ENOMEM;
   }
   for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
-  uvccl__ring_of(g, &x);
-  for (p = 0; p < L; p++)
-    for (j = 0; j < H; j++) cols[p * H + j] = ring_at(&x, j * L + p);
-  ring_reduce_items(s, in_host, cols, H, nseg, 1, 0, sendbuf, work, recvbuf,
-                    off, counts, have);
+  /* the host ring's position p carries column p */
+  ring_reduce_items(s, in_host, uvccl__ring_columns(g), across->P, nseg, 1,
+                    0, sendbuf, work, recvbuf, off, counts, have);
   ring_reduce_items(s, across, across->R, 1, nseg, 0, 1, sendbuf, work,
                     recvbuf, off, counts, have);
-out:
   uvccl__free(have);
-  uvccl__free(cols);
-  return rc;
+  return 0;
 }
 
 /* Ring where rank r finishes with block r: at step t the rank at ring

@@ -99,14 +99,20 @@ static void make_hier(group_t *g) {
         return;
   me_h = x.q / L;
   me_l = x.q % L;
-  g->hier = uvccl__malloc((size_t)(L + H) * sizeof(int));
+  g->hier = uvccl__malloc((size_t)(L + H + P) * sizeof(int));
   if (g->hier == NULL) return; /* one ring is as right */
   for (i = 0; i < L; i++) g->hier[i] = ring_at(&x, me_h * L + i);
   for (j = 0; j < H; j++) g->hier[L + j] = ring_at(&x, j * L + me_l);
+  for (i = 0; i < L; i++) /* column i: the rank at place i of every host */
+    for (j = 0; j < H; j++) g->hier[L + H + i * H + j] = ring_at(&x, j * L + i);
   g->hier_L = L;
   g->hier_H = H;
   g->hier_me_l = me_l;
   g->hier_me_h = me_h;
+}
+
+const int *uvccl__ring_columns(const group_t *g) {
+  return g->hier + g->hier_L + g->hier_H;
 }
 
 int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across) {
