@@ -85,12 +85,9 @@ static void make_hier(group_t *g) {
     L++;
   if (L < 2 || L == P || P % L != 0) return;
   H = P / L;
-  for (i = 0; i < P; i++) /* every run of L is one host, and a new one */
-    if ((net->hosts[g->ranks[ring_at(&x, i)]] ==
-         net->hosts[g->ranks[ring_at(&x, i - i % L)]]) != 1 ||
-        (i % L == 0 && i > 0 &&
-         net->hosts[g->ranks[ring_at(&x, i)]] ==
-             net->hosts[g->ranks[ring_at(&x, i - 1)]]))
+  for (i = 1; i < P; i++) /* the host changes every L ranks, only there */
+    if ((net->hosts[g->ranks[ring_at(&x, i)]] !=
+         net->hosts[g->ranks[ring_at(&x, i - 1)]]) != (i % L == 0))
       return;
   for (j = 1; j < H; j++) /* a host's ranks in one run only */
     for (i = 0; i < j; i++)
