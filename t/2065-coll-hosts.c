@@ -16,7 +16,9 @@
  *      and gather back, and allgather(v) and reduce_scatter(v) go across
  *      and within the hosts in two rings; exact (b too).
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
- * there are none (hosts of 3 and 2 ranks; rank order).
+ * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
+ * (1 to 16384 elements) and barriers, exact in every world: through the
+ * hosts' leaders in b) and d), recursive doubling in a) and c).
  *
  * The binary is also the rank program (UVCCL_T_ROLE=hosts, UVCCL_T_HOSTS
  * the hosts by rank, UVCCL_T_RING the ring expected). */
@@ -75,6 +77,49 @@ static void check_allreduce(void) {
       "allreduce", "int32 sum %s (%zu wrong), float32 in place %s (%zu), "
       "int32 max in place %s (%zu)", ename(rc), bad, ename(rc2), badf,
       ename(rc3), badi);
+  free(a);
+  free(b);
+  free(f);
+}
+
+/* Small allreduces (up to small_max, 64 KiB: through the hosts' leaders
+ * where hosts are alike, else recursive doubling) and barriers between
+ * them. */
+static void check_small(void) {
+  static const size_t ns[3] = {1, 1000, 16384};
+  int32_t *a = malloc(16384 * 4), *b = malloc(16384 * 4);
+  float *f = malloc(16384 * 4);
+  size_t i, bad = 0, k;
+  uvccl_work_t w = {0};
+  int rc = 0, q, brc = 0;
+  for (k = 0; k < 3; k++) {
+    size_t n = ns[k];
+    int r1, r2, r3, r4;
+    for (i = 0; i < n; i++) {
+      a[i] = v_of(R, i);
+      f[i] = (float)(P * v_of(R, i));
+    }
+    r1 = RUN(w, uvccl_allreduce(&pg, &w, a, b, n, UVCCL_INT32, UVCCL_SUM,
+                                on_work));
+    r4 = RUN(w, uvccl_barrier(&pg, &w, on_work));
+    r2 = RUN(w, uvccl_allreduce(&pg, &w, a, a, n, UVCCL_INT32, UVCCL_MAX,
+                                on_work));
+    /* AVG: scaled once (the values are multiples of P: exact) */
+    r3 = RUN(w, uvccl_allreduce(&pg, &w, f, f, n, UVCCL_FLOAT32, UVCCL_AVG,
+                                on_work));
+    for (i = 0; i < n; i++) {
+      int64_t want = 0;
+      for (q = 0; q < P; q++) want += v_of(q, i);
+      bad += b[i] != want;
+      bad += a[i] != v_of(P - 1, i);
+      bad += f[i] != (float)want;
+    }
+    if (rc == 0) rc = r1 ? r1 : r2 ? r2 : r3;
+    if (brc == 0) brc = r4;
+  }
+  rep(rc == 0 && brc == 0 && bad == 0, "small", "1, 1000 and 16384 "
+      "elements: int32 sum and max, float32 avg in place: %s (%zu wrong); "
+      "barriers %s", ename(rc), bad, ename(brc));
   free(a);
   free(b);
   free(f);
@@ -287,6 +332,7 @@ static int rank_main(void) {
   }
 
   check_allreduce();
+  check_small();
   check_reduce_scatter();
   check_allgather();
   check_rooted();
@@ -319,6 +365,8 @@ static void world(const char *name, const char *hosts, const char *ring,
       "none", name);
   agg(ps, n, "allreduce", all, "%s: allreduce int32 and float32, in and out "
       "of place, exact", name);
+  agg(ps, n, "small", all, "%s: small allreduces (sum, max, avg) exact, "
+      "barriers between them", name);
   agg(ps, n, "reduce_scatter", all, "%s: reduce_scatter and reduce_scatterv "
       "exact", name);
   agg(ps, n, "allgather", all, "%s: allgather and allgatherv exact", name);
@@ -334,7 +382,7 @@ int main(void) {
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(40);
+  plan(44);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);

@@ -144,7 +144,7 @@ AG
     mpirun --host "$hosts" -np "$W" --map-by "$map" \
     --mca plm_rsh_agent "$TMP/agent" --mca btl self,vader,tcp \
     --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-    --mca pml ob1 \
+    --mca pml ob1 --mca mpi_yield_when_idle 1 \
     "$TMP/mpi_bench" --op "$op" -b "$bytes" -e "$bytes" "${N[@]}" --json \
     > "$TMP/mpi.out" 2> "$TMP/mpi.err" ||
     { echo "cluster.sh: mpirun failed:" >&2; cat "$TMP/mpi.err" >&2; return 1; }
@@ -200,7 +200,11 @@ for r in rows:
     if not r.get("ok", True):
         bad += 1
 def label(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    if b >= 1 << 20:
+        return f"{b >> 20} MiB"
+    return f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
+def ms(v):  # small messages take microseconds: keep three figures
+    return f"{v:.0f}" if v >= 10 else f"{v:.3g}"
 print()
 print("| op | size | placement | link limit ms | " +
       " | ".join(f"{i} ms" for i in impls) + " | uvccl vs best other |")
@@ -211,8 +215,8 @@ for (op, b, place) in sorted(cells):
     med = {i: statistics.median(c[i]) for i in impls if i in c}
     others = [med[i] for i in med if not i.startswith("uvccl")]
     vs = f"{min(others) / med['uvccl']:.2f}x" if others and "uvccl" in med else "-"
-    print(f"| {op} | {label(b)} | {place} | {lim:.0f} | " +
-          " | ".join(f"{med[i]:.0f}" if i in med else "-" for i in impls) +
+    print(f"| {op} | {label(b)} | {place} | {ms(lim)} | " +
+          " | ".join(ms(med[i]) if i in med else "-" for i in impls) +
           f" | {vs} |")
 if bad:
     print(f"\n{bad} rows failed their result check")

@@ -396,6 +396,8 @@ struct net_s {
   int shm_done;          /* peers whose shared-memory exchange is over */
   uint64_t *hosts;       /* by world rank: its host (shm_seg.c's key, from
                             the shared-memory offers; 0: not known) */
+  uint64_t *kernels;     /* by world rank: its kernel, whose CPUs it shares
+                            (hosts' second half; 0: not known) */
   /* Local ops larger than a slice, or met when the turn is spent, run a
    * turn's worth of slices per loop iteration, so a 256 MiB copy or
    * reduction never blocks the loop for long. */

@@ -64,9 +64,10 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "ring: rings and chains of large collectives visit each host's "
            "ranks one after another (each host's link carries each byte "
            "once however the ranks are placed); host: that, and where every "
-           "host has as many ranks (two or more), large allreduces reduce "
-           "within each host, across the hosts, and gather back; rank: one "
-           "ring in rank order"),
+           "host has as many ranks (two or more), allreduces, allgathers, "
+           "reduce_scatters and barriers go within each host and across the "
+           "hosts in two levels (small allreduces and barriers through one "
+           "leader a host); rank: one ring in rank order"),
     UINTV(UVCCL__CFG_HEARTBEAT_TIMEOUT_MS, "UVCCL_HEARTBEAT_TIMEOUT_MS", 0,
           NOMAX, 15000, "15000",
           "how long a silent rank or store server has before it is declared "

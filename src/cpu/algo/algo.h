@@ -8,15 +8,18 @@
  * uvccl_pg_options_t):
  *  - allreduce: recursive doubling for S <= small_max (a direct exchange
  *    at P = 2; non-powers of two fold the extra ranks in first, as in
- *    Thakur et al. 2005); a ring reduce-scatter + allgather above, every
- *    chunk cut in segments so the two phases pipeline.
+ *    Thakur et al. 2005), across hosts alike among the hosts' leaders
+ *    only; a ring reduce-scatter + allgather above, every chunk cut in
+ *    segments so the two phases pipeline, across hosts alike in two
+ *    levels (ring.c).
  *  - reduce_scatter: a ring, natively (never P allreduces).
  *  - broadcast: binomial tree for small S, a pipelined chain for large.
  *  - reduce: binomial tree for small S, a pipelined chain for large.
  *  - allgather(v): Bruck (log2 P rounds) for small totals at P > 2, else a
  *    ring, segmented.
  *  - alltoall(v), gather, scatter: every transfer posted at once.
- *  - barrier: dissemination, ceil(log2 P) rounds of empty messages.
+ *  - barrier: dissemination, ceil(log2 P) rounds of empty messages;
+ *    across hosts alike, an empty allreduce through the leaders.
  * Tags only need to be unique per (peer, direction) within one operation;
  * each builder numbers its messages explicitly. */
 #ifndef UVCCL_CPU_ALGO_ALGO_H
@@ -121,6 +124,11 @@ int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across);
 const int *uvccl__ring_columns(const group_t *g);
 
 /* Shared by the families (allreduce.c). */
+/* Hosts alike (uvccl__ring_hosts), small: through each host's leader and
+ * recursive doubling among the leaders; NONE, having added nothing, where
+ * the hosts are not alike. */
+uint32_t uvccl__algo_allreduce_hosts(sched_t *s, char *buf, size_t n,
+                                     uint32_t dep0);
 uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
                                     uint32_t dep0);
 int uvccl__algo_box_fits(const group_t *g, size_t n);

@@ -4,9 +4,12 @@
 
 /* ---- allreduce ----------------------------------------------------------- */
 
-static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
-  group_t *g = s->g;
-  int P = g->size, r = g->rank, pof2 = 1, rem, newrank, mask, k = 1;
+/* Recursive doubling over the ring x's positions (the whole group, or the
+ * hosts' leaders): log2 P rounds, the ranks past a power of two folded
+ * into their neighbours first and given the result last. */
+static uint32_t allreduce_rd(sched_t *s, const ring_t *x, char *buf, size_t n,
+                             uint32_t dep0) {
+  int P = x->P, r = x->q, pof2 = 1, rem, newrank, mask, k = 1;
   uint32_t last = dep0, snd, rcv, red, fin;
   char *tmp;
   while (pof2 * 2 <= P) pof2 *= 2;
@@ -16,13 +19,13 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   if (r < 2 * rem) {
     if (r % 2 == 0) {
       /* Folds into r + 1, gets the result back at the end. */
-      snd = uvccl__sop_send(s, r + 1, 0, buf, n);
+      snd = uvccl__sop_send(s, ring_at(x, r + 1), 0, buf, n);
       uvccl__sop_dep(s, last, snd);
-      rcv = uvccl__sop_recv(s, r + 1, 0xffff, buf, n);
+      rcv = uvccl__sop_recv(s, ring_at(x, r + 1), 0xffff, buf, n);
       uvccl__sop_dep(s, snd, rcv);
       return join(s, rcv);
     }
-    rcv = uvccl__sop_recv(s, r - 1, 0, tmp, n);
+    rcv = uvccl__sop_recv(s, ring_at(x, r - 1), 0, tmp, n);
     uvccl__sop_dep(s, last, rcv);
     red = uvccl__sop_reduce(s, buf, tmp, n);
     uvccl__sop_dep(s, rcv, red);
@@ -33,7 +36,7 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   }
   for (mask = 1; mask < pof2; mask <<= 1, k++) {
     int nd = newrank ^ mask;
-    int dst = nd < rem ? nd * 2 + 1 : nd + rem;
+    int dst = ring_at(x, nd < rem ? nd * 2 + 1 : nd + rem);
     snd = uvccl__sop_send(s, dst, (uint32_t)k, buf, n);
     rcv = uvccl__sop_recv(s, dst, (uint32_t)k, tmp, n);
     uvccl__sop_dep(s, last, snd);
@@ -47,8 +50,54 @@ static uint32_t allreduce_rd(sched_t *s, char *buf, size_t n, uint32_t dep0) {
   last = then_scale(s, buf, n, last);
   fin = join(s, last);
   if (r < 2 * rem) {
-    snd = uvccl__sop_send(s, r - 1, 0xffff, buf, n);
+    snd = uvccl__sop_send(s, ring_at(x, r - 1), 0xffff, buf, n);
     uvccl__sop_dep(s, last, snd);
+    uvccl__sop_dep(s, snd, fin);
+  }
+  return fin;
+}
+
+/* Hosts alike, small: each host's ranks hand their inputs to its leader
+ * (its first rank in the ring) through shared memory, the leaders run
+ * recursive doubling across the hosts, and each hands the result back.
+ * Only the leaders touch the network: H log2 H messages cross the links
+ * where recursive doubling over all sends P log2 P, and on a host whose
+ * CPUs are shared the ranks that wait on the network are fewer. The
+ * leader reduces its members' inputs as they come, as the tree does; every
+ * rank gets the leaders' bits. NONE where the hosts are not alike (n may
+ * be 0: a barrier). */
+uint32_t uvccl__algo_allreduce_hosts(sched_t *s, char *buf, size_t n,
+                                     uint32_t dep0) {
+  group_t *g = s->g;
+  ring_t in_host, across;
+  uint32_t got, fin, rcv, snd;
+  int i;
+  if (!uvccl__ring_hosts(g, &in_host, &across)) return NONE;
+  if (in_host.q != 0) { /* a member: its input up, the result back */
+    int leader = ring_at(&in_host, 0);
+    snd = uvccl__sop_send(s, leader, 0, buf, n);
+    uvccl__sop_dep(s, dep0, snd);
+    rcv = uvccl__sop_recv(s, leader, 0xfffe, buf, n);
+    uvccl__sop_dep(s, snd, rcv);
+    return join(s, rcv);
+  }
+  /* The leaders' pairs all cross hosts, the members' stay in one: their
+   * tags cannot meet. */
+  got = join(s, dep0);
+  for (i = 1; i < in_host.P; i++) {
+    int m = ring_at(&in_host, i);
+    rcv = n ? uvccl__sop_recv_red(s, m, 0, buf, n)
+            : uvccl__sop_recv(s, m, 0, NULL, 0);
+    uvccl__sop_dep(s, dep0, rcv);
+    uvccl__sop_dep(s, rcv, got);
+  }
+  got = allreduce_rd(s, &across, buf, n, got);
+  if (got == NONE) return NONE;
+  fin = uvccl__sop_nop(s);
+  uvccl__sop_dep(s, got, fin);
+  for (i = 1; i < in_host.P; i++) {
+    snd = uvccl__sop_send(s, ring_at(&in_host, i), 0xfffe, buf, n);
+    uvccl__sop_dep(s, got, snd);
     uvccl__sop_dep(s, snd, fin);
   }
   return fin;
@@ -266,7 +315,11 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
   }
   if (n <= g->small_max && g->small_tree && g->size > 2)
     return uvccl__algo_allreduce_tree(s, buf, n, dep0);
-  if (n <= g->small_max) return allreduce_rd(s, buf, n, dep0);
+  if (n <= g->small_max) {
+    ring_t x = {g->size, g->rank, 0, 0, NULL};
+    uint32_t h = uvccl__algo_allreduce_hosts(s, buf, n, dep0);
+    return h != NONE ? h : allreduce_rd(s, &x, buf, n, dep0);
+  }
   {
     ring_t x, in_host, across;
     if (uvccl__ring_hosts(g, &in_host, &across) &&

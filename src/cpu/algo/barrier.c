@@ -1,4 +1,5 @@
-/* barrier (dissemination) and monitored_barrier. */
+/* barrier (dissemination, or through the hosts' leaders) and
+ * monitored_barrier. */
 #include "algo.h"
 
 /* ---- barriers ------------------------------------------------------------ */
@@ -14,6 +15,10 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   if (g->box_ok) {
     /* every rank's (empty) part through shared memory (shm.c) */
     uvccl__sop_box(s, UVCCL__BOX_REDUCE, -1, NULL, NULL, 0);
+    return uvccl__sched_start(s, work, cb);
+  }
+  if (uvccl__algo_allreduce_hosts(s, NULL, 0, NONE) != NONE) {
+    /* across hosts alike: an empty allreduce through the hosts' leaders */
     return uvccl__sched_start(s, work, cb);
   }
   if (g->small_tree && g->size > 2) {

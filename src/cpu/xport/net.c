@@ -75,7 +75,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->addrs = uvccl__calloc((size_t)size, sizeof(*net->addrs));
   net->fails = uvccl__calloc((size_t)size, sizeof(*net->fails));
   net->failed = uvccl__calloc((size_t)size, sizeof(int));
-  net->hosts = uvccl__calloc((size_t)size, sizeof(uint64_t));
+  net->hosts = uvccl__calloc(2 * (size_t)size, sizeof(uint64_t));
   if (net->peers == NULL || net->addrs == NULL || net->fails == NULL ||
       net->failed == NULL || net->hosts == NULL) {
     uvccl__free(net->peers);
@@ -86,6 +86,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
     uvccl__free(net);
     return NULL;
   }
+  net->kernels = net->hosts + size;
   {
     int r;
     for (r = 0; r < size; r++) net->fails[r].rank = -1;
@@ -246,14 +247,23 @@ void uvccl__net_spin_now(net_t *net) {
  * on this host than CPUs, a spinning rank takes the CPU its peer needs to
  * send what it waits for (4 ranks on 2 cores ran small allreduces 3-8x
  * slower). So busy polling turns itself off then, unless
- * UVCCL_BUSY_POLL_FORCE=1. Ranks count as local when their published
- * address has our host part. */
+ * UVCCL_BUSY_POLL_FORCE=1. Ranks count as local when they run on this
+ * kernel (its boot id, from the shared-memory offers: network namespaces
+ * that stand for hosts still share its CPUs), or, where that is not
+ * known yet, when their published address has our host part. */
 int uvccl__net_local_ranks(const net_t *net) {
   const char *me = net->selfstr, *colon = strrchr(me, ':');
   size_t hl = colon ? (size_t)(colon - me) : strlen(me);
+  uint64_t mine = net->kernels[net->rank];
   int r, local = 1, known = 1;
   for (r = 0; r < net->size; r++) {
-    if (r == net->rank || net->addrs[r][0] == '\0') continue;
+    if (r == net->rank) continue;
+    if (mine != 0 && net->kernels[r] != 0) {
+      known++;
+      local += net->kernels[r] == mine;
+      continue;
+    }
+    if (net->addrs[r][0] == '\0') continue;
     known++;
     if (strncmp(net->addrs[r], me, hl) == 0 && net->addrs[r][hl] == ':')
       local++;

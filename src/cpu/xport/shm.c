@@ -166,6 +166,7 @@ void uvccl__shm_peer_up(peer_t *p) {
   else uvccl__shm_info_none(&info);
   if (net->shm == NULL || net->shm->cma_min == 0) info.cma_addr = 0;
   net->hosts[net->rank] = uvccl__shm_host_key(&info);
+  net->kernels[net->rank] = uvccl__shm_kernel_key(&info);
   if (uvccl__net_send_ctl(net, p->rank, FRAME_SHM, 0, 0, 0, &info,
                           sizeof(info)) != 0)
     uvccl__net_peer_fail(net, p, UV_EPIPE, "sending the shared-memory offer "
@@ -224,6 +225,7 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
     char why[160];
     p->shm_step |= 1;
     net->hosts[p->rank] = uvccl__shm_host_key(&info);
+    net->kernels[p->rank] = uvccl__shm_kernel_key(&info);
     uvccl__shm_info_none(&answer);
     answer.kind = UVCCL__SHM_REFUSED;
     if (shm_usable(net) && uvccl__shm_info_local(&info)) {

@@ -71,11 +71,19 @@ static void boot_id(uint8_t out[16]) {
   }
 }
 
-uint64_t uvccl__shm_host_key(const uvccl__shm_info_t *in) {
+static uint64_t id_key(const uint8_t id[16]) {
   uint64_t a, b;
-  memcpy(&a, in->boot_id, 8);
-  memcpy(&b, in->boot_id + 8, 8);
+  memcpy(&a, id, 8);
+  memcpy(&b, id + 8, 8);
   return a ^ (b * 0x9e3779b97f4a7c15ull);
+}
+
+uint64_t uvccl__shm_host_key(const uvccl__shm_info_t *in) {
+  return id_key(in->boot_id);
+}
+
+uint64_t uvccl__shm_kernel_key(const uvccl__shm_info_t *in) {
+  return id_key(in->kernel_id);
 }
 
 int uvccl__shm_inbox_open(uvccl__shm_inbox_t *ib, uint32_t nslots,
@@ -156,7 +164,8 @@ void uvccl__shm_info_none(uvccl__shm_info_t *in) {
   in->magic = UVCCL__SHM_MAGIC;
   in->kind = UVCCL__SHM_INFO;
   in->memfd = in->bellfd = -1;
-  boot_id(in->boot_id); /* the host, for the rings' order (topo.c) */
+  boot_id(in->boot_id); /* the host, for the rings' order (ring.c) */
+  kernel_boot_id(in->kernel_id); /* the CPUs, for busy polling (net.c) */
 }
 
 void uvccl__shm_inbox_info(const uvccl__shm_inbox_t *ib,

@@ -96,7 +96,9 @@ typedef struct {
   uint32_t nslots;
   uint64_t cookie;
   uint64_t ring_size;
-  uint8_t boot_id[16];   /* the kernel's boot id: same host, same boot */
+  uint8_t boot_id[16];   /* the host: the kernel's boot id, told apart by
+                            $UVCCL_HOST_ID */
+  uint8_t kernel_id[16]; /* the kernel's boot id itself: the CPUs shared */
   /* Single copy. In an offer: where the cookie lies in the sender's
    * memory (0: it does not let peers read its memory); in an answer: 1
    * when the answering rank read it there (it will read large frames). */
@@ -152,6 +154,9 @@ void uvccl__shm_info_none(uvccl__shm_info_t *in);
 int uvccl__shm_info_local(const uvccl__shm_info_t *in);
 /* The host an offer came from, as 64 bits (0: unknown). */
 uint64_t uvccl__shm_host_key(const uvccl__shm_info_t *in);
+/* Its kernel, as 64 bits (0: unknown): ranks of network namespaces that
+ * stand for hosts are different hosts but share one kernel's CPUs. */
+uint64_t uvccl__shm_kernel_key(const uvccl__shm_info_t *in);
 
 /* Maps slot `slot` of the inbox `peer` describes. 0, or an error with why. */
 int uvccl__shm_attach(uvccl__shm_out_t *o, const uvccl__shm_info_t *peer,
