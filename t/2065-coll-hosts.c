@@ -18,7 +18,9 @@
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
  * (1 to 16384 elements) and barriers, exact in every world: through the
- * hosts' leaders in b) and d), recursive doubling in a) and c).
+ * hosts' leaders in b) and d), recursive doubling in a) and c); small
+ * broadcasts and reduces (1000 elements) from and to every root: a tree in
+ * each host and one across in b) and d).
  *
  * The binary is also the rank program (UVCCL_T_ROLE=hosts, UVCCL_T_HOSTS
  * the hosts by rank, UVCCL_T_RING the ring expected). */
@@ -193,16 +195,17 @@ static void check_allgather(void) {
   free(all);
 }
 
-static void check_rooted(void) {
-  int32_t *b = malloc(N * 4), *out = malloc(N * 4);
+static void check_rooted(size_t n, const char *name) {
+  int32_t *b = malloc(n * 4), *out = malloc(n * 4);
+  float *f = malloc(n * 4), *fo = malloc(n * 4);
   uvccl_work_t w = {0};
   size_t i, bad = 0, badr = 0;
   int root, rcs = 0, q;
   char errs[400] = "";
   for (root = 0; root < P; root++) {
-    int rc;
-    for (i = 0; i < N; i++) b[i] = R == root ? v_of(root, i) : -1;
-    rc = RUN(w, uvccl_broadcast(&pg, &w, b, N, UVCCL_INT32, root,
+    int rc, rc2;
+    for (i = 0; i < n; i++) b[i] = R == root ? v_of(root, i) : -1;
+    rc = RUN(w, uvccl_broadcast(&pg, &w, b, n, UVCCL_INT32, root,
                                      on_work));
     if (rc != 0) {
       size_t l = strlen(errs);
@@ -210,28 +213,37 @@ static void check_rooted(void) {
                ename(rc));
       rcs++;
     }
-    for (i = 0; i < N; i++)
+    for (i = 0; i < n; i++)
       if (b[i] != v_of(root, i)) bad++;
-    for (i = 0; i < N; i++) b[i] = v_of(R, i);
-    rc = RUN(w, uvccl_reduce(&pg, &w, b, out, N, UVCCL_INT32, UVCCL_SUM,
+    for (i = 0; i < n; i++) {
+      b[i] = v_of(R, i);
+      f[i] = (float)(P * v_of(R, i)); /* AVG exact: multiples of P */
+    }
+    rc = RUN(w, uvccl_reduce(&pg, &w, b, out, n, UVCCL_INT32, UVCCL_SUM,
                                   root, on_work));
-    if (rc != 0) {
+    rc2 = RUN(w, uvccl_reduce(&pg, &w, f, fo, n, UVCCL_FLOAT32, UVCCL_AVG,
+                              root, on_work));
+    if (rc != 0 || rc2 != 0) {
       size_t l = strlen(errs);
-      snprintf(errs + l, sizeof(errs) - l, " reduce to %d: %s %s", root, ename(rc), w.msg);
+      snprintf(errs + l, sizeof(errs) - l, " reduce to %d: %s %s", root,
+               ename(rc ? rc : rc2), w.msg);
       rcs++;
     }
     if (R == root)
-      for (i = 0; i < N; i++) {
+      for (i = 0; i < n; i++) {
         int64_t want = 0;
         for (q = 0; q < P; q++) want += v_of(q, i);
-        if (out[i] != want) badr++;
+        if (out[i] != want || fo[i] != (float)want) badr++;
       }
   }
-  rep(rcs == 0 && bad == 0 && badr == 0, "rooted",
-      "broadcast from every root (%zu wrong), reduce to every root (%zu "
-      "wrong), %d calls failed%s", bad, badr, rcs, errs);
+  rep(rcs == 0 && bad == 0 && badr == 0, name,
+      "%zu int32: broadcast from every root (%zu wrong), reduce (sum, and "
+      "avg of float32) to every root (%zu wrong), %d calls failed%s", n, bad,
+      badr, rcs, errs);
   free(b);
   free(out);
+  free(f);
+  free(fo);
 }
 
 static int rank_main(void) {
@@ -335,7 +347,8 @@ static int rank_main(void) {
   check_small();
   check_reduce_scatter();
   check_allgather();
-  check_rooted();
+  check_rooted(N, "rooted");
+  check_rooted(1000, "rooted_small");
   return rank_destroy();
 }
 
@@ -372,6 +385,8 @@ static void world(const char *name, const char *hosts, const char *ring,
   agg(ps, n, "allgather", all, "%s: allgather and allgatherv exact", name);
   agg(ps, n, "rooted", all, "%s: broadcast from and reduce to every root "
       "exact", name);
+  agg(ps, n, "rooted_small", all, "%s: small broadcast from and reduce to "
+      "every root exact", name);
   agg(ps, n, "destroy", all, "%s: destroy, loop closed", name);
   if (scenario_failed) dump_procs(ps, n);
   procs_free(ps, n);
@@ -382,7 +397,7 @@ int main(void) {
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(44);
+  plan(48);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);

@@ -13,8 +13,9 @@
  *    segments so the two phases pipeline, across hosts alike in two
  *    levels (ring.c).
  *  - reduce_scatter: a ring, natively (never P allreduces).
- *  - broadcast: binomial tree for small S, a pipelined chain for large.
- *  - reduce: binomial tree for small S, a pipelined chain for large.
+ *  - broadcast: binomial tree for small S (across hosts alike, one tree
+ *    across the hosts and one in each), a pipelined chain for large.
+ *  - reduce: the mirror image.
  *  - allgather(v): Bruck (log2 P rounds) for small totals at P > 2, else a
  *    ring, segmented.
  *  - alltoall(v), gather, scatter: every transfer posted at once.

@@ -1,17 +1,19 @@
-/* broadcast and reduce: a binomial tree for small payloads, a pipelined
- * chain for large. */
+/* broadcast and reduce: a binomial tree for small payloads (across hosts
+ * alike, one tree within each host and one across the hosts), a pipelined
+ * chain in the rings' order for large. */
 #include "algo.h"
 
 /* ---- broadcast ----------------------------------------------------------- */
 
-static void bcast_tree(sched_t *s, char *buf, size_t n, int root,
-                       uint32_t tag, uint32_t dep0) {
-  group_t *g = s->g;
-  int P = g->size, vr = mod(g->rank - root, P), mask = 1;
+/* A binomial tree over the positions of x, rooted at position rp: buf
+ * holds the root's bytes once the op returned has run. */
+static uint32_t bcast_tree_on(sched_t *s, const ring_t *x, int rp, char *buf,
+                              size_t n, uint32_t tag, uint32_t dep0) {
+  int P = x->P, vr = mod(x->q - rp, P), mask = 1;
   uint32_t rcv = dep0;
   while (mask < P) {
     if (vr & mask) {
-      rcv = uvccl__sop_recv(s, mod(vr - mask + root, P), tag, buf, n);
+      rcv = uvccl__sop_recv(s, ring_at(x, vr - mask + rp), tag, buf, n);
       uvccl__sop_dep(s, dep0, rcv);
       break;
     }
@@ -20,11 +22,55 @@ static void bcast_tree(sched_t *s, char *buf, size_t n, int root,
   mask >>= 1;
   while (mask > 0) {
     if (vr + mask < P) {
-      uint32_t snd = uvccl__sop_send(s, mod(vr + mask + root, P), tag, buf, n);
+      uint32_t snd = uvccl__sop_send(s, ring_at(x, vr + mask + rp), tag, buf,
+                                     n);
       uvccl__sop_dep(s, rcv, snd);
     }
     mask >>= 1;
   }
+  return rcv;
+}
+
+/* Hosts alike (ring.c): the root's place in its host (l0) and its host
+ * (h0) in the columns; 0 where the hosts are not alike. */
+static int root_place(group_t *g, int root, ring_t *in_host, ring_t *column,
+                      int *l0) {
+  ring_t across;
+  const int *cols;
+  int L, H, i;
+  if (!uvccl__ring_hosts(g, in_host, &across)) return 0;
+  L = in_host->P;
+  H = across.P;
+  cols = uvccl__ring_columns(g);
+  for (i = 0; i < L * H && cols[i] != root; i++) {
+  }
+  *l0 = i / H;
+  column->P = H;
+  column->R = cols + *l0 * H;
+  column->q = across.q;
+  column->left = column->right = -1; /* trees only */
+  return i / H == in_host->q ? 2 : 1;
+}
+
+/* Small, across hosts alike: down the column of the root's place (one
+ * message into each host), then within each host from that place:
+ * H - 1 messages cross the links whatever the placement, where a tree over
+ * the ranks sends up to P - L. Elsewhere a binomial tree over the ranks. */
+static void bcast_small(sched_t *s, char *buf, size_t n, int root) {
+  group_t *g = s->g;
+  ring_t in_host, column, all = {g->size, g->rank, 0, 0, NULL};
+  int l0, at = root_place(g, root, &in_host, &column, &l0), i;
+  uint32_t got = NONE;
+  if (at == 0) {
+    bcast_tree_on(s, &all, root, buf, n, 0, NONE);
+    return;
+  }
+  if (at == 2) {
+    for (i = 0; i < column.P && column.R[i] != root; i++) {
+    }
+    got = bcast_tree_on(s, &column, i, buf, n, 0, NONE);
+  }
+  bcast_tree_on(s, &in_host, l0, buf, n, 1, got);
 }
 
 /* The chain follows the ring (ring.c) from the root's position on. */
@@ -74,7 +120,7 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
     uvccl__sop_box(s, UVCCL__BOX_PICK, root, buf, buf, n);
   } else if (g->size > 1) {
     if (n <= g->small_max || g->size == 2)
-      bcast_tree(s, buf, n, root, 0, NONE);
+      bcast_small(s, buf, n, root);
     else
       bcast_chain(s, buf, n, root);
   }
@@ -85,6 +131,33 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
 
 /* ---- reduce -------------------------------------------------------------- */
 
+/* A binomial tree towards position rp of x: children reduce into w as they
+ * arrive, then w goes up. The op returned ends this rank's part (at the
+ * root: w holds the tree's whole reduction). */
+static uint32_t reduce_tree_on(sched_t *s, const ring_t *x, int rp, char *w,
+                               size_t n, uint32_t tag, uint32_t dep0) {
+  int P = x->P, vr = mod(x->q - rp, P), mask = 1;
+  uint32_t end = join(s, dep0);
+  while (mask < P) {
+    if ((vr & mask) == 0) {
+      int child = vr | mask;
+      if (child < P) {
+        uint32_t rcv = uvccl__sop_recv_red(s, ring_at(x, child + rp), tag, w,
+                                           n);
+        uvccl__sop_dep(s, dep0, rcv);
+        uvccl__sop_dep(s, rcv, end);
+      }
+    } else {
+      uint32_t snd = uvccl__sop_send(s, ring_at(x, (vr & ~mask) + rp), tag, w,
+                                     n);
+      uvccl__sop_dep(s, end, snd);
+      return snd;
+    }
+    mask <<= 1;
+  }
+  return end;
+}
+
 static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
                         size_t n, int root) {
   group_t *g = s->g;
@@ -93,25 +166,22 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
   int scale = s->divisor > 1 || s->scale != 1.0;
   if (w == NULL) return UV_ENOMEM;
   if (n <= g->small_max || P <= 2) {
-    /* Binomial tree: children reduce into w as they arrive. */
-    uint32_t cp = uvccl__sop_copy(s, w, sendbuf, n), end = join(s, cp);
-    int mask = 1;
-    while (mask < P) {
-      if ((vr & mask) == 0) {
-        int child = vr | mask;
-        if (child < P) {
-          uint32_t rcv = uvccl__sop_recv_red(s, mod(child + root, P), 0, w, n);
-          uvccl__sop_dep(s, cp, rcv);
-          uvccl__sop_dep(s, rcv, end);
+    ring_t in_host, column, all = {P, r, 0, 0, NULL};
+    int l0, at = root_place(g, root, &in_host, &column, &l0), i;
+    uint32_t cp = uvccl__sop_copy(s, w, sendbuf, n), end;
+    if (at == 0) {
+      end = reduce_tree_on(s, &all, root, w, n, 0, cp);
+    } else {
+      /* across hosts alike: within each host to the root's place, then
+       * up the column of that place (H - 1 messages cross the links) */
+      end = reduce_tree_on(s, &in_host, l0, w, n, 0, cp);
+      if (at == 2) {
+        for (i = 0; i < column.P && column.R[i] != root; i++) {
         }
-      } else {
-        uint32_t snd = uvccl__sop_send(s, mod((vr & ~mask) + root, P), 0, w, n);
-        uvccl__sop_dep(s, end, snd);
-        return 0;
+        end = reduce_tree_on(s, &column, i, w, n, 1, end);
       }
-      mask <<= 1;
     }
-    if (scale) uvccl__sop_dep(s, end, uvccl__sop_scale(s, w, n));
+    if (scale && r == root) uvccl__sop_dep(s, end, uvccl__sop_scale(s, w, n));
     return 0;
   }
   {
