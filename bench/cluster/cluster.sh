@@ -34,6 +34,8 @@
 #   IMPLS="uvccl uvccl-ring uvccl-rank gloo openmpi" ITERS=5 WARMUP=1 (timed and
 #   untimed iterations of each run; every rank's last result is checked)
 #   ROWS=FILE (keep every run's JSON row there)
+#   LOSS=0 (percent of the packets host LOSS_HOST=0's link drops, each way,
+#   at random: nftables' numgen, since this kernel has no netem; needs nft)
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 H=${H:-2}
@@ -45,12 +47,18 @@ PASSES=${PASSES:-3}
 PLACES=${PLACES:-"host scattered"}
 IMPLS=${IMPLS:-"uvccl uvccl-ring uvccl-rank gloo openmpi"}
 ITERS=${ITERS:-5}
+LOSS=${LOSS:-0}
+LOSS_HOST=${LOSS_HOST:-0}
 WARMUP=${WARMUP:-1}
 N=(-n "$ITERS" -w "$WARMUP")
 W=$((H * L))
 [ "$(id -u)" = 0 ] || { echo "cluster.sh: needs root (network namespaces)"; exit 1; }
 command -v ip > /dev/null && command -v tc > /dev/null ||
   { echo "cluster.sh: needs ip and tc (iproute2)"; exit 1; }
+# LOSS in tenths of a per cent, for numgen's whole numbers
+LOSS_PM=$(awk -v l="$LOSS" 'BEGIN { printf "%d", l * 10 + 0.5 }')
+[ "$LOSS_PM" = 0 ] || command -v nft > /dev/null ||
+  { echo "cluster.sh: LOSS needs nft (nftables)"; exit 1; }
 
 TMP=$(mktemp -d)
 TAG=uvc$$
@@ -92,6 +100,14 @@ for i in $(seq 0 $((H - 1))); do
   ip netns exec "$SW" tc qdisc add dev p$i root tbf rate "$RATE" \
     burst 256kb latency 100ms
 done
+if [ "$LOSS_PM" != 0 ]; then
+  ip netns exec "$TAG$LOSS_HOST" nft -f - << NFT
+table inet loss {
+  chain out { type filter hook output priority 0; oifname "eth0" numgen random mod 1000 < $LOSS_PM drop; }
+  chain in { type filter hook input priority 0; iifname "eth0" numgen random mod 1000 < $LOSS_PM drop; }
+}
+NFT
+fi
 
 host_of() { # rank placement
   if [ "$2" = host ]; then echo $(($1 / L)); else echo $(($1 % H)); fi
@@ -178,6 +194,7 @@ done
 
 [ -n "${ROWS:-}" ] && cp "$TMP/rows.jsonl" "$ROWS"
 echo "# bench/cluster/cluster.sh: $H hosts x $L ranks, links $RATE each way (tc tbf),"
+[ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen)"
 echo "# uvccl $(git -C "$ROOT" rev-parse --short HEAD); $PASSES passes of $ITERS timed iterations (median); $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs"
 python3 - "$TMP/rows.jsonl" "$H" "$RATE" "${impls[*]}" << 'PY'
 import json, statistics, sys
