@@ -790,6 +790,14 @@ typedef struct {
   int err;            /* the error code operations fail with */
   char address[64];   /* "host:port" of the culprit */
   char msg[UVCCL_WORK_MSG_LEN]; /* what every failing work says */
+  int host;           /* the culprit's host (uvccl_pg_peer_host; -1: not
+                         known) */
+  int host_lost;      /* 1: every rank of that host failed (the host is
+                         lost; msg then starts "host ADDR (global ranks
+                         ...) lost: "), or, on a rank that every other
+                         host failed, 2: this rank's host is likelier cut
+                         off (msg: "every other host is lost to this
+                         rank's ...") */
 } uvccl_pg_failure_t;
 
 /* 1 with *f filled when the group has failed or was revoked, 0 when it

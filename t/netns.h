@@ -176,10 +176,12 @@ static inline int ns_setup(char *err, size_t errlen) {
   return 0;
 }
 
-/* Starts rank r of ns_n in its namespace (`ip netns exec`), with env://
- * variables and UVCCL_T_ROLE=role, plus extra "K=V" entries. */
-static inline int ns_spawn_rank(proc_t *p, int r, const char *role,
-                                const char *const *extra) {
+/* Starts rank r of a world of `world` in namespace nsi (`ip netns
+ * exec`), with env:// variables and UVCCL_T_ROLE=role, plus extra "K=V"
+ * entries. Rank 0 must be in namespace 0 (the store's address). */
+static inline int ns_spawn_rank_in(proc_t *p, int r, int world, int nsi,
+                                   const char *role,
+                                   const char *const *extra) {
   char e_rank[32], e_size[32], *argv[6];
   int o[2], e[2], in[2];
   pid_t parent = getpid(), pid;
@@ -190,11 +192,11 @@ static inline int ns_spawn_rank(proc_t *p, int r, const char *role,
   if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC) || pipe2(in, O_CLOEXEC))
     return -errno;
   snprintf(e_rank, sizeof(e_rank), "%d", r);
-  snprintf(e_size, sizeof(e_size), "%d", ns_n);
+  snprintf(e_size, sizeof(e_size), "%d", world);
   argv[0] = (char *)ipbin;
   argv[1] = "netns";
   argv[2] = "exec";
-  argv[3] = ns[r];
+  argv[3] = ns[nsi];
   argv[4] = self;
   argv[5] = NULL;
   fflush(stdout);
@@ -220,11 +222,17 @@ static inline int ns_spawn_rank(proc_t *p, int r, const char *role,
   close(in[0]);
   p->pid = pid;
   live_set(pid, 1);
-  snprintf(p->name, sizeof(p->name), "rank %d in %.24s", r, ns[r]);
+  snprintf(p->name, sizeof(p->name), "rank %d in %.24s", r, ns[nsi]);
   p->out = o[0];
   p->err = e[0];
   p->in = in[1];
   return 0;
+}
+
+/* Rank r of ns_n, in namespace r. */
+static inline int ns_spawn_rank(proc_t *p, int r, const char *role,
+                                const char *const *extra) {
+  return ns_spawn_rank_in(p, r, ns_n, r, role, extra);
 }
 
 /* 1 if a namespace of ours is still listed or mounted. */

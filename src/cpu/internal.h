@@ -397,7 +397,11 @@ struct net_s {
   uint64_t *hosts;       /* by world rank: its host (shm_seg.c's key, from
                             the shared-memory offers; 0: not known) */
   uint64_t *kernels;     /* by world rank: its kernel, whose CPUs it shares
-                            (hosts' second half; 0: not known) */
+                            (hosts' second part; 0: not known) */
+  uint64_t *lost;        /* hosts every rank of which failed, in the order
+                            learned (hosts' third part; fail.c) */
+  int nlost;
+  int cut_off;           /* every rank on another host failed */
   /* Local ops larger than a slice, or met when the turn is spent, run a
    * turn's worth of slices per loop iteration, so a 256 MiB copy or
    * reduction never blocks the loop for long. */
@@ -469,6 +473,7 @@ struct group_s {
   int broken_err;         /* with this code (EPEER, EREVOKED, ...) */
   uvccl__fail_t culprit;  /* why (rank -1 when no rank is to blame) */
   char broken_msg[UVCCL_WORK_MSG_LEN];
+  size_t broken_head;     /* the host verdict put before it (fail.c) */
   uint32_t nshrinks;      /* shrink epochs started */
   int destroying;
   sched_t *free_scheds;
@@ -624,6 +629,8 @@ int uvccl__net_left_cleanly(net_t *net, int world_rank);
 int uvccl__net_left_early(net_t *net, const sop_t *op);
 /* What a work failing on g because of the world's failures says: the
  * first failed rank, from g's point of view. */
+/* 1 when every rank of world rank r's host has failed (fail.c). */
+int uvccl__net_host_lost(const net_t *net, int r);
 void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
                          char *buf, size_t len);
 /* Creation failed here: every connected peer gets a REJECT with why (it

@@ -180,7 +180,7 @@ int uvccl__cpu_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
   g = pg->impl_;
   if (g == NULL) return UV_EINVAL;
   memset(f, 0, sizeof(*f));
-  f->rank = f->global_rank = f->reporter = -1;
+  f->rank = f->global_rank = f->reporter = f->host = -1;
   if (!g->broken) return 0;
   r = g->culprit.rank;
   f->cause = (uvccl_fail_cause_t)g->culprit.cause;
@@ -191,6 +191,11 @@ int uvccl__cpu_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
   snprintf(f->address, sizeof(f->address), "%s",
            f->global_rank >= 0 ? uvccl__net_addr(g->net, r) : "");
   snprintf(f->msg, sizeof(f->msg), "%s", g->broken_msg);
+  if (f->rank >= 0) {
+    int h = uvccl__cpu_pg_peer_host(pg, f->rank);
+    f->host = h >= 0 ? h : -1;
+  }
+  f->host_lost = g->net->cut_off ? 2 : uvccl__net_host_lost(g->net, r);
   return 1;
 }
 

@@ -796,6 +796,7 @@ static void sched_break_group(sched_t *s, const char *msg) {
   g->broken = 1;
   g->broken_err = s->fail_status ? s->fail_status : UVCCL_EPEER;
   snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+  g->broken_head = 0;
   uvccl__flight_group_broken(g->fg, g->broken_err, msg);
   uvccl__net_forget_group(g->net, g->gid);
 }
@@ -1149,6 +1150,7 @@ void uvccl__group_break(group_t *g, int err, const uvccl__fail_t *culprit,
     g->broken = 1;
     g->broken_err = err;
     snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+    g->broken_head = 0;
     uvccl__flight_group_broken(g->fg, err, msg);
     if (culprit != NULL) g->culprit = *culprit;
     else g->culprit.rank = -1;

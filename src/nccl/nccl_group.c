@@ -80,7 +80,7 @@ int uvccl__nccl_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f) {
   const nccl_group_t *g = pg ? pg->impl_ : NULL;
   if (g == NULL || f == NULL) return UV_EINVAL;
   memset(f, 0, sizeof(*f));
-  f->rank = f->global_rank = f->reporter = -1;
+  f->rank = f->global_rank = f->reporter = f->host = -1;
   if (!g->broken && !g->aborted && !g->failed) return 0;
   /* NCCL reports that a peer failed, never which: the culprit is
    * unknown here. */

@@ -146,6 +146,97 @@ void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
              first->detail, seen);
 }
 
+/* ---- hosts lost ------------------------------------------------------------
+ * A host's ranks fail together when the host does (its link down, the
+ * machine gone): once every rank of another host has failed, the host is
+ * lost, and the messages of the groups that held its ranks say so first
+ * (later calls and uvccl_pg_get_failure; works that failed with its first
+ * rank said that rank). Where every other host is lost, it is more likely
+ * this host that was cut off, and the messages say that instead. */
+
+/* The group's message becomes "<head>: <message>" (a head put there
+ * before replaced; the message cut where it must be). */
+static void msg_head(group_t *g, const char *head) {
+  char old[UVCCL_WORK_MSG_LEN];
+  int n;
+  snprintf(old, sizeof(old), "%s", g->broken_msg + g->broken_head);
+  n = snprintf(g->broken_msg, sizeof(g->broken_msg), "%s: %s", head, old);
+  g->broken_head = n > 0 ? strlen(head) + 2 : 0;
+  if (g->broken_head > strlen(g->broken_msg)) g->broken_head = 0;
+}
+
+static int host_in_group(const net_t *net, const group_t *g, uint64_t h) {
+  int i;
+  for (i = 0; i < g->size; i++)
+    if (net->hosts[g->ranks[i]] == h) return 1;
+  return 0;
+}
+
+/* "10.0.0.3 (global ranks 4, 5)": the host part of the first rank's
+ * address, and the ranks on h. */
+static void host_name(net_t *net, uint64_t h, char *buf, size_t len) {
+  const char *a = NULL, *colon;
+  size_t l;
+  int q, n = 0, k = 0;
+  for (q = 0; q < net->size; q++)
+    if (net->hosts[q] == h) {
+      if (a == NULL) a = uvccl__net_addr(net, q);
+      n++;
+    }
+  if (a == NULL) a = "?";
+  colon = strrchr(a, ':');
+  snprintf(buf, len, "%.*s (global rank%s", colon ? (int)(colon - a) : 64, a,
+           n > 1 ? "s" : "");
+  for (q = 0; q < net->size; q++)
+    if (net->hosts[q] == h) {
+      l = strlen(buf);
+      snprintf(buf + l, len - l, "%s %d", k++ ? "," : "", q);
+    }
+  l = strlen(buf);
+  snprintf(buf + l, len - l, ")");
+}
+
+static void hosts_check(net_t *net, int r) {
+  uint64_t h = net->hosts[r], mine = net->hosts[net->rank];
+  char name[96], head[128];
+  group_t *g;
+  int q, i, others = 0;
+  if (h == 0 || mine == 0 || h == mine) return;
+  for (i = 0; i < net->nlost; i++)
+    if (net->lost[i] == h) return;
+  for (q = 0; q < net->size; q++)
+    if (net->hosts[q] == h && net->fails[q].rank < 0) return;
+  net->lost[net->nlost++] = h;
+  host_name(net, h, name, sizeof(name));
+  for (q = 0; q < net->size; q++)
+    if (net->hosts[q] != mine && net->fails[q].rank < 0) others++;
+  if (others == 0 && !net->cut_off) {
+    /* no other host left: this one is the likelier to be cut off */
+    net->cut_off = 1;
+    LOG_ERROR("coll", "rank %d: every other host is lost to this one (its "
+              "link is down, or they all failed)", net->rank);
+    snprintf(head, sizeof(head), "every other host is lost to this rank's "
+             "(its link is down, or they all failed)");
+    for (g = net->groups; g != NULL; g = g->next)
+      if (g->broken) msg_head(g, head);
+    return;
+  }
+  if (net->cut_off) return;
+  LOG_WARN("coll", "rank %d: host %s lost: every rank on it failed",
+           net->rank, name);
+  snprintf(head, sizeof(head), "host %s lost", name);
+  for (g = net->groups; g != NULL; g = g->next)
+    if (g->broken && host_in_group(net, g, h)) msg_head(g, head);
+}
+
+int uvccl__net_host_lost(const net_t *net, int r) {
+  int i;
+  if (r < 0 || r >= net->size || net->hosts[r] == 0) return 0;
+  for (i = 0; i < net->nlost; i++)
+    if (net->lost[i] == net->hosts[r]) return 1;
+  return 0;
+}
+
 /* rank f->rank failed (the monitor's verdict, in the order it reached
  * them): fence it off and fail every group that contains it. */
 static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
@@ -218,6 +309,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     net->up->group_break(g, UVCCL_EPEER,
                        in_group(g, net->first.rank) ? &net->first : f, msg);
   }
+  hosts_check(net, r);
   if (net->on_failed != NULL) net->on_failed(net, r);
 }
 

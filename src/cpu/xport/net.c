@@ -75,7 +75,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->addrs = uvccl__calloc((size_t)size, sizeof(*net->addrs));
   net->fails = uvccl__calloc((size_t)size, sizeof(*net->fails));
   net->failed = uvccl__calloc((size_t)size, sizeof(int));
-  net->hosts = uvccl__calloc(2 * (size_t)size, sizeof(uint64_t));
+  net->hosts = uvccl__calloc(3 * (size_t)size, sizeof(uint64_t));
   if (net->peers == NULL || net->addrs == NULL || net->fails == NULL ||
       net->failed == NULL || net->hosts == NULL) {
     uvccl__free(net->peers);
@@ -87,6 +87,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
     return NULL;
   }
   net->kernels = net->hosts + size;
+  net->lost = net->hosts + 2 * (size_t)size;
   {
     int r;
     for (r = 0; r < size; r++) net->fails[r].rank = -1;
