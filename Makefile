@@ -81,13 +81,22 @@ TORCH_SITE   := $(PREFIX)/lib/python$(TORCH_PYVER)/dist-packages
 endif
 endif
 
+# The asyncio binding (python/uvccl): a CPython extension against the
+# python3 the tests run (Debian's), libuvccl linked in statically. Not in
+# sanitizer builds, as the PyTorch backend.
+ifneq ($(SANITIZE),1)
+PY_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+PY_INC    := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+PY_EXT    := $(if $(PY_SUFFIX),python/uvccl/_core$(PY_SUFFIX))
+endif
+
 # The HTTP service example (examples/vsearch), on H2O (Debian's libh2o-dev,
 # built on libuv), where its headers are.
 VSEARCH_SRCS := $(sort $(wildcard examples/vsearch/*.c))
 VSEARCH_OBJS := $(VSEARCH_SRCS:%.c=$(BUILD)/%.o)
 VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
 
-.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build
+.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build py py-ext
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
@@ -100,7 +109,21 @@ OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
 		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
 		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples py
+
+# The asyncio binding, from a make of its own (Python's headers arrive with
+# deps on a fresh machine).
+py: deps $(STATIC)
+	$(Q)$(MAKE) --no-print-directory py-ext
+py-ext: $(PY_EXT)
+
+ifneq ($(PY_EXT),)
+$(PY_EXT): python/uvccl/_core.c include/uvccl.h $(STATIC)
+	@$(if $(Q),echo "  PYEXT   $@")
+	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -Wall -Wextra \
+	  -Wno-unused-parameter -Wno-missing-field-initializers -Iinclude \
+	  -I$(PY_INC) $(UV_CFLAGS) -o $@ python/uvccl/_core.c $(STATIC) $(LIBS_ALL)
+endif
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
 # with deps on a fresh machine).
@@ -313,7 +336,8 @@ ifneq ($(TORCH_EXT),)
 endif
 
 clean:
-	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so
+	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so python/uvccl/_core*.so \
+	  python/uvccl/build python/uvccl/*.egg-info
 
 # The headers each object and program read, as the compiler wrote them.
 -include $(LIB_OBJS:.o=.d) $(VSEARCH_OBJS:.o=.d) $(wildcard $(BUILD)/dep/*.d)

@@ -1,0 +1,1581 @@
+/* uvccl._core: the C side of the asyncio binding.
+ *
+ * A Loop is a uv_loop_t that Python's event loop drives (uvccl/__init__.py
+ * watches its backend fd and timeout and calls run(), which is
+ * uv_run(UV_RUN_NOWAIT)), so every uvccl callback runs on the thread that
+ * runs asyncio, with the GIL held, and resolves the asyncio.Future the call
+ * was given. Each call takes that future first. The buffers of an
+ * operation stay held (their exporter's memory pinned) until it completes.
+ * Nothing here waits: uvccl_work_wait is never called. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "uvccl.h"
+
+/* uvccl._error(status, message, failure) -> exception instance: the Python
+ * side knows its exception classes. */
+static PyObject *error_factory;
+static PyObject *str_set_result, *str_set_exception, *str_done;
+
+typedef struct {
+  PyObject_HEAD
+  uv_loop_t *loop;
+} LoopObject;
+
+/* The group's memory outlives the Python object until uvccl_pg_destroy's
+ * callback (the future of destroy(), if any, resolves there). */
+typedef struct {
+  uvccl_pg_t pg;
+  PyObject *fut;
+} pg_box_t;
+
+enum { GROUP_CREATING, GROUP_READY, GROUP_GONE };
+
+typedef struct {
+  PyObject_HEAD
+  LoopObject *owner;
+  pg_box_t *box;
+  int state;
+} GroupObject;
+
+typedef struct {
+  uvccl_store_t store;
+  PyObject *fut;
+  char *host;
+} store_box_t;
+
+typedef struct {
+  PyObject_HEAD
+  LoopObject *owner;
+  store_box_t *box;
+} StoreObject;
+
+typedef struct {
+  uvccl_store_server_t server;
+  PyObject *fut;
+} server_box_t;
+
+typedef struct {
+  PyObject_HEAD
+  LoopObject *owner;
+  server_box_t *box;
+} ServerObject;
+
+static PyTypeObject LoopType, GroupType, StoreType, ServerType;
+
+/* What a completed operation returns to Python. */
+enum {
+  RES_NONE,
+  RES_VALUE,  /* bytes of work->value */
+  RES_RESULT, /* int work->result */
+  RES_BOOL,   /* work->result != 0 */
+  RES_RECV,   /* (sender rank, length) */
+  RES_GROUP,  /* the group made (op->made) */
+};
+
+typedef struct {
+  uvccl_work_t work; /* first: the callback casts */
+  PyObject *fut;
+  PyObject *owner;   /* the group or store: alive until completion */
+  GroupObject *made; /* init, split, shrink: the new group */
+  Py_buffer view[2];
+  int nview;
+  int result;
+  void *mem;         /* counts, keys: freed at completion */
+} op_t;
+
+/* ---- errors ------------------------------------------------------------ */
+
+static PyObject *failure_of(const uvccl_pg_t *pg) {
+  uvccl_pg_failure_t f;
+  int ranks[64], n, i;
+  PyObject *failed;
+  if (pg == NULL || uvccl_pg_get_failure(pg, &f) != 1) Py_RETURN_NONE;
+  n = uvccl_pg_failed_ranks(pg, ranks, 64);
+  if (n > 64) n = 64;
+  failed = PyList_New(0);
+  if (failed == NULL) return NULL;
+  for (i = 0; i < n; i++) {
+    PyObject *r = PyLong_FromLong(ranks[i]);
+    if (r == NULL || PyList_Append(failed, r) < 0) {
+      Py_XDECREF(r);
+      Py_DECREF(failed);
+      return NULL;
+    }
+    Py_DECREF(r);
+  }
+  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:s,s:s,s:i,s:N}",
+                       "cause", uvccl_fail_cause_name(f.cause),
+                       "rank", f.rank, "global_rank", f.global_rank,
+                       "reporter", f.reporter, "err", f.err,
+                       "address", f.address, "message", f.msg,
+                       "host_lost", f.host_lost, "failed_ranks", failed);
+}
+
+static PyObject *make_error(int status, const char *msg, const uvccl_pg_t *pg) {
+  PyObject *failure, *exc;
+  failure = status == UVCCL_EPEER || status == UVCCL_EREVOKED
+                ? failure_of(pg)
+                : (Py_INCREF(Py_None), Py_None);
+  if (failure == NULL) return NULL;
+  if (error_factory == NULL) { /* _core imported on its own */
+    Py_DECREF(failure);
+    return PyObject_CallFunction(PyExc_RuntimeError, "s", msg);
+  }
+  exc = PyObject_CallFunction(error_factory, "isN", status, msg, failure);
+  return exc;
+}
+
+/* Raises for an error returned by the call itself. */
+static PyObject *raise_status(int status, const char *op, const char *msg,
+                              const uvccl_pg_t *pg) {
+  char line[UVCCL_WORK_MSG_LEN + 64];
+  PyObject *exc;
+  if (msg != NULL && msg[0] != '\0')
+    snprintf(line, sizeof(line), "%s", msg);
+  else
+    snprintf(line, sizeof(line), "%s: %s", op, uvccl_strerror(status));
+  exc = make_error(status, line, pg);
+  if (exc == NULL) return NULL;
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* ---- operations -------------------------------------------------------- */
+
+static op_t *op_new(PyObject *fut, PyObject *owner, int result) {
+  op_t *op = PyMem_RawCalloc(1, sizeof(*op));
+  if (op == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  Py_INCREF(fut);
+  op->fut = fut;
+  Py_XINCREF(owner);
+  op->owner = owner;
+  op->result = result;
+  return op;
+}
+
+static void op_free(op_t *op) {
+  int i;
+  for (i = 0; i < op->nview; i++) PyBuffer_Release(&op->view[i]);
+  uvccl_work_cleanup(&op->work);
+  Py_XDECREF(op->made);
+  Py_XDECREF(op->owner);
+  Py_DECREF(op->fut);
+  free(op->mem);
+  PyMem_RawFree(op);
+}
+
+static void pg_closed(uvccl_pg_t *pg);
+
+static void resolve(PyObject *fut, int status, const char *msg,
+                    PyObject *value, const uvccl_pg_t *pg) {
+  PyObject *done, *r;
+  done = PyObject_CallMethodNoArgs(fut, str_done);
+  if (done == NULL) goto unraisable;
+  if (PyObject_IsTrue(done)) { /* cancelled by its awaiter */
+    Py_DECREF(done);
+    return;
+  }
+  Py_DECREF(done);
+  if (status == 0) {
+    r = PyObject_CallMethodOneArg(fut, str_set_result,
+                                  value ? value : Py_None);
+  } else {
+    PyObject *exc = make_error(status, msg, pg);
+    if (exc == NULL) goto unraisable;
+    r = PyObject_CallMethodOneArg(fut, str_set_exception, exc);
+    Py_DECREF(exc);
+  }
+  if (r == NULL) goto unraisable;
+  Py_DECREF(r);
+  return;
+unraisable:
+  PyErr_WriteUnraisable(fut);
+}
+
+static const uvccl_pg_t *owner_pg(PyObject *owner) {
+  if (owner != NULL && Py_TYPE(owner) == &GroupType) {
+    GroupObject *g = (GroupObject *)owner;
+    if (g->state == GROUP_READY) return &g->box->pg;
+  }
+  return NULL;
+}
+
+static void op_done(uvccl_work_t *w, int status) {
+  op_t *op = (op_t *)w;
+  PyObject *value = NULL;
+  const uvccl_pg_t *pg = owner_pg(op->owner);
+  if (status == 0) {
+    switch (op->result) {
+    case RES_VALUE:
+      value = PyBytes_FromStringAndSize(w->value, (Py_ssize_t)w->value_len);
+      break;
+    case RES_RESULT:
+      value = PyLong_FromLongLong(w->result);
+      break;
+    case RES_BOOL:
+      value = PyBool_FromLong(w->result != 0);
+      break;
+    case RES_RECV:
+      value = Py_BuildValue("(Ln)", (long long)w->result,
+                            (Py_ssize_t)w->value_len);
+      break;
+    case RES_GROUP:
+      op->made->state = GROUP_READY;
+      value = (PyObject *)op->made;
+      Py_INCREF(value);
+      break;
+    default:
+      value = Py_None;
+      Py_INCREF(value);
+    }
+    if (value == NULL) {
+      PyErr_WriteUnraisable(op->fut);
+      value = Py_None;
+      Py_INCREF(value);
+    }
+  } else if (op->made != NULL) {
+    GroupObject *g = op->made;
+    /* A failed creation still holds resources: destroy it. A split that
+     * leaves this rank out made nothing. */
+    g->state = GROUP_GONE;
+    if (status == UVCCL_ENOTMEMBER) {
+      free(g->box);
+    } else {
+      uvccl_pg_destroy(&g->box->pg, pg_closed);
+    }
+    g->box = NULL;
+  }
+  resolve(op->fut, status, w->msg, value, pg);
+  Py_XDECREF(value);
+  op_free(op);
+}
+
+/* A started operation's fate: on a call-time error the op is freed and
+ * the exception raised; on success the future resolves later. */
+static PyObject *started(op_t *op, int rc, const char *name) {
+  if (rc < 0) {
+    PyObject *owner = op->owner;
+    Py_XINCREF(owner);
+    if (op->made != NULL) { /* never started: nothing to destroy */
+      free(op->made->box);
+      op->made->box = NULL;
+      op->made->state = GROUP_GONE;
+    }
+    op->work.state = UVCCL_WORK_IDLE;
+    raise_status(rc, name, op->work.msg, owner_pg(owner));
+    Py_XDECREF(owner);
+    op_free(op);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static void set_timeout(op_t *op, double timeout_s) {
+  if (timeout_s > 0) op->work.timeout_ms = (uint64_t)(timeout_s * 1000.0 + 0.5);
+}
+
+/* ---- buffers and dtypes ------------------------------------------------ */
+
+/* The dtype a buffer's struct format names, or -1. */
+static int dtype_of_format(const Py_buffer *v) {
+  const char *f = v->format ? v->format : "B";
+  if (*f == '@' || *f == '=' || *f == '<') f++;
+  else if (*f == '>' || *f == '!') return -1; /* big-endian */
+  if (f[0] == 'Z' && f[2] == '\0') {
+    if (f[1] == 'f') return UVCCL_COMPLEX64;
+    if (f[1] == 'd') return UVCCL_COMPLEX128;
+    return -1;
+  }
+  if (f[0] == '\0' || f[1] != '\0') return -1;
+  switch (f[0]) {
+  case 'b': return UVCCL_INT8;
+  case 'B': case 'c': return UVCCL_UINT8;
+  case '?': return UVCCL_BOOL;
+  case 'e': return UVCCL_FLOAT16;
+  case 'f': return UVCCL_FLOAT32;
+  case 'd': return UVCCL_FLOAT64;
+  case 'i': case 'l': case 'q': case 'n':
+    if (v->itemsize == 4) return UVCCL_INT32;
+    if (v->itemsize == 8) return UVCCL_INT64;
+    return -1;
+  default: return -1;
+  }
+}
+
+/* Holds obj's buffer in op (writable when asked), C-contiguous. */
+static int hold(op_t *op, PyObject *obj, int writable, const char *opname,
+                const char *what) {
+  Py_buffer *v = &op->view[op->nview];
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, v, flags) < 0) {
+    PyObject *type, *val, *tb;
+    PyErr_Fetch(&type, &val, &tb);
+    if (!PyObject_CheckBuffer(obj))
+      PyErr_Format(PyExc_TypeError,
+                   "%s: %s must support the buffer protocol (bytearray, "
+                   "array.array, numpy array, memoryview), not %.100s",
+                   opname, what, Py_TYPE(obj)->tp_name);
+    else if (writable)
+      PyErr_Format(PyExc_TypeError,
+                   "%s: %s must be a writable, C-contiguous buffer (%S)",
+                   opname, what, val ? val : Py_None);
+    else
+      PyErr_Format(PyExc_TypeError, "%s: %s must be C-contiguous (%S)",
+                   opname, what, val ? val : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    return -1;
+  }
+  op->nview++;
+  return 0;
+}
+
+/* The dtype of a held buffer: dtname if given (its element size must
+ * divide the buffer), else its format's; `moving` (no reduction) takes an
+ * unknown format as bytes. Fills *count. */
+static int dtype_of(const Py_buffer *v, const char *dtname, int moving,
+                    const char *opname, uvccl_dtype_t *dt, size_t *count) {
+  int d;
+  size_t es;
+  if (dtname != NULL) {
+    if (uvccl_dtype_from_name(dtname, dt) < 0) {
+      PyErr_Format(PyExc_ValueError, "%s: unknown dtype '%s'", opname, dtname);
+      return -1;
+    }
+  } else {
+    d = dtype_of_format(v);
+    if (d < 0) {
+      if (!moving) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: buffers of format '%s' (item size %zd) cannot be "
+                     "reduced; uvccl reduces int8, uint8, bool, int32, "
+                     "int64, float16, bfloat16 (dtype='bfloat16'), float32, "
+                     "float64, complex64, complex128",
+                     opname, v->format ? v->format : "B", v->itemsize);
+        return -1;
+      }
+      d = UVCCL_UINT8;
+    }
+    *dt = (uvccl_dtype_t)d;
+  }
+  es = uvccl_dtype_size(*dt);
+  if ((size_t)v->len % es != 0) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: a buffer of %zd bytes is not a whole number of %s "
+                 "elements", opname, v->len, uvccl_dtype_name(*dt));
+    return -1;
+  }
+  *count = (size_t)v->len / es;
+  return 0;
+}
+
+static int redop_of(const char *name, const char *opname, uvccl_redop_t *op) {
+  if (uvccl_redop_from_name(name, op) < 0) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: unknown reduce op '%s' (sum, avg, product, min, max, "
+                 "band, bor, bxor)", opname, name);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- Loop -------------------------------------------------------------- */
+
+static PyObject *Loop_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  LoopObject *self = (LoopObject *)type->tp_alloc(type, 0);
+  int rc;
+  if (self == NULL) return NULL;
+  self->loop = PyMem_RawMalloc(sizeof(uv_loop_t));
+  if (self->loop == NULL) {
+    Py_DECREF(self);
+    return PyErr_NoMemory();
+  }
+  rc = uv_loop_init(self->loop);
+  if (rc < 0) {
+    PyMem_RawFree(self->loop);
+    self->loop = NULL;
+    Py_DECREF(self);
+    return raise_status(rc, "uv_loop_init", NULL, NULL);
+  }
+  return (PyObject *)self;
+}
+
+static void Loop_dealloc(LoopObject *self) {
+  if (self->loop != NULL) {
+    int i;
+    /* Every group and store is gone (each holds its loop); what is left
+     * are handles closing. A loop that will not close is left behind
+     * rather than freed under its handles. */
+    for (i = 0; i < 100 && uv_loop_close(self->loop) == UV_EBUSY; i++) {
+      uv_run(self->loop, UV_RUN_NOWAIT);
+    }
+    if (i < 100) PyMem_RawFree(self->loop);
+    self->loop = NULL;
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Loop_fileno(LoopObject *self, PyObject *unused) {
+  return PyLong_FromLong(uv_backend_fd(self->loop));
+}
+
+static PyObject *Loop_timeout(LoopObject *self, PyObject *unused) {
+  return PyLong_FromLong(uv_backend_timeout(self->loop));
+}
+
+/* One turn of the uv loop without blocking: returns its backend timeout
+ * afterwards (ms; -1: nothing timed; 0: more to do now). */
+static PyObject *Loop_run(LoopObject *self, PyObject *unused) {
+  uv_run(self->loop, UV_RUN_NOWAIT);
+  if (PyErr_Occurred()) return NULL;
+  return PyLong_FromLong(uv_backend_timeout(self->loop));
+}
+
+static PyObject *Loop_trace_json(LoopObject *self, PyObject *args) {
+  const char *reason = NULL;
+  char *json = NULL;
+  size_t len = 0;
+  int rc;
+  PyObject *r;
+  if (!PyArg_ParseTuple(args, "|z", &reason)) return NULL;
+  rc = uvccl_trace_json(self->loop, reason, &json, &len);
+  if (rc < 0) return raise_status(rc, "trace_json", NULL, NULL);
+  r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)len, "replace");
+  free(json);
+  return r;
+}
+
+static GroupObject *group_alloc(LoopObject *owner) {
+  GroupObject *g = PyObject_New(GroupObject, &GroupType);
+  if (g == NULL) return NULL;
+  g->box = calloc(1, sizeof(pg_box_t));
+  if (g->box == NULL) {
+    g->owner = NULL;
+    g->state = GROUP_GONE;
+    Py_DECREF(g);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  Py_INCREF(owner);
+  g->owner = owner;
+  g->state = GROUP_CREATING;
+  return g;
+}
+
+/* init(fut, url_or_None, store_or_None, rank, size, timeout_s, prefix) */
+static PyObject *Loop_init_group(LoopObject *self, PyObject *args) {
+  PyObject *fut, *store;
+  const char *url, *prefix;
+  int rank, size, rc;
+  double timeout_s;
+  uvccl_pg_options_t o;
+  GroupObject *g;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OzOiidz", &fut, &url, &store, &rank, &size,
+                        &timeout_s, &prefix))
+    return NULL;
+  if (store != Py_None && Py_TYPE(store) != &StoreType) {
+    PyErr_SetString(PyExc_TypeError, "init_process_group: store must be a "
+                    "uvccl store");
+    return NULL;
+  }
+  if (url == NULL && store == Py_None) {
+    PyErr_SetString(PyExc_ValueError, "init_process_group: give a URL or a "
+                    "store");
+    return NULL;
+  }
+  if (store != Py_None && ((StoreObject *)store)->box == NULL) {
+    PyErr_SetString(PyExc_ValueError, "init_process_group: the store is "
+                    "closed");
+    return NULL;
+  }
+  memset(&o, 0, sizeof(o));
+  o.rank = rank;
+  o.size = size;
+  o.prefix = prefix;
+  if (timeout_s > 0) o.timeout_ms = (uint64_t)(timeout_s * 1000.0 + 0.5);
+  g = group_alloc(self);
+  if (g == NULL) return NULL;
+  op = op_new(fut, store == Py_None ? NULL : store, RES_GROUP);
+  if (op == NULL) {
+    Py_DECREF(g);
+    return NULL;
+  }
+  op->made = g; /* the op's reference */
+  if (url != NULL)
+    rc = uvccl_pg_init_url(self->loop, &g->box->pg, url, &o, &op->work,
+                           op_done);
+  else
+    rc = uvccl_pg_init(self->loop, &g->box->pg,
+                       &((StoreObject *)store)->box->store, &o, &op->work,
+                       op_done);
+  return started(op, rc, "init_process_group");
+}
+
+/* tcp_store(host, port, timeout_s, world_size) -> Store (connects lazily) */
+static PyObject *Loop_tcp_store(LoopObject *self, PyObject *args) {
+  const char *host;
+  int port, world_size, rc;
+  double timeout_s;
+  uvccl_tcp_store_options_t o;
+  StoreObject *s;
+  if (!PyArg_ParseTuple(args, "sidi", &host, &port, &timeout_s, &world_size))
+    return NULL;
+  s = PyObject_New(StoreObject, &StoreType);
+  if (s == NULL) return NULL;
+  s->owner = NULL;
+  s->box = calloc(1, sizeof(store_box_t));
+  if (s->box == NULL || (s->box->host = strdup(host)) == NULL) {
+    if (s->box) free(s->box);
+    s->box = NULL;
+    Py_DECREF(s);
+    return PyErr_NoMemory();
+  }
+  memset(&o, 0, sizeof(o));
+  o.host = s->box->host;
+  o.port = port;
+  o.world_size = world_size;
+  if (timeout_s > 0) o.timeout_ms = (uint64_t)(timeout_s * 1000.0 + 0.5);
+  rc = uvccl_tcp_store_init(self->loop, &s->box->store, &o);
+  if (rc < 0) {
+    free(s->box->host);
+    free(s->box);
+    s->box = NULL;
+    Py_DECREF(s);
+    return raise_status(rc, "TCPStore", NULL, NULL);
+  }
+  Py_INCREF(self);
+  s->owner = self;
+  return (PyObject *)s;
+}
+
+static PyObject *Loop_hash_store(LoopObject *self, PyObject *unused) {
+  StoreObject *s = PyObject_New(StoreObject, &StoreType);
+  int rc;
+  if (s == NULL) return NULL;
+  s->owner = NULL;
+  s->box = calloc(1, sizeof(store_box_t));
+  if (s->box == NULL) {
+    Py_DECREF(s);
+    return PyErr_NoMemory();
+  }
+  rc = uvccl_hash_store_init(self->loop, &s->box->store);
+  if (rc < 0) {
+    free(s->box);
+    s->box = NULL;
+    Py_DECREF(s);
+    return raise_status(rc, "HashStore", NULL, NULL);
+  }
+  Py_INCREF(self);
+  s->owner = self;
+  return (PyObject *)s;
+}
+
+/* store_server(host_or_None, port) -> StoreServer, serving at once */
+static PyObject *Loop_store_server(LoopObject *self, PyObject *args) {
+  const char *host;
+  int port, rc;
+  uvccl_store_server_options_t o;
+  ServerObject *s;
+  if (!PyArg_ParseTuple(args, "zi", &host, &port)) return NULL;
+  s = PyObject_New(ServerObject, &ServerType);
+  if (s == NULL) return NULL;
+  s->owner = NULL;
+  s->box = calloc(1, sizeof(server_box_t));
+  if (s->box == NULL) {
+    Py_DECREF(s);
+    return PyErr_NoMemory();
+  }
+  memset(&o, 0, sizeof(o));
+  o.host = host;
+  o.port = port;
+  o.listen_fd = -1;
+  rc = uvccl_store_server_init(self->loop, &s->box->server, &o);
+  if (rc < 0) {
+    free(s->box);
+    s->box = NULL;
+    Py_DECREF(s);
+    return raise_status(rc, "StoreServer", NULL, NULL);
+  }
+  Py_INCREF(self);
+  s->owner = self;
+  return (PyObject *)s;
+}
+
+static PyMethodDef Loop_methods[] = {
+  {"fileno", (PyCFunction)Loop_fileno, METH_NOARGS, "the backend fd"},
+  {"timeout", (PyCFunction)Loop_timeout, METH_NOARGS,
+   "ms until the next timer (-1 none, 0 now)"},
+  {"run", (PyCFunction)Loop_run, METH_NOARGS,
+   "uv_run(UV_RUN_NOWAIT); returns the backend timeout after it"},
+  {"trace_json", (PyCFunction)Loop_trace_json, METH_VARARGS,
+   "the flight recorder's dump"},
+  {"init_group", (PyCFunction)Loop_init_group, METH_VARARGS, NULL},
+  {"tcp_store", (PyCFunction)Loop_tcp_store, METH_VARARGS, NULL},
+  {"hash_store", (PyCFunction)Loop_hash_store, METH_NOARGS, NULL},
+  {"store_server", (PyCFunction)Loop_store_server, METH_VARARGS, NULL},
+  {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject LoopType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "uvccl._core.Loop",
+  .tp_basicsize = sizeof(LoopObject),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_new = Loop_new,
+  .tp_dealloc = (destructor)Loop_dealloc,
+  .tp_methods = Loop_methods,
+};
+
+/* ---- Group ------------------------------------------------------------- */
+
+static void pg_closed(uvccl_pg_t *pg) {
+  pg_box_t *box = (pg_box_t *)pg;
+  if (box->fut != NULL) {
+    resolve(box->fut, 0, "", Py_None, NULL);
+    Py_DECREF(box->fut);
+  }
+  free(box);
+}
+
+static void Group_dealloc(GroupObject *self) {
+  if (self->box != NULL && self->state == GROUP_READY)
+    uvccl_pg_destroy(&self->box->pg, pg_closed);
+  else if (self->box != NULL)
+    free(self->box);
+  Py_XDECREF(self->owner);
+  PyObject_Free(self);
+}
+
+static uvccl_pg_t *ready(GroupObject *self, const char *opname) {
+  if (self->state != GROUP_READY) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "%s: the group %s", opname,
+             self->state == GROUP_GONE ? "was destroyed" : "is not ready yet");
+    raise_status(UVCCL_ECLOSING, opname, msg, NULL);
+    return NULL;
+  }
+  return &self->box->pg;
+}
+
+static PyObject *Group_get_rank(GroupObject *self, void *c) {
+  return PyLong_FromLong(self->state == GROUP_READY ? self->box->pg.rank : -1);
+}
+
+static PyObject *Group_get_size(GroupObject *self, void *c) {
+  return PyLong_FromLong(self->state == GROUP_READY ? self->box->pg.size : 0);
+}
+
+static PyGetSetDef Group_getset[] = {
+  {"rank", (getter)Group_get_rank, NULL, NULL, NULL},
+  {"size", (getter)Group_get_size, NULL, NULL, NULL},
+  {NULL, NULL, NULL, NULL, NULL}
+};
+
+/* allreduce(fut, buf, op, dtype, timeout) */
+static PyObject *Group_allreduce(GroupObject *self, PyObject *args) {
+  PyObject *fut, *buf;
+  const char *opn, *dtn;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  uvccl_redop_t rop;
+  size_t n;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOszd", &fut, &buf, &opn, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "allreduce")) == NULL) return NULL;
+  if (redop_of(opn, "allreduce", &rop) < 0) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold(op, buf, 1, "allreduce", "the buffer") < 0 ||
+      dtype_of(&op->view[0], dtn, 0, "allreduce", &dt, &n) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_allreduce(pg, &op->work, op->view[0].buf,
+                                 op->view[0].buf, n, dt, rop, op_done),
+                 "allreduce");
+}
+
+/* broadcast(fut, buf, root, dtype, timeout) */
+static PyObject *Group_broadcast(GroupObject *self, PyObject *args) {
+  PyObject *fut, *buf;
+  const char *dtn;
+  int root;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  size_t n;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOizd", &fut, &buf, &root, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "broadcast")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold(op, buf, 1, "broadcast", "the buffer") < 0 ||
+      dtype_of(&op->view[0], dtn, 1, "broadcast", &dt, &n) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_broadcast(pg, &op->work, op->view[0].buf, n, dt, root,
+                                 op_done),
+                 "broadcast");
+}
+
+/* reduce(fut, buf, root, op, dtype, timeout): in place; buf holds the
+ * result at root only. */
+static PyObject *Group_reduce(GroupObject *self, PyObject *args) {
+  PyObject *fut, *buf;
+  const char *opn, *dtn;
+  int root;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  uvccl_redop_t rop;
+  size_t n;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOiszd", &fut, &buf, &root, &opn, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "reduce")) == NULL) return NULL;
+  if (redop_of(opn, "reduce", &rop) < 0) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold(op, buf, 1, "reduce", "the buffer") < 0 ||
+      dtype_of(&op->view[0], dtn, 0, "reduce", &dt, &n) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_reduce(pg, &op->work, op->view[0].buf, op->view[0].buf,
+                              n, dt, rop, root, op_done),
+                 "reduce");
+}
+
+/* Holds an (output, input) pair; checks their dtypes agree and the
+ * output's length is `ratio` times the input's (or the input's `ratio`
+ * times the output's when ratio < 0). out or in may be None where the op
+ * ignores it on this rank (ratio then unchecked). */
+static int hold_pair(op_t *op, PyObject *out, PyObject *in, const char *dtn,
+                     int moving, int ratio, const char *opname,
+                     uvccl_dtype_t *dt, size_t *nout, size_t *nin) {
+  uvccl_dtype_t dout = UVCCL_UINT8, din = UVCCL_UINT8;
+  Py_buffer *vo = NULL, *vi = NULL;
+  *nout = *nin = 0;
+  if (out != Py_None) {
+    if (hold(op, out, 1, opname, "the output") < 0) return -1;
+    vo = &op->view[op->nview - 1];
+    if (dtype_of(vo, dtn, moving, opname, &dout, nout) < 0) return -1;
+  }
+  if (in != Py_None) {
+    if (hold(op, in, 0, opname, "the input") < 0) return -1;
+    vi = &op->view[op->nview - 1];
+    if (dtype_of(vi, dtn, moving, opname, &din, nin) < 0) return -1;
+  }
+  if (vo != NULL && vi != NULL) {
+    if (dout != din) {
+      PyErr_Format(PyExc_TypeError, "%s: the output holds %s, the input %s",
+                   opname, uvccl_dtype_name(dout), uvccl_dtype_name(din));
+      return -1;
+    }
+    if ((ratio > 0 && *nout != *nin * (size_t)ratio) ||
+        (ratio < 0 && *nin != *nout * (size_t)-ratio)) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: the output holds %zu elements and the input %zu; "
+                   "with %d ranks the %s must hold %d times the %s's", opname,
+                   *nout, *nin, ratio > 0 ? ratio : -ratio,
+                   ratio > 0 ? "output" : "input", ratio > 0 ? ratio : -ratio,
+                   ratio > 0 ? "input" : "output");
+      return -1;
+    }
+  }
+  *dt = vo != NULL ? dout : din;
+  return 0;
+}
+
+/* allgather(fut, out, in, dtype, timeout): out = size x in */
+static PyObject *Group_allgather(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in;
+  const char *dtn;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  size_t no, ni;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &out, &in, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "allgather")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold_pair(op, out, in, dtn, 1, pg->size, "allgather", &dt, &no, &ni) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_allgather(pg, &op->work, op->view[1].buf,
+                                 op->view[0].buf, ni, dt, op_done),
+                 "allgather");
+}
+
+/* reduce_scatter(fut, out, in, op, dtype, timeout): in = size x out */
+static PyObject *Group_reduce_scatter(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in;
+  const char *opn, *dtn;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  uvccl_redop_t rop;
+  size_t no, ni;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOszd", &fut, &out, &in, &opn, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "reduce_scatter")) == NULL) return NULL;
+  if (redop_of(opn, "reduce_scatter", &rop) < 0) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold_pair(op, out, in, dtn, 0, -pg->size, "reduce_scatter", &dt, &no,
+                &ni) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_reduce_scatter(pg, &op->work, op->view[1].buf,
+                                      op->view[0].buf, no, dt, rop, op_done),
+                 "reduce_scatter");
+}
+
+/* alltoall(fut, out, in, dtype, timeout): same lengths, size blocks */
+static PyObject *Group_alltoall(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in;
+  const char *dtn;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  size_t no, ni;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &out, &in, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "alltoall")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold_pair(op, out, in, dtn, 1, 1, "alltoall", &dt, &no, &ni) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  if (ni % (size_t)pg->size != 0) {
+    PyErr_Format(PyExc_ValueError, "alltoall: %zu elements do not split "
+                 "into %d equal blocks", ni, pg->size);
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_alltoall(pg, &op->work, op->view[1].buf,
+                                op->view[0].buf, ni / (size_t)pg->size, dt,
+                                op_done),
+                 "alltoall");
+}
+
+/* gather(fut, out_or_None, in, root, dtype, timeout): out at root */
+static PyObject *Group_gather(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in;
+  const char *dtn;
+  int root;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  size_t no, ni;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOizd", &fut, &out, &in, &root, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "gather")) == NULL) return NULL;
+  if (pg->rank == root && out == Py_None) {
+    PyErr_SetString(PyExc_ValueError, "gather: the root needs an output");
+    return NULL;
+  }
+  if (pg->rank != root) out = Py_None;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold_pair(op, out, in, dtn, 1, pg->size, "gather", &dt, &no, &ni) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_gather(pg, &op->work, op->view[op->nview - 1].buf,
+                              out == Py_None ? NULL : op->view[0].buf, ni, dt,
+                              root, op_done),
+                 "gather");
+}
+
+/* scatter(fut, out, in_or_None, root, dtype, timeout): in at root */
+static PyObject *Group_scatter(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in;
+  const char *dtn;
+  int root;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt;
+  size_t no, ni;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOizd", &fut, &out, &in, &root, &dtn, &to))
+    return NULL;
+  if ((pg = ready(self, "scatter")) == NULL) return NULL;
+  if (pg->rank == root && in == Py_None) {
+    PyErr_SetString(PyExc_ValueError, "scatter: the root needs an input");
+    return NULL;
+  }
+  if (pg->rank != root) in = Py_None;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold_pair(op, out, in, dtn, 1, -pg->size, "scatter", &dt, &no, &ni) < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_scatter(pg, &op->work,
+                               in == Py_None ? NULL : op->view[1].buf,
+                               op->view[0].buf, no, dt, root, op_done),
+                 "scatter");
+}
+
+/* barrier(fut, timeout) */
+static PyObject *Group_barrier(GroupObject *self, PyObject *args) {
+  PyObject *fut;
+  double to;
+  uvccl_pg_t *pg;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "Od", &fut, &to)) return NULL;
+  if ((pg = ready(self, "barrier")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  set_timeout(op, to);
+  return started(op, uvccl_barrier(pg, &op->work, op_done), "barrier");
+}
+
+/* send(fut, buf, dst, tag, timeout) */
+static PyObject *Group_send(GroupObject *self, PyObject *args) {
+  PyObject *fut, *buf;
+  int peer, tag;
+  double to;
+  uvccl_pg_t *pg;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOiid", &fut, &buf, &peer, &tag, &to))
+    return NULL;
+  if ((pg = ready(self, "send")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (hold(op, buf, 0, "send", "the buffer") < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_send(pg, &op->work, op->view[0].buf,
+                            (size_t)op->view[0].len, peer, tag, op_done),
+                 "send");
+}
+
+/* recv(fut, buf, src, tag, timeout) -> (sender, length) */
+static PyObject *Group_recv(GroupObject *self, PyObject *args) {
+  PyObject *fut, *buf;
+  int peer, tag;
+  double to;
+  uvccl_pg_t *pg;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOiid", &fut, &buf, &peer, &tag, &to))
+    return NULL;
+  if ((pg = ready(self, "recv")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_RECV)) == NULL) return NULL;
+  if (hold(op, buf, 1, "recv", "the buffer") < 0) {
+    op_free(op);
+    return NULL;
+  }
+  set_timeout(op, to);
+  return started(op,
+                 uvccl_recv(pg, &op->work, op->view[0].buf,
+                            (size_t)op->view[0].len, peer, tag, op_done),
+                 "recv");
+}
+
+/* split(fut, color, key) -> Group (its future resolves to it) */
+static PyObject *Group_split(GroupObject *self, PyObject *args) {
+  PyObject *fut, *r;
+  int color, key;
+  uvccl_pg_t *pg;
+  GroupObject *g;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "Oii", &fut, &color, &key)) return NULL;
+  if ((pg = ready(self, "split")) == NULL) return NULL;
+  if ((g = group_alloc(self->owner)) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_GROUP)) == NULL) {
+    Py_DECREF(g);
+    return NULL;
+  }
+  op->made = g;
+  r = started(op, uvccl_pg_split(pg, &g->box->pg, color, key, &op->work,
+                                 op_done),
+              "split");
+  return r;
+}
+
+/* shrink(fut, exclude_list) -> Group */
+static PyObject *Group_shrink(GroupObject *self, PyObject *args) {
+  PyObject *fut, *excl, *seq;
+  uvccl_pg_t *pg;
+  GroupObject *g;
+  op_t *op;
+  Py_ssize_t i, n;
+  int *ranks = NULL;
+  if (!PyArg_ParseTuple(args, "OO", &fut, &excl)) return NULL;
+  if ((pg = ready(self, "shrink")) == NULL) return NULL;
+  seq = PySequence_Fast(excl, "shrink: exclude must be a sequence of ranks");
+  if (seq == NULL) return NULL;
+  n = PySequence_Fast_GET_SIZE(seq);
+  if (n > 0 && (ranks = malloc(sizeof(int) * (size_t)n)) == NULL) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  for (i = 0; i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      free(ranks);
+      return NULL;
+    }
+    ranks[i] = (int)v;
+  }
+  Py_DECREF(seq);
+  if ((g = group_alloc(self->owner)) == NULL) {
+    free(ranks);
+    return NULL;
+  }
+  if ((op = op_new(fut, (PyObject *)self, RES_GROUP)) == NULL) {
+    Py_DECREF(g);
+    free(ranks);
+    return NULL;
+  }
+  op->made = g;
+  op->mem = ranks;
+  return started(op,
+                 n > 0 ? uvccl_pg_shrink_excluding(pg, &g->box->pg, ranks,
+                                                   (int)n, &op->work, op_done)
+                       : uvccl_pg_shrink(pg, &g->box->pg, &op->work, op_done),
+                 "shrink");
+}
+
+/* new_group(ranks, tag) -> Group, or None where this rank is not in it */
+static PyObject *Group_new_group(GroupObject *self, PyObject *args) {
+  PyObject *list, *seq;
+  const char *tag;
+  uvccl_pg_t *pg;
+  GroupObject *g;
+  Py_ssize_t i, n;
+  int *ranks, rc;
+  if (!PyArg_ParseTuple(args, "Oz", &list, &tag)) return NULL;
+  if ((pg = ready(self, "new_group")) == NULL) return NULL;
+  seq = PySequence_Fast(list, "new_group: ranks must be a sequence");
+  if (seq == NULL) return NULL;
+  n = PySequence_Fast_GET_SIZE(seq);
+  ranks = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  if (ranks == NULL) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  for (i = 0; i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      free(ranks);
+      return NULL;
+    }
+    ranks[i] = (int)v;
+  }
+  Py_DECREF(seq);
+  if ((g = group_alloc(self->owner)) == NULL) {
+    free(ranks);
+    return NULL;
+  }
+  rc = uvccl_pg_new_group(pg, &g->box->pg, ranks, (int)n, tag);
+  free(ranks);
+  if (rc == UVCCL_ENOTMEMBER) {
+    Py_DECREF(g);
+    Py_RETURN_NONE;
+  }
+  if (rc < 0) {
+    Py_DECREF(g);
+    return raise_status(rc, "new_group", NULL, pg);
+  }
+  g->state = GROUP_READY;
+  return (PyObject *)g;
+}
+
+static PyObject *Group_revoke(GroupObject *self, PyObject *args) {
+  const char *reason = NULL;
+  uvccl_pg_t *pg;
+  int rc;
+  if (!PyArg_ParseTuple(args, "|z", &reason)) return NULL;
+  if ((pg = ready(self, "revoke")) == NULL) return NULL;
+  rc = uvccl_pg_revoke(pg, reason);
+  if (rc < 0) return raise_status(rc, "revoke", NULL, pg);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Group_abort(GroupObject *self, PyObject *args) {
+  const char *reason = NULL;
+  uvccl_pg_t *pg;
+  if (!PyArg_ParseTuple(args, "|z", &reason)) return NULL;
+  if ((pg = ready(self, "abort")) == NULL) return NULL;
+  uvccl_pg_abort(pg, reason);
+  Py_RETURN_NONE;
+}
+
+/* destroy(fut_or_None): the future resolves once the connections are
+ * closed */
+static PyObject *Group_destroy(GroupObject *self, PyObject *args) {
+  PyObject *fut;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if (self->state != GROUP_READY) {
+    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+    Py_RETURN_NONE;
+  }
+  if (fut != Py_None) {
+    Py_INCREF(fut);
+    self->box->fut = fut;
+  }
+  self->state = GROUP_GONE;
+  uvccl_pg_destroy(&self->box->pg, pg_closed);
+  self->box = NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Group_failure(GroupObject *self, PyObject *unused) {
+  if (self->state != GROUP_READY) Py_RETURN_NONE;
+  return failure_of(&self->box->pg);
+}
+
+static PyObject *Group_global_rank(GroupObject *self, PyObject *args) {
+  int r;
+  uvccl_pg_t *pg;
+  if (!PyArg_ParseTuple(args, "i", &r)) return NULL;
+  if ((pg = ready(self, "global_rank")) == NULL) return NULL;
+  return PyLong_FromLong(uvccl_pg_global_rank(pg, r));
+}
+
+static PyObject *Group_peer_transport(GroupObject *self, PyObject *args) {
+  int r;
+  uvccl_pg_t *pg;
+  if (!PyArg_ParseTuple(args, "i", &r)) return NULL;
+  if ((pg = ready(self, "peer_transport")) == NULL) return NULL;
+  return PyUnicode_FromString(uvccl_pg_peer_transport(pg, r));
+}
+
+static PyObject *Group_set_timeout(GroupObject *self, PyObject *args) {
+  double s;
+  uvccl_pg_t *pg;
+  if (!PyArg_ParseTuple(args, "d", &s)) return NULL;
+  if ((pg = ready(self, "set_timeout")) == NULL) return NULL;
+  uvccl_pg_set_timeout(pg, (uint64_t)(s * 1000.0 + 0.5));
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Group_methods[] = {
+  {"allreduce", (PyCFunction)Group_allreduce, METH_VARARGS, NULL},
+  {"broadcast", (PyCFunction)Group_broadcast, METH_VARARGS, NULL},
+  {"reduce", (PyCFunction)Group_reduce, METH_VARARGS, NULL},
+  {"allgather", (PyCFunction)Group_allgather, METH_VARARGS, NULL},
+  {"reduce_scatter", (PyCFunction)Group_reduce_scatter, METH_VARARGS, NULL},
+  {"alltoall", (PyCFunction)Group_alltoall, METH_VARARGS, NULL},
+  {"gather", (PyCFunction)Group_gather, METH_VARARGS, NULL},
+  {"scatter", (PyCFunction)Group_scatter, METH_VARARGS, NULL},
+  {"barrier", (PyCFunction)Group_barrier, METH_VARARGS, NULL},
+  {"send", (PyCFunction)Group_send, METH_VARARGS, NULL},
+  {"recv", (PyCFunction)Group_recv, METH_VARARGS, NULL},
+  {"split", (PyCFunction)Group_split, METH_VARARGS, NULL},
+  {"shrink", (PyCFunction)Group_shrink, METH_VARARGS, NULL},
+  {"new_group", (PyCFunction)Group_new_group, METH_VARARGS, NULL},
+  {"revoke", (PyCFunction)Group_revoke, METH_VARARGS, NULL},
+  {"abort", (PyCFunction)Group_abort, METH_VARARGS, NULL},
+  {"destroy", (PyCFunction)Group_destroy, METH_VARARGS, NULL},
+  {"failure", (PyCFunction)Group_failure, METH_NOARGS, NULL},
+  {"global_rank", (PyCFunction)Group_global_rank, METH_VARARGS, NULL},
+  {"peer_transport", (PyCFunction)Group_peer_transport, METH_VARARGS, NULL},
+  {"set_timeout", (PyCFunction)Group_set_timeout, METH_VARARGS, NULL},
+  {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject GroupType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "uvccl._core.Group",
+  .tp_basicsize = sizeof(GroupObject),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_dealloc = (destructor)Group_dealloc,
+  .tp_methods = Group_methods,
+  .tp_getset = Group_getset,
+};
+
+/* ---- Store ------------------------------------------------------------- */
+
+static void store_closed(uvccl_store_t *st) {
+  store_box_t *box = (store_box_t *)st;
+  if (box->fut != NULL) {
+    resolve(box->fut, 0, "", Py_None, NULL);
+    Py_DECREF(box->fut);
+  }
+  free(box->host);
+  free(box);
+}
+
+static void Store_dealloc(StoreObject *self) {
+  if (self->box != NULL) uvccl_store_close(&self->box->store, store_closed);
+  Py_XDECREF(self->owner);
+  PyObject_Free(self);
+}
+
+static uvccl_store_t *store_open(StoreObject *self, const char *opname) {
+  if (self->box == NULL) {
+    raise_status(UVCCL_ECLOSING, opname, "the store is closed", NULL);
+    return NULL;
+  }
+  return &self->box->store;
+}
+
+static PyObject *Store_connect(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  uvccl_store_t *st;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if ((st = store_open(self, "connect")) == NULL) return NULL;
+  if (st->type != UVCCL_STORE_TCP) {
+    resolve(fut, 0, "", Py_None, NULL);
+    Py_RETURN_NONE;
+  }
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  return started(op, uvccl_tcp_store_connect(st, &op->work, op_done),
+                 "store.connect");
+}
+
+static PyObject *Store_set(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  const char *key;
+  Py_buffer v;
+  uvccl_store_t *st;
+  op_t *op;
+  int rc;
+  if (!PyArg_ParseTuple(args, "Osy*", &fut, &key, &v)) return NULL;
+  if ((st = store_open(self, "store.set")) == NULL ||
+      (op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) {
+    PyBuffer_Release(&v);
+    return NULL;
+  }
+  rc = uvccl_store_set(st, &op->work, key, v.buf, (size_t)v.len, op_done);
+  PyBuffer_Release(&v); /* copied by the call */
+  return started(op, rc, "store.set");
+}
+
+static PyObject *Store_key_op(StoreObject *self, PyObject *args, int which) {
+  PyObject *fut;
+  const char *key;
+  long long delta = 0;
+  uvccl_store_t *st;
+  op_t *op;
+  int rc = 0;
+  static const char *names[] = {"store.get", "store.add", "store.delete_key"};
+  if (which == 1) {
+    if (!PyArg_ParseTuple(args, "OsL", &fut, &key, &delta)) return NULL;
+  } else if (!PyArg_ParseTuple(args, "Os", &fut, &key)) {
+    return NULL;
+  }
+  if ((st = store_open(self, names[which])) == NULL) return NULL;
+  op = op_new(fut, (PyObject *)self,
+              which == 0 ? RES_VALUE : which == 1 ? RES_RESULT : RES_BOOL);
+  if (op == NULL) return NULL;
+  switch (which) {
+  case 0: rc = uvccl_store_get(st, &op->work, key, op_done); break;
+  case 1: rc = uvccl_store_add(st, &op->work, key, delta, op_done); break;
+  case 2: rc = uvccl_store_delete_key(st, &op->work, key, op_done); break;
+  }
+  return started(op, rc, names[which]);
+}
+
+static PyObject *Store_get(StoreObject *self, PyObject *args) {
+  return Store_key_op(self, args, 0);
+}
+static PyObject *Store_add(StoreObject *self, PyObject *args) {
+  return Store_key_op(self, args, 1);
+}
+static PyObject *Store_delete_key(StoreObject *self, PyObject *args) {
+  return Store_key_op(self, args, 2);
+}
+
+static PyObject *Store_num_keys(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  uvccl_store_t *st;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if ((st = store_open(self, "store.num_keys")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_RESULT)) == NULL) return NULL;
+  return started(op, uvccl_store_num_keys(st, &op->work, op_done),
+                 "store.num_keys");
+}
+
+static PyObject *Store_compare_set(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  const char *key;
+  Py_buffer e, d;
+  uvccl_store_t *st;
+  op_t *op;
+  int rc;
+  if (!PyArg_ParseTuple(args, "Osy*y*", &fut, &key, &e, &d)) return NULL;
+  st = store_open(self, "store.compare_set");
+  op = st ? op_new(fut, (PyObject *)self, RES_VALUE) : NULL;
+  if (op == NULL) {
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&d);
+    return NULL;
+  }
+  rc = uvccl_store_compare_set(st, &op->work, key, e.buf, (size_t)e.len,
+                               d.buf, (size_t)d.len, op_done);
+  PyBuffer_Release(&e);
+  PyBuffer_Release(&d);
+  return started(op, rc, "store.compare_set");
+}
+
+/* wait(fut, keys, timeout_s) and check(fut, keys): the keys are copied
+ * into op->mem (one block: the pointers, then the strings). */
+static PyObject *Store_keys_op(StoreObject *self, PyObject *args, int check) {
+  PyObject *fut, *list, *seq;
+  double to = 0;
+  uvccl_store_t *st;
+  op_t *op;
+  Py_ssize_t i, n, len;
+  size_t bytes;
+  const char **keys;
+  char *p;
+  int rc;
+  const char *name = check ? "store.check" : "store.wait";
+  if (check ? !PyArg_ParseTuple(args, "OO", &fut, &list)
+            : !PyArg_ParseTuple(args, "OOd", &fut, &list, &to))
+    return NULL;
+  if ((st = store_open(self, name)) == NULL) return NULL;
+  seq = PySequence_Fast(list, "keys must be a sequence of str");
+  if (seq == NULL) return NULL;
+  n = PySequence_Fast_GET_SIZE(seq);
+  bytes = sizeof(char *) * (size_t)(n + 1);
+  for (i = 0; i < n; i++) {
+    if (PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len) == NULL) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    bytes += (size_t)len + 1;
+  }
+  op = op_new(fut, (PyObject *)self, check ? RES_BOOL : RES_NONE);
+  if (op == NULL || (op->mem = malloc(bytes)) == NULL) {
+    Py_DECREF(seq);
+    if (op) op_free(op);
+    return op ? PyErr_NoMemory() : NULL;
+  }
+  keys = op->mem;
+  p = (char *)(keys + n + 1);
+  for (i = 0; i < n; i++) {
+    const char *k = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len);
+    memcpy(p, k, (size_t)len + 1);
+    keys[i] = p;
+    p += len + 1;
+  }
+  Py_DECREF(seq);
+  if (check)
+    rc = uvccl_store_check(st, &op->work, keys, (size_t)n, op_done);
+  else
+    rc = uvccl_store_wait(st, &op->work, keys, (size_t)n,
+                          to > 0 ? (uint64_t)(to * 1000.0 + 0.5)
+                                 : UVCCL_DEFAULT_TIMEOUT,
+                          op_done);
+  return started(op, rc, name);
+}
+
+static PyObject *Store_wait(StoreObject *self, PyObject *args) {
+  return Store_keys_op(self, args, 0);
+}
+static PyObject *Store_check(StoreObject *self, PyObject *args) {
+  return Store_keys_op(self, args, 1);
+}
+
+static PyObject *Store_set_timeout(StoreObject *self, PyObject *args) {
+  double s;
+  uvccl_store_t *st;
+  if (!PyArg_ParseTuple(args, "d", &s)) return NULL;
+  if ((st = store_open(self, "store.set_timeout")) == NULL) return NULL;
+  uvccl_store_set_timeout(st, (uint64_t)(s * 1000.0 + 0.5));
+  Py_RETURN_NONE;
+}
+
+static PyObject *Store_close(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if (self->box == NULL) {
+    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+    Py_RETURN_NONE;
+  }
+  if (fut != Py_None) {
+    Py_INCREF(fut);
+    self->box->fut = fut;
+  }
+  uvccl_store_close(&self->box->store, store_closed);
+  self->box = NULL;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Store_methods[] = {
+  {"connect", (PyCFunction)Store_connect, METH_VARARGS, NULL},
+  {"set", (PyCFunction)Store_set, METH_VARARGS, NULL},
+  {"get", (PyCFunction)Store_get, METH_VARARGS, NULL},
+  {"add", (PyCFunction)Store_add, METH_VARARGS, NULL},
+  {"delete_key", (PyCFunction)Store_delete_key, METH_VARARGS, NULL},
+  {"num_keys", (PyCFunction)Store_num_keys, METH_VARARGS, NULL},
+  {"compare_set", (PyCFunction)Store_compare_set, METH_VARARGS, NULL},
+  {"wait", (PyCFunction)Store_wait, METH_VARARGS, NULL},
+  {"check", (PyCFunction)Store_check, METH_VARARGS, NULL},
+  {"set_timeout", (PyCFunction)Store_set_timeout, METH_VARARGS, NULL},
+  {"close", (PyCFunction)Store_close, METH_VARARGS, NULL},
+  {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject StoreType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "uvccl._core.Store",
+  .tp_basicsize = sizeof(StoreObject),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_dealloc = (destructor)Store_dealloc,
+  .tp_methods = Store_methods,
+};
+
+/* ---- StoreServer ------------------------------------------------------- */
+
+static void server_closed(uvccl_store_server_t *sv) {
+  server_box_t *box = (server_box_t *)sv;
+  if (box->fut != NULL) {
+    resolve(box->fut, 0, "", Py_None, NULL);
+    Py_DECREF(box->fut);
+  }
+  free(box);
+}
+
+static void Server_dealloc(ServerObject *self) {
+  if (self->box != NULL)
+    uvccl_store_server_close(&self->box->server, server_closed);
+  Py_XDECREF(self->owner);
+  PyObject_Free(self);
+}
+
+static PyObject *Server_get_port(ServerObject *self, void *c) {
+  return PyLong_FromLong(self->box ? self->box->server.port : -1);
+}
+
+static PyObject *Server_close(ServerObject *self, PyObject *args) {
+  PyObject *fut;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if (self->box == NULL) {
+    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+    Py_RETURN_NONE;
+  }
+  if (fut != Py_None) {
+    Py_INCREF(fut);
+    self->box->fut = fut;
+  }
+  uvccl_store_server_close(&self->box->server, server_closed);
+  self->box = NULL;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Server_methods[] = {
+  {"close", (PyCFunction)Server_close, METH_VARARGS, NULL},
+  {NULL, NULL, 0, NULL}
+};
+
+static PyGetSetDef Server_getset[] = {
+  {"port", (getter)Server_get_port, NULL, NULL, NULL},
+  {NULL, NULL, NULL, NULL, NULL}
+};
+
+static PyTypeObject ServerType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "uvccl._core.StoreServer",
+  .tp_basicsize = sizeof(ServerObject),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_dealloc = (destructor)Server_dealloc,
+  .tp_methods = Server_methods,
+  .tp_getset = Server_getset,
+};
+
+/* ---- module ------------------------------------------------------------ */
+
+static PyObject *mod_set_error_factory(PyObject *m, PyObject *fn) {
+  Py_INCREF(fn);
+  Py_XSETREF(error_factory, fn);
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_strerror(PyObject *m, PyObject *args) {
+  int err;
+  if (!PyArg_ParseTuple(args, "i", &err)) return NULL;
+  return Py_BuildValue("(ss)", uvccl_err_name(err), uvccl_strerror(err));
+}
+
+static PyObject *mod_dtype_size(PyObject *m, PyObject *args) {
+  const char *name;
+  uvccl_dtype_t dt;
+  if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+  if (uvccl_dtype_from_name(name, &dt) < 0) {
+    PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", name);
+    return NULL;
+  }
+  return PyLong_FromSize_t(uvccl_dtype_size(dt));
+}
+
+static PyMethodDef module_methods[] = {
+  {"set_error_factory", mod_set_error_factory, METH_O, NULL},
+  {"strerror", mod_strerror, METH_VARARGS,
+   "(symbolic name, message) of an error code"},
+  {"dtype_size", mod_dtype_size, METH_VARARGS, NULL},
+  {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {
+  PyModuleDef_HEAD_INIT, "uvccl._core",
+  "uvccl's C library on a uv loop that asyncio drives", -1, module_methods,
+  NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+  PyObject *m;
+  PyTypeObject *types[] = {&LoopType, &GroupType, &StoreType, &ServerType};
+  size_t i;
+  for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+    if (PyType_Ready(types[i]) < 0) return NULL;
+  str_set_result = PyUnicode_InternFromString("set_result");
+  str_set_exception = PyUnicode_InternFromString("set_exception");
+  str_done = PyUnicode_InternFromString("done");
+  if (!str_set_result || !str_set_exception || !str_done) return NULL;
+  m = PyModule_Create(&module);
+  if (m == NULL) return NULL;
+  Py_INCREF(&LoopType);
+  PyModule_AddObject(m, "Loop", (PyObject *)&LoopType);
+  PyModule_AddStringConstant(m, "version", uvccl_version_string());
+#define ERR(name, code, msg) PyModule_AddIntConstant(m, #name, UVCCL_##name);
+  UVCCL_ERRNO_MAP(ERR)
+#undef ERR
+  PyModule_AddIntConstant(m, "ETIMEDOUT", UV_ETIMEDOUT);
+  PyModule_AddIntConstant(m, "ECANCELED", UV_ECANCELED);
+  PyModule_AddIntConstant(m, "EINVAL", UV_EINVAL);
+  return m;
+}

@@ -1,0 +1,94 @@
+"""Multi-process worlds of the asyncio binding: ranks.py in 2-4 processes
+(env://), every check of a scenario passed on every rank."""
+import asyncio
+import os
+import signal
+import socket
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def world(scenario, n, extra_env=None, timeout=180):
+    port = free_port()
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   PYTHONPATH=os.path.join(ROOT, "python"))
+        env.update(extra_env or {})
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, os.path.join(HERE, "ranks.py"), scenario,
+            env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT))
+    try:
+        outs = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate() for p in procs)), timeout)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+    return [(p.returncode, o.decode(errors="replace")) for p, (o, _) in
+            zip(procs, outs)]
+
+
+def passed(out, names):
+    lines = out.splitlines()
+    bad = [l for l in lines if l.startswith("not ok")]
+    missing = [n for n in names if "ok " + n not in lines]
+    return not bad and not missing and "done" in lines, (bad, missing, out)
+
+
+COLLECTIVES = ["init", "allreduce_dtypes", "allreduce_avg", "allreduce_array",
+               "allreduce_bytearray", "allreduce_memoryview_4MiB",
+               "allreduce_bfloat16", "broadcast_roots", "reduce_roots",
+               "allgather", "reduce_scatter", "alltoall", "gather",
+               "scatter", "barrier", "send_recv", "recv_any", "concurrent",
+               "split", "new_group", "split_none", "flight_recorder",
+               "store_get", "store_add", "store_check", "store_timeout",
+               "destroy"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+async def test_collectives_exact(n):
+    for r, (rc, out) in enumerate(await world("collectives", n)):
+        ok, why = passed(out, COLLECTIVES)
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
+async def test_peer_killed_mid_allreduce():
+    res = await world("kill", 3)
+    assert res[2][0] == -signal.SIGKILL, res[2]
+    for r in (0, 1):
+        rc, out = res[r]
+        ok, why = passed(out, ["peer_error", "loop_alive", "later_call",
+                               "failure", "shrink"])
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
+async def test_wrong_sizes_across_ranks():
+    for r, (rc, out) in enumerate(await world("mismatch", 2,
+                                              {"UVCCL_DEBUG": "detail"})):
+        ok, why = passed(out, ["mismatch"])
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
+async def test_timeout_and_revoke():
+    for r, (rc, out) in enumerate(await world("timeout_revoke", 2)):
+        ok, why = passed(out, ["timeout", "after_timeout", "revoked"])
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
+async def test_init_from_store_and_tcp_url():
+    for r, (rc, out) in enumerate(await world("init_store", 2)):
+        ok, why = passed(out, ["init_store", "init_tcp_url"])
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
