@@ -108,7 +108,8 @@ GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
 OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-auth-bench $(BUILD)/bench/uvccl-create-bench \
 		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
-		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles
+		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles \
+		 $(BUILD)/bench/uvccl-bindings-chain
 all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples py
 
 # The asyncio binding, from a make of its own (Python's headers arrive with
@@ -240,6 +241,7 @@ BENCH_TABLE := \
 	uvccl-tls-store-bench:bench/tls/store_ops.c \
 	uvccl-create-bench:bench/auth/create_bench.c \
 	uvccl-loop-lag:bench/coll/loop_lag.c \
+	uvccl-bindings-chain:bench/bindings/c_chain.c \
 	uvccl-transfer-bench:bench/elastic/transfer_bench.c \
 	uvccl-elastic-cycles:bench/elastic/cycles.c \
 	uvccl_chaos:bench/chaos/uvccl_chaos.c \

@@ -919,6 +919,18 @@ typedef struct {
 UVCCL_EXTERN int uvccl_pg_loop_stats(uvccl_pg_t *pg, uvccl_loop_stats_t *stats,
                                      int reset);
 
+/* ---- A loop embedded in another event loop (asyncio, a GUI toolkit's):
+ * the host watches uv_backend_fd(loop) for readability and calls
+ * uv_run(loop, UV_RUN_NOWAIT) when it is readable or a timer is due. Call
+ * this right before the host blocks, and block at most the milliseconds
+ * it returns (-1: no limit; 0: do not block, turn again). It does what
+ * uv_run's prepare phase does before a blocking poll: peers on shared
+ * memory are told to ring this loop's doorbell (a readable backend fd)
+ * when they write, which they do not while the loop is awake. Without it,
+ * an embedded loop may sleep through their messages until its next timer.
+ * UV_EINVAL for a NULL loop. */
+UVCCL_EXTERN int uvccl_loop_before_block(uv_loop_t *loop);
+
 /* ---- Collectives. Common errors at the call: UV_EINVAL (bad buffer,
  * count, root, dtype, op/dtype mismatch), UVCCL_EBUSY, UVCCL_ECLOSING,
  * UVCCL_EPEER (a peer already failed). In the callback: UVCCL_EPEER (the

@@ -99,6 +99,28 @@ _core.set_error_factory(_error)
 
 # ---- the uv loop inside asyncio's ----------------------------------------------
 
+class _BlockingSelector:
+    """asyncio's selector, told when the loop is about to block: the uv
+    loops on it arm their wake-ups then (uvccl_loop_before_block) and
+    shorten the block to their next timer, instead of arming after every
+    turn."""
+
+    def __init__(self, selector):
+        self._selector = selector
+        self.hooks = []
+
+    def select(self, timeout=None):
+        if timeout is None or timeout > 0:
+            for hook in self.hooks:
+                t = hook()
+                if t >= 0 and (timeout is None or t / 1000.0 < timeout):
+                    timeout = t / 1000.0
+        return self._selector.select(timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._selector, name)
+
+
 class _Driver:
     """One uv loop per asyncio loop, turned whenever its fd is readable, its
     next timer is due, or a call has started something (new handles are
@@ -110,6 +132,20 @@ class _Driver:
         self._soon = False
         self._timer = None
         aloop.add_reader(self.core.fileno(), self._step)
+        # A selector event loop (asyncio's own) says when it blocks; other
+        # loops (uvloop) are armed after every turn instead.
+        sel = getattr(aloop, "_selector", None)
+        if sel is not None and hasattr(sel, "select"):
+            if not isinstance(sel, _BlockingSelector):
+                sel = aloop._selector = _BlockingSelector(sel)
+            sel.hooks.append(self._before_block)
+            self.core.set_host_arms(True)
+
+    def _before_block(self):
+        t = self.core.before_block()
+        if t == 0:  # rings to read, or spinning: a turn instead of a block
+            self.kick()
+        return t
 
     def kick(self):
         if not self._soon:
@@ -122,7 +158,11 @@ class _Driver:
 
     def _step(self):
         self._soon = False
-        t = self.core.run()
+        self.after(self.core.run())
+
+    def after(self, t):
+        """What the uv loop said after a turn: its next timer is t ms away
+        (-1: none; 0: more to do at once)."""
         if t == 0:
             self.kick()
         elif t > 0:
@@ -198,8 +238,7 @@ class ProcessGroup:
 
     async def allreduce(self, buf, op="sum", *, dtype=None, timeout=None):
         f = self._future()
-        self._g.allreduce(f, buf, op, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.allreduce(f, buf, op, dtype, _secs(timeout)))
         await f
         return buf
 
@@ -207,8 +246,7 @@ class ProcessGroup:
 
     async def broadcast(self, buf, src=0, *, dtype=None, timeout=None):
         f = self._future()
-        self._g.broadcast(f, buf, src, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.broadcast(f, buf, src, dtype, _secs(timeout)))
         await f
         return buf
 
@@ -216,16 +254,14 @@ class ProcessGroup:
         """In place: buf holds the result at dst (elsewhere, its input is
         left as it was or used as scratch)."""
         f = self._future()
-        self._g.reduce(f, buf, dst, op, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.reduce(f, buf, dst, op, dtype, _secs(timeout)))
         await f
         return buf
 
     async def allgather(self, output, input, *, dtype=None, timeout=None):
         """output holds size x input, rank i's at block i."""
         f = self._future()
-        self._g.allgather(f, output, input, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.allgather(f, output, input, dtype, _secs(timeout)))
         await f
         return output
 
@@ -236,8 +272,7 @@ class ProcessGroup:
         """input holds size blocks of output's length; output gets the
         reduction of block rank."""
         f = self._future()
-        self._g.reduce_scatter(f, output, input, op, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.reduce_scatter(f, output, input, op, dtype, _secs(timeout)))
         await f
         return output
 
@@ -247,8 +282,7 @@ class ProcessGroup:
         """Block i of input goes to rank i; block j of output comes from
         rank j."""
         f = self._future()
-        self._g.alltoall(f, output, input, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.alltoall(f, output, input, dtype, _secs(timeout)))
         await f
         return output
 
@@ -258,8 +292,7 @@ class ProcessGroup:
                      timeout=None):
         """output (size x input) at dst only."""
         f = self._future()
-        self._g.gather(f, output, input, dst, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.gather(f, output, input, dst, dtype, _secs(timeout)))
         await f
         return output
 
@@ -267,37 +300,32 @@ class ProcessGroup:
                       timeout=None):
         """input (size x output) at src only."""
         f = self._future()
-        self._g.scatter(f, output, input, src, dtype, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.scatter(f, output, input, src, dtype, _secs(timeout)))
         await f
         return output
 
     async def barrier(self, *, timeout=None):
         f = self._future()
-        self._g.barrier(f, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.barrier(f, _secs(timeout)))
         await f
 
     async def send(self, buf, dst, tag=0, *, timeout=None):
         f = self._future()
-        self._g.send(f, buf, dst, tag, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.send(f, buf, dst, tag, _secs(timeout)))
         await f
 
     async def recv(self, buf, src=-1, tag=0, *, timeout=None):
         """Receives into buf (a message no longer than it; src -1: any
         rank). Returns (sender rank, length)."""
         f = self._future()
-        self._g.recv(f, buf, src, tag, _secs(timeout))
-        self._d.kick()
+        self._d.after(self._g.recv(f, buf, src, tag, _secs(timeout)))
         return await f
 
     async def split(self, color, key=None):
         """c10d's split: ranks with one color form a group, ordered by key.
         Collective over this group; None where color < 0."""
         f = self._future()
-        self._g.split(f, color, self.rank if key is None else key)
-        self._d.kick()
+        self._d.after(self._g.split(f, color, self.rank if key is None else key))
         try:
             g = await f
         except Error as e:
@@ -316,8 +344,7 @@ class ProcessGroup:
         """The survivors agree on who failed and get a group of the others
         (also leaving out ``exclude``). This group is unusable after it."""
         f = self._future()
-        self._g.shrink(f, list(exclude))
-        self._d.kick()
+        self._d.after(self._g.shrink(f, list(exclude)))
         return ProcessGroup(await f, self._d)
 
     def revoke(self, reason=None):
@@ -370,9 +397,8 @@ async def init_process_group(init_method="env://", *, rank=-1,
             raise ValueError("init_process_group: a store needs rank and "
                              "world_size")
     f = d.future()
-    d.core.init_group(f, init_method, core_store, rank, world_size,
-                      _secs(timeout), prefix)
-    d.kick()
+    d.after(d.core.init_group(f, init_method, core_store, rank, world_size,
+                              _secs(timeout), prefix))
     return ProcessGroup(await f, d)
 
 
@@ -397,8 +423,8 @@ class _Store:
 
     async def _run(self, method, *args):
         f = self._future()
-        method(f, *args)
-        self._d.kick()
+        t = method(f, *args)
+        self._d.after(0 if t is None else t)
         return await f
 
     async def set(self, key, value):

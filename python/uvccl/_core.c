@@ -21,10 +21,38 @@
  * side knows its exception classes. */
 static PyObject *error_factory;
 static PyObject *str_set_result, *str_set_exception, *str_done;
+/* Futures resolved so far: a turn that resolved one hands back to asyncio
+ * at once. */
+static uint64_t resolved;
+
+/* How long one call may keep turning a uv loop that has more to do at
+ * once (a busy-polling group waiting on its peers' rings) before it hands
+ * back to asyncio. A turn of asyncio costs microseconds; spinning here for
+ * this long at most saves those turns when the peers answer within it,
+ * and keeps asyncio's loop as responsive as uvccl's turn budget does. */
+#define SPIN_NS 50000
+
+/* Turns the loop without waiting until something resolved a future, the
+ * loop has nothing more to do at once, or SPIN_NS passed. Returns how long
+ * asyncio may block (uvccl_loop_before_block). */
+static int turn(uv_loop_t *loop, int host_arms) {
+  uint64_t before = resolved, deadline = uv_hrtime() + SPIN_NS;
+  int t;
+  for (;;) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    t = uv_backend_timeout(loop);
+    /* Where the host does not say when it blocks, it may block after any
+     * turn: arm the wake-ups now. */
+    if (t != 0 && !host_arms) t = uvccl_loop_before_block(loop);
+    if (t != 0 || resolved != before || PyErr_Occurred()) return t;
+    if (uv_hrtime() > deadline) return t;
+  }
+}
 
 typedef struct {
   PyObject_HEAD
   uv_loop_t *loop;
+  int host_arms; /* the host calls before_block() itself when it blocks */
 } LoopObject;
 
 /* The group's memory outlives the Python object until uvccl_pg_destroy's
@@ -179,6 +207,7 @@ static void pg_closed(uvccl_pg_t *pg);
 static void resolve(PyObject *fut, int status, const char *msg,
                     PyObject *value, const uvccl_pg_t *pg) {
   PyObject *done, *r;
+  resolved++;
   done = PyObject_CallMethodNoArgs(fut, str_done);
   if (done == NULL) goto unraisable;
   if (PyObject_IsTrue(done)) { /* cancelled by its awaiter */
@@ -261,8 +290,14 @@ static void op_done(uvccl_work_t *w, int status) {
 }
 
 /* A started operation's fate: on a call-time error the op is freed and
- * the exception raised; on success the future resolves later. */
-static PyObject *started(op_t *op, int rc, const char *name) {
+ * the exception raised. On success the loop turns once, without waiting,
+ * before the call returns: the operation's handles reach the kernel, and
+ * when the peers were there first it may complete now, so that awaiting
+ * its future costs asyncio no turn of its own (the callbacks resolve
+ * futures only: no Python code of the application runs inside). Returns
+ * the loop's backend timeout after that turn (ms; 0: more to do now), for
+ * the driver. */
+static PyObject *started(LoopObject *lo, op_t *op, int rc, const char *name) {
   if (rc < 0) {
     PyObject *owner = op->owner;
     Py_XINCREF(owner);
@@ -277,7 +312,11 @@ static PyObject *started(op_t *op, int rc, const char *name) {
     op_free(op);
     return NULL;
   }
-  Py_RETURN_NONE;
+  {
+    int t = turn(lo->loop, lo->host_arms);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(t);
+  }
 }
 
 static void set_timeout(op_t *op, double timeout_s) {
@@ -434,12 +473,22 @@ static PyObject *Loop_timeout(LoopObject *self, PyObject *unused) {
   return PyLong_FromLong(uv_backend_timeout(self->loop));
 }
 
-/* One turn of the uv loop without blocking: returns its backend timeout
- * afterwards (ms; -1: nothing timed; 0: more to do now). */
+/* Turns of the uv loop without blocking (see turn()): returns its backend
+ * timeout afterwards (ms; -1: nothing timed; 0: more to do now). */
 static PyObject *Loop_run(LoopObject *self, PyObject *unused) {
-  uv_run(self->loop, UV_RUN_NOWAIT);
+  int t = turn(self->loop, self->host_arms);
   if (PyErr_Occurred()) return NULL;
-  return PyLong_FromLong(uv_backend_timeout(self->loop));
+  return PyLong_FromLong(t);
+}
+
+/* The host is about to block: how long it may (ms; -1 no limit). */
+static PyObject *Loop_before_block(LoopObject *self, PyObject *unused) {
+  return PyLong_FromLong(uvccl_loop_before_block(self->loop));
+}
+
+static PyObject *Loop_set_host_arms(LoopObject *self, PyObject *on) {
+  self->host_arms = PyObject_IsTrue(on);
+  Py_RETURN_NONE;
 }
 
 static PyObject *Loop_trace_json(LoopObject *self, PyObject *args) {
@@ -520,7 +569,7 @@ static PyObject *Loop_init_group(LoopObject *self, PyObject *args) {
     rc = uvccl_pg_init(self->loop, &g->box->pg,
                        &((StoreObject *)store)->box->store, &o, &op->work,
                        op_done);
-  return started(op, rc, "init_process_group");
+  return started(self, op, rc, "init_process_group");
 }
 
 /* tcp_store(host, port, timeout_s, world_size) -> Store (connects lazily) */
@@ -619,6 +668,10 @@ static PyMethodDef Loop_methods[] = {
    "ms until the next timer (-1 none, 0 now)"},
   {"run", (PyCFunction)Loop_run, METH_NOARGS,
    "uv_run(UV_RUN_NOWAIT); returns the backend timeout after it"},
+  {"before_block", (PyCFunction)Loop_before_block, METH_NOARGS,
+   "uvccl_loop_before_block: the ms the host may block"},
+  {"set_host_arms", (PyCFunction)Loop_set_host_arms, METH_O,
+   "true: the host calls before_block() whenever it blocks"},
   {"trace_json", (PyCFunction)Loop_trace_json, METH_VARARGS,
    "the flight recorder's dump"},
   {"init_group", (PyCFunction)Loop_init_group, METH_VARARGS, NULL},
@@ -704,7 +757,7 @@ static PyObject *Group_allreduce(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_allreduce(pg, &op->work, op->view[0].buf,
                                  op->view[0].buf, n, dt, rop, op_done),
                  "allreduce");
@@ -730,7 +783,7 @@ static PyObject *Group_broadcast(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_broadcast(pg, &op->work, op->view[0].buf, n, dt, root,
                                  op_done),
                  "broadcast");
@@ -759,7 +812,7 @@ static PyObject *Group_reduce(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_reduce(pg, &op->work, op->view[0].buf, op->view[0].buf,
                               n, dt, rop, root, op_done),
                  "reduce");
@@ -824,7 +877,7 @@ static PyObject *Group_allgather(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_allgather(pg, &op->work, op->view[1].buf,
                                  op->view[0].buf, ni, dt, op_done),
                  "allgather");
@@ -851,7 +904,7 @@ static PyObject *Group_reduce_scatter(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_reduce_scatter(pg, &op->work, op->view[1].buf,
                                       op->view[0].buf, no, dt, rop, op_done),
                  "reduce_scatter");
@@ -881,7 +934,7 @@ static PyObject *Group_alltoall(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_alltoall(pg, &op->work, op->view[1].buf,
                                 op->view[0].buf, ni / (size_t)pg->size, dt,
                                 op_done),
@@ -912,7 +965,7 @@ static PyObject *Group_gather(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_gather(pg, &op->work, op->view[op->nview - 1].buf,
                               out == Py_None ? NULL : op->view[0].buf, ni, dt,
                               root, op_done),
@@ -943,7 +996,7 @@ static PyObject *Group_scatter(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_scatter(pg, &op->work,
                                in == Py_None ? NULL : op->view[1].buf,
                                op->view[0].buf, no, dt, root, op_done),
@@ -960,7 +1013,7 @@ static PyObject *Group_barrier(GroupObject *self, PyObject *args) {
   if ((pg = ready(self, "barrier")) == NULL) return NULL;
   if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
   set_timeout(op, to);
-  return started(op, uvccl_barrier(pg, &op->work, op_done), "barrier");
+  return started(self->owner, op, uvccl_barrier(pg, &op->work, op_done), "barrier");
 }
 
 /* send(fut, buf, dst, tag, timeout) */
@@ -979,7 +1032,7 @@ static PyObject *Group_send(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_send(pg, &op->work, op->view[0].buf,
                             (size_t)op->view[0].len, peer, tag, op_done),
                  "send");
@@ -1001,7 +1054,7 @@ static PyObject *Group_recv(GroupObject *self, PyObject *args) {
     return NULL;
   }
   set_timeout(op, to);
-  return started(op,
+  return started(self->owner, op,
                  uvccl_recv(pg, &op->work, op->view[0].buf,
                             (size_t)op->view[0].len, peer, tag, op_done),
                  "recv");
@@ -1022,7 +1075,7 @@ static PyObject *Group_split(GroupObject *self, PyObject *args) {
     return NULL;
   }
   op->made = g;
-  r = started(op, uvccl_pg_split(pg, &g->box->pg, color, key, &op->work,
+  r = started(self->owner, op, uvccl_pg_split(pg, &g->box->pg, color, key, &op->work,
                                  op_done),
               "split");
   return r;
@@ -1066,7 +1119,7 @@ static PyObject *Group_shrink(GroupObject *self, PyObject *args) {
   }
   op->made = g;
   op->mem = ranks;
-  return started(op,
+  return started(self->owner, op,
                  n > 0 ? uvccl_pg_shrink_excluding(pg, &g->box->pg, ranks,
                                                    (int)n, &op->work, op_done)
                        : uvccl_pg_shrink(pg, &g->box->pg, &op->work, op_done),
@@ -1260,7 +1313,7 @@ static PyObject *Store_connect(StoreObject *self, PyObject *args) {
     Py_RETURN_NONE;
   }
   if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  return started(op, uvccl_tcp_store_connect(st, &op->work, op_done),
+  return started(self->owner, op, uvccl_tcp_store_connect(st, &op->work, op_done),
                  "store.connect");
 }
 
@@ -1279,7 +1332,7 @@ static PyObject *Store_set(StoreObject *self, PyObject *args) {
   }
   rc = uvccl_store_set(st, &op->work, key, v.buf, (size_t)v.len, op_done);
   PyBuffer_Release(&v); /* copied by the call */
-  return started(op, rc, "store.set");
+  return started(self->owner, op, rc, "store.set");
 }
 
 static PyObject *Store_key_op(StoreObject *self, PyObject *args, int which) {
@@ -1304,7 +1357,7 @@ static PyObject *Store_key_op(StoreObject *self, PyObject *args, int which) {
   case 1: rc = uvccl_store_add(st, &op->work, key, delta, op_done); break;
   case 2: rc = uvccl_store_delete_key(st, &op->work, key, op_done); break;
   }
-  return started(op, rc, names[which]);
+  return started(self->owner, op, rc, names[which]);
 }
 
 static PyObject *Store_get(StoreObject *self, PyObject *args) {
@@ -1324,7 +1377,7 @@ static PyObject *Store_num_keys(StoreObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
   if ((st = store_open(self, "store.num_keys")) == NULL) return NULL;
   if ((op = op_new(fut, (PyObject *)self, RES_RESULT)) == NULL) return NULL;
-  return started(op, uvccl_store_num_keys(st, &op->work, op_done),
+  return started(self->owner, op, uvccl_store_num_keys(st, &op->work, op_done),
                  "store.num_keys");
 }
 
@@ -1347,7 +1400,7 @@ static PyObject *Store_compare_set(StoreObject *self, PyObject *args) {
                                d.buf, (size_t)d.len, op_done);
   PyBuffer_Release(&e);
   PyBuffer_Release(&d);
-  return started(op, rc, "store.compare_set");
+  return started(self->owner, op, rc, "store.compare_set");
 }
 
 /* wait(fut, keys, timeout_s) and check(fut, keys): the keys are copied
@@ -1400,7 +1453,7 @@ static PyObject *Store_keys_op(StoreObject *self, PyObject *args, int check) {
                           to > 0 ? (uint64_t)(to * 1000.0 + 0.5)
                                  : UVCCL_DEFAULT_TIMEOUT,
                           op_done);
-  return started(op, rc, name);
+  return started(self->owner, op, rc, name);
 }
 
 static PyObject *Store_wait(StoreObject *self, PyObject *args) {

@@ -24,6 +24,7 @@ const uvccl__backend_t uvccl__cpu_backend = {
     .set_busy_poll = uvccl__cpu_pg_set_busy_poll,
     .premul_sum = uvccl__cpu_pg_premul_sum,
     .loop_stats = uvccl__cpu_pg_loop_stats,
+    .before_block = uvccl__shm_before_block,
     .allreduce = uvccl__cpu_allreduce,
     .allreduce_coalesced = uvccl__cpu_allreduce_coalesced,
     .reduce_scatter = uvccl__cpu_reduce_scatter,

@@ -920,6 +920,9 @@ int uvccl__cpu_pg_peer_host(const uvccl_pg_t *pg, int group_rank);
 void uvccl__cpu_pg_set_timeout(uvccl_pg_t *pg, uint64_t timeout_ms);
 void uvccl__cpu_pg_set_busy_poll(uvccl_pg_t *pg, uint32_t us);
 int uvccl__cpu_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op);
+/* uvccl_loop_before_block for the shared-memory rings of the groups on
+ * loop (src/cpu/xport/shm.c). */
+int uvccl__shm_before_block(uv_loop_t *loop);
 int uvccl__cpu_pg_loop_stats(uvccl_pg_t *pg, uvccl_loop_stats_t *stats,
     int reset);
 int uvccl__cpu_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,

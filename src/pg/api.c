@@ -138,6 +138,16 @@ int uvccl_pg_premul_sum(uvccl_pg_t *pg, double factor, uvccl_redop_t *op) {
   return uvccl__backend_of(pg)->premul_sum(pg, factor, op);
 }
 
+int uvccl_loop_before_block(uv_loop_t *loop) {
+  size_t i;
+  int busy = 0;
+  if (loop == NULL) return UV_EINVAL;
+  for (i = 0; i < NBACKENDS; i++)
+    if (backends[i] != NULL && backends[i]->before_block != NULL)
+      busy |= backends[i]->before_block(loop);
+  return busy ? 0 : uv_backend_timeout(loop);
+}
+
 int uvccl_pg_loop_stats(uvccl_pg_t *pg, uvccl_loop_stats_t *stats, int reset) {
   const uvccl__backend_t *b = uvccl__backend_of(pg);
   if (b->loop_stats == NULL) return UV_EINVAL;

@@ -47,6 +47,10 @@ typedef struct uvccl__backend_s {
   void (*set_busy_poll)(uvccl_pg_t *pg, uint32_t us);
   int (*premul_sum)(uvccl_pg_t *pg, double factor, uvccl_redop_t *op);
   int (*loop_stats)(uvccl_pg_t *pg, uvccl_loop_stats_t *stats, int reset);
+  /* Per loop, not per group (uvccl_loop_before_block): arms what wakes
+   * the loop through its backend fd; 1 when it must not block now. NULL:
+   * the backend needs nothing. */
+  int (*before_block)(uv_loop_t *loop);
   int (*allreduce)(uvccl_pg_t *pg, uvccl_work_t *work, const void *sendbuf,
       void *recvbuf, size_t count, uvccl_dtype_t dtype, uvccl_redop_t op,
       uvccl_work_cb cb);

@@ -323,6 +323,30 @@ out:
   uvccl__turn_leave(&net->turn);
 }
 
+/* An embedded loop (uvccl_loop_before_block) blocks without a prepare
+ * phase first: do each ring's prepare now, so that its inbox is flagged
+ * asleep (or the loop told to spin) before the host blocks. */
+typedef struct {
+  int busy;
+} before_block_t;
+
+static void before_block_one(uv_handle_t *h, void *arg) {
+  before_block_t *bb = arg;
+  net_t *net;
+  if (h->type != UV_PREPARE || ((uv_prepare_t *)h)->prepare_cb != on_prepare ||
+      !uv_is_active(h))
+    return;
+  on_prepare((uv_prepare_t *)h);
+  net = h->data;
+  if (uv_is_active((uv_handle_t *)&net->spin)) bb->busy = 1;
+}
+
+int uvccl__shm_before_block(uv_loop_t *loop) {
+  before_block_t bb = {0};
+  uv_walk(loop, before_block_one, &bb);
+  return bb.busy;
+}
+
 static void on_check(uv_check_t *h) {
   net_t *net = h->data;
   if (net->shm != NULL && net->shm->ib.hdr != NULL)
