@@ -92,3 +92,60 @@ async def test_init_from_store_and_tcp_url():
     for r, (rc, out) in enumerate(await world("init_store", 2)):
         ok, why = passed(out, ["init_store", "init_tcp_url"])
         assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
+async def test_example_server_survives_a_rank():
+    """examples/python/vsearch.py at 2 ranks: searches over HTTP equal the
+    brute-force answer; after rank 1 is SIGKILLed a search gets 503 naming
+    it, /healthz still answers (the loop is alive), SIGTERM stops rank 0."""
+    import importlib.util
+    import aiohttp
+    import numpy as np
+    path = os.path.join(ROOT, "examples", "python", "vsearch.py")
+    spec = importlib.util.spec_from_file_location("vsearch", path)
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   UVCCL_HEARTBEAT_TIMEOUT_MS="3000")
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, path, "--port", "0", "--rows", "3000", "--dim",
+            "8", env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT))
+    try:
+        line = await asyncio.wait_for(procs[0].stdout.readline(), 60)
+        assert line.startswith(b"listening on"), line
+        url = "http://" + line.split()[-1].decode()
+        full = vs.table(3000, 8, 1)
+        rng = np.random.default_rng(7)
+        async with aiohttp.ClientSession() as http:
+            async def search(vec, k):
+                async with http.post(url + "/search", json={
+                        "vector": vec.tolist(), "k": k}) as resp:
+                    return resp.status, await resp.json()
+            queries = rng.standard_normal((12, 8)).astype(np.float32)
+            answers = await asyncio.gather(*(search(q, 5) for q in queries))
+            for q, (status, body) in zip(queries, answers):
+                assert status == 200, body
+                want = np.argsort(((full - q) ** 2).sum(axis=1),
+                                  kind="stable")[:5]
+                assert [h["id"] for h in body["results"]] == list(want)
+            status, body = await search(queries[0][:3], 5)
+            assert status == 400 and "8 numbers" in body["error"]
+            procs[1].kill()
+            await procs[1].wait()
+            status, body = await search(queries[0], 5)
+            assert status == 503 and body["failed_rank"] == 1, body
+            assert "rank 1" in body["error"], body
+            async with http.get(url + "/healthz") as resp:
+                health = await resp.json()
+            assert health["status"] == "degraded" and health["failed_rank"] == 1
+        procs[0].send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(procs[0].wait(), 30) == 0
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
