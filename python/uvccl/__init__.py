@@ -19,6 +19,7 @@ import asyncio
 import builtins
 import datetime
 import json
+import os
 
 from . import _core
 
@@ -150,7 +151,11 @@ class _Driver:
     def kick(self):
         if not self._soon:
             self._soon = True
-            self.aloop.call_soon(self._step)
+            # Through the timer heap, not call_soon: asyncio's timers that
+            # fell due during this turn then run before the next turn, not
+            # after it (a 1 ms timer's lateness is one turn shorter).
+            aloop = self.aloop
+            aloop.call_at(aloop.time(), self._step)
 
     def _on_timer(self):
         self._timer = None
@@ -383,12 +388,27 @@ class ProcessGroup:
         await self.destroy()
 
 
+# What one uvccl callback may do before it returns to the loop, in asyncio:
+# half of uvccl's default. A 1 ms asyncio timer waits for about two turns
+# (the one it fell due in, and the one queued before its task), where a
+# uv timer waits for one, so this keeps its lateness where C's is
+# (bench/RESULTS.md, "Bindings").
+TURN_US = 250
+TURN_BYTES = 256 << 10
+
+
 async def init_process_group(init_method="env://", *, rank=-1,
                              world_size=-1, store=None, timeout=None,
-                             prefix=None):
+                             prefix=None, turn_us=None, turn_bytes=None):
     """The world group, from a URL ("env://", "tcp://HOST:PORT",
-    "file://PATH") or a store (with rank and world_size)."""
+    "file://PATH") or a store (with rank and world_size). turn_us and
+    turn_bytes bound each uvccl callback on the loop (default: $UVCCL_TURN_US
+    and $UVCCL_TURN_BYTES, else TURN_US and TURN_BYTES)."""
     d = _driver()
+    if turn_us is None:
+        turn_us = 0 if "UVCCL_TURN_US" in os.environ else TURN_US
+    if turn_bytes is None:
+        turn_bytes = 0 if "UVCCL_TURN_BYTES" in os.environ else TURN_BYTES
     core_store = None
     if store is not None:
         core_store = store._s
@@ -398,7 +418,7 @@ async def init_process_group(init_method="env://", *, rank=-1,
                              "world_size")
     f = d.future()
     d.after(d.core.init_group(f, init_method, core_store, rank, world_size,
-                              _secs(timeout), prefix))
+                              _secs(timeout), prefix, turn_bytes, turn_us))
     return ProcessGroup(await f, d)
 
 

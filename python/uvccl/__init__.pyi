@@ -77,7 +77,12 @@ async def init_process_group(init_method: Optional[str] = ..., *,
                              rank: int = ..., world_size: int = ...,
                              store: Optional[_Store] = ...,
                              timeout: Timeout = ...,
-                             prefix: Optional[str] = ...) -> ProcessGroup: ...
+                             prefix: Optional[str] = ...,
+                             turn_us: Optional[int] = ...,
+                             turn_bytes: Optional[int] = ...) -> ProcessGroup: ...
+
+TURN_US: int
+TURN_BYTES: int
 
 def flight_recorder(reason: Optional[str] = ...) -> dict[str, Any]: ...
 

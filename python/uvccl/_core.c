@@ -522,7 +522,8 @@ static GroupObject *group_alloc(LoopObject *owner) {
   return g;
 }
 
-/* init(fut, url_or_None, store_or_None, rank, size, timeout_s, prefix) */
+/* init(fut, url_or_None, store_or_None, rank, size, timeout_s, prefix
+ *      [, turn_bytes, turn_us]) */
 static PyObject *Loop_init_group(LoopObject *self, PyObject *args) {
   PyObject *fut, *store;
   const char *url, *prefix;
@@ -531,9 +532,15 @@ static PyObject *Loop_init_group(LoopObject *self, PyObject *args) {
   uvccl_pg_options_t o;
   GroupObject *g;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OzOiidz", &fut, &url, &store, &rank, &size,
-                        &timeout_s, &prefix))
+  Py_ssize_t turn_bytes = 0;
+  unsigned int turn_us = 0;
+  if (!PyArg_ParseTuple(args, "OzOiidz|nI", &fut, &url, &store, &rank, &size,
+                        &timeout_s, &prefix, &turn_bytes, &turn_us))
     return NULL;
+  if (turn_bytes < 0) {
+    PyErr_SetString(PyExc_ValueError, "turn_bytes must not be negative");
+    return NULL;
+  }
   if (store != Py_None && Py_TYPE(store) != &StoreType) {
     PyErr_SetString(PyExc_TypeError, "init_process_group: store must be a "
                     "uvccl store");
@@ -553,6 +560,8 @@ static PyObject *Loop_init_group(LoopObject *self, PyObject *args) {
   o.rank = rank;
   o.size = size;
   o.prefix = prefix;
+  o.turn_bytes = (size_t)turn_bytes;
+  o.turn_us = turn_us;
   if (timeout_s > 0) o.timeout_ms = (uint64_t)(timeout_s * 1000.0 + 0.5);
   g = group_alloc(self);
   if (g == NULL) return NULL;
