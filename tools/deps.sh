@@ -14,10 +14,11 @@ command -v prove >/dev/null 2>&1 || need="$need perl"
 [ -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] || need="$need libtorch-dev"
 [ -n "$(ls /usr/include/python3*/Python.h 2>/dev/null)" ] || need="$need python3-dev"
 [ -f /usr/include/pybind11/pybind11.h ] || need="$need pybind11-dev"
-# The asyncio binding's tests (python/uvccl/tests): pytest with its asyncio
-# plugin, numpy arrays as buffers, aiohttp for the example server.
-/usr/bin/python3 -c "import pytest, pytest_asyncio, numpy, aiohttp" >/dev/null 2>&1 ||
-  need="$need python3-pytest python3-pytest-asyncio python3-numpy python3-aiohttp"
+# The asyncio binding's tests (t/py/asyncio): pytest with its asyncio
+# plugin, numpy arrays as buffers, aiohttp for the example server, venv
+# and pip for its offline `pip install` test.
+/usr/bin/python3 -c "import pytest, pytest_asyncio, numpy, aiohttp, ensurepip, setuptools" >/dev/null 2>&1 ||
+  need="$need python3-pytest python3-pytest-asyncio python3-numpy python3-aiohttp python3-venv python3-pip python3-setuptools"
 command -v g++ >/dev/null 2>&1 || need="$need g++"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"

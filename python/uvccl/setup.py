@@ -24,9 +24,13 @@ def version():
 
 class BuildWithRepository(build_ext):
     def run(self):
-        # -o deps: installing system packages is not pip's business
+        # -o deps: installing system packages is not pip's business. The
+        # plain build whatever make runs pip (a sanitizer build's flags
+        # reach sub-makes through MAKEFLAGS).
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "SANITIZE")}
         subprocess.check_call(["make", "-o", "deps", "build/libuvccl.a"],
-                              cwd=ROOT)
+                              cwd=ROOT, env=env)
         super().run()
 
 

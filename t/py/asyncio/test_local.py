@@ -170,3 +170,38 @@ def test_flight_recorder_and_errors():
     assert any(e.get("op") == "allreduce" for e in fr["entries"])
     assert issubclass(uvccl.TimeoutError, TimeoutError)
     assert uvccl.version
+
+
+def test_pip_install_offline(tmp_path):
+    """pip install ./python/uvccl, offline, into a virtual environment: the
+    installed package (not the repository's) imports and runs a world of
+    one."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))))
+    venv = tmp_path / "venv"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                        str(venv)], check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        pytest.skip("no venv with pip here: %s" % e.stderr.decode()[-200:])
+    py = str(venv / "bin" / "python")
+    r = subprocess.run([py, "-m", "pip", "install", "--no-build-isolation",
+                        "--no-index", "-q", os.path.join(root, "python", "uvccl")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    code = ("import asyncio, array, uvccl\n"
+            "async def go():\n"
+            "    g = await uvccl.init_process_group(store=uvccl.HashStore(), rank=0, world_size=1)\n"
+            "    a = array.array('f', [1.5, 2.5])\n"
+            "    await g.allreduce(a)\n"
+            "    await g.destroy()\n"
+            "    return list(a)\n"
+            "print(asyncio.run(go()), uvccl.__file__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([py, "-c", code], capture_output=True, text=True,
+                       cwd=str(tmp_path), env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("[1.5, 2.5]") and str(venv) in r.stdout, r.stdout
