@@ -3,7 +3,9 @@
  *   - worlds of 2 and 4 processes over env://: every collective exact
  *     (allreduce of ten dtypes x sum/max/min/product, avg, bfloat16;
  *     broadcast and reduce from every root, allgather, reduce_scatter,
- *     alltoall, gather, scatter, barrier, send/recv, recv from any
+ *     alltoall, gather, scatter, barrier, monitored_barrier, the uneven
+ *     allgatherv, reduce_scatterv and alltoallv, allreduce_coalesced,
+ *     send/recv, recv from any
  *     source, twenty allreduces in flight at once, split, new_group), on
  *     numpy arrays, array.array, bytearray and memoryviews; the store
  *     client; the flight recorder's dump;

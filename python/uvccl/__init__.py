@@ -243,7 +243,7 @@ class ProcessGroup:
 
     async def allreduce(self, buf, op="sum", *, dtype=None, timeout=None):
         f = self._future()
-        self._d.after(self._g.allreduce(f, buf, op, dtype, _secs(timeout)))
+        self._d.after(self._g.allreduce(f, buf, None, 0, op, dtype, _secs(timeout)))
         await f
         return buf
 
@@ -251,7 +251,8 @@ class ProcessGroup:
 
     async def broadcast(self, buf, src=0, *, dtype=None, timeout=None):
         f = self._future()
-        self._d.after(self._g.broadcast(f, buf, src, dtype, _secs(timeout)))
+        self._d.after(self._g.broadcast(f, buf, None, src, "sum", dtype,
+                                       _secs(timeout)))
         await f
         return buf
 
@@ -259,14 +260,15 @@ class ProcessGroup:
         """In place: buf holds the result at dst (elsewhere, its input is
         left as it was or used as scratch)."""
         f = self._future()
-        self._d.after(self._g.reduce(f, buf, dst, op, dtype, _secs(timeout)))
+        self._d.after(self._g.reduce(f, buf, None, dst, op, dtype, _secs(timeout)))
         await f
         return buf
 
     async def allgather(self, output, input, *, dtype=None, timeout=None):
         """output holds size x input, rank i's at block i."""
         f = self._future()
-        self._d.after(self._g.allgather(f, output, input, dtype, _secs(timeout)))
+        self._d.after(self._g.allgather(f, output, input, 0, "sum", dtype,
+                                       _secs(timeout)))
         await f
         return output
 
@@ -277,7 +279,8 @@ class ProcessGroup:
         """input holds size blocks of output's length; output gets the
         reduction of block rank."""
         f = self._future()
-        self._d.after(self._g.reduce_scatter(f, output, input, op, dtype, _secs(timeout)))
+        self._d.after(self._g.reduce_scatter(f, output, input, 0, op, dtype,
+                                            _secs(timeout)))
         await f
         return output
 
@@ -287,7 +290,8 @@ class ProcessGroup:
         """Block i of input goes to rank i; block j of output comes from
         rank j."""
         f = self._future()
-        self._d.after(self._g.alltoall(f, output, input, dtype, _secs(timeout)))
+        self._d.after(self._g.alltoall(f, output, input, 0, "sum", dtype,
+                                      _secs(timeout)))
         await f
         return output
 
@@ -297,7 +301,8 @@ class ProcessGroup:
                      timeout=None):
         """output (size x input) at dst only."""
         f = self._future()
-        self._d.after(self._g.gather(f, output, input, dst, dtype, _secs(timeout)))
+        self._d.after(self._g.gather(f, output, input, dst, "sum", dtype,
+                                    _secs(timeout)))
         await f
         return output
 
@@ -305,9 +310,60 @@ class ProcessGroup:
                       timeout=None):
         """input (size x output) at src only."""
         f = self._future()
-        self._d.after(self._g.scatter(f, output, input, src, dtype, _secs(timeout)))
+        self._d.after(self._g.scatter(f, output, input, src, "sum", dtype,
+                                     _secs(timeout)))
         await f
         return output
+
+    async def allreduce_coalesced(self, bufs, op="sum", *, dtype=None,
+                                  timeout=None):
+        """Every buffer (one dtype) reduced in place, as one operation."""
+        bufs = list(bufs)
+        f = self._future()
+        self._d.after(self._g.allreduce_coalesced(f, bufs, op, dtype,
+                                                  _secs(timeout)))
+        await f
+        return bufs
+
+    async def allgatherv(self, outputs, input, *, dtype=None, timeout=None):
+        """Uneven: outputs[i] (one a rank) receives rank i's input, of any
+        length; this rank's output must hold as many elements as its
+        input."""
+        outputs = list(outputs)
+        f = self._future()
+        self._d.after(self._g.allgatherv(f, outputs, input, dtype,
+                                         _secs(timeout)))
+        await f
+        return outputs
+
+    async def reduce_scatterv(self, output, input, counts, op="sum", *,
+                              dtype=None, timeout=None):
+        """Uneven: block i of input holds counts[i] elements; output gets
+        the reduction of block rank."""
+        f = self._future()
+        self._d.after(self._g.reduce_scatterv(f, output, input, list(counts),
+                                              op, dtype, _secs(timeout)))
+        await f
+        return output
+
+    async def alltoallv(self, output, input, send_counts, recv_counts, *,
+                        dtype=None, timeout=None):
+        """c10d's all_to_all_single with split sizes: send_counts[i]
+        elements go to rank i, recv_counts[j] come from rank j."""
+        f = self._future()
+        self._d.after(self._g.alltoallv(f, output, input, list(send_counts),
+                                        list(recv_counts), dtype,
+                                        _secs(timeout)))
+        await f
+        return output
+
+    async def monitored_barrier(self, *, wait_all=False, timeout=None):
+        """c10d's monitored_barrier: rank 0 collects every rank within the
+        timeout; the error names the rank that did not come (all of them
+        with wait_all)."""
+        f = self._future()
+        self._d.after(self._g.monitored_barrier(f, wait_all, _secs(timeout)))
+        await f
 
     async def barrier(self, *, timeout=None):
         f = self._future()

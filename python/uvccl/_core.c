@@ -111,8 +111,10 @@ typedef struct {
   PyObject *fut;
   PyObject *owner;   /* the group or store: alive until completion */
   GroupObject *made; /* init, split, shrink: the new group */
-  Py_buffer view[2];
+  Py_buffer *view;   /* the buffers held: view_inline, or malloc'ed */
   int nview;
+  int cap;
+  Py_buffer view_inline[2];
   int result;
   void *mem;         /* counts, keys: freed at completion */
 } op_t;
@@ -188,12 +190,15 @@ static op_t *op_new(PyObject *fut, PyObject *owner, int result) {
   Py_XINCREF(owner);
   op->owner = owner;
   op->result = result;
+  op->view = op->view_inline;
+  op->cap = 2;
   return op;
 }
 
 static void op_free(op_t *op) {
   int i;
   for (i = 0; i < op->nview; i++) PyBuffer_Release(&op->view[i]);
+  if (op->view != op->view_inline) PyMem_RawFree(op->view);
   uvccl_work_cleanup(&op->work);
   Py_XDECREF(op->made);
   Py_XDECREF(op->owner);
@@ -229,6 +234,29 @@ static void resolve(PyObject *fut, int status, const char *msg,
   return;
 unraisable:
   PyErr_WriteUnraisable(fut);
+}
+
+/* Closing a group, store or server: the future of the close call (if
+ * any) is kept in *slot and resolves, with None, in the close callback
+ * (closed()); with nothing left to close it resolves now. Returns 1 when
+ * the caller is to close. */
+static int close_begin(PyObject *fut, int open, PyObject **slot) {
+  if (!open) {
+    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+    return 0;
+  }
+  if (fut != Py_None) {
+    Py_INCREF(fut);
+    *slot = fut;
+  }
+  return 1;
+}
+
+static void closed(PyObject *fut) {
+  if (fut != NULL) {
+    resolve(fut, 0, "", Py_None, NULL);
+    Py_DECREF(fut);
+  }
 }
 
 static const uvccl_pg_t *owner_pg(PyObject *owner) {
@@ -354,8 +382,21 @@ static int dtype_of_format(const Py_buffer *v) {
 /* Holds obj's buffer in op (writable when asked), C-contiguous. */
 static int hold(op_t *op, PyObject *obj, int writable, const char *opname,
                 const char *what) {
-  Py_buffer *v = &op->view[op->nview];
+  Py_buffer *v;
   int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (op->nview == op->cap) {
+    int cap = op->cap * 2;
+    Py_buffer *m = PyMem_RawMalloc(sizeof(Py_buffer) * (size_t)cap);
+    if (m == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    memcpy(m, op->view, sizeof(Py_buffer) * (size_t)op->nview);
+    if (op->view != op->view_inline) PyMem_RawFree(op->view);
+    op->view = m;
+    op->cap = cap;
+  }
+  v = &op->view[op->nview];
   if (PyObject_GetBuffer(obj, v, flags) < 0) {
     PyObject *type, *val, *tb;
     PyErr_Fetch(&type, &val, &tb);
@@ -704,10 +745,7 @@ static PyTypeObject LoopType = {
 
 static void pg_closed(uvccl_pg_t *pg) {
   pg_box_t *box = (pg_box_t *)pg;
-  if (box->fut != NULL) {
-    resolve(box->fut, 0, "", Py_None, NULL);
-    Py_DECREF(box->fut);
-  }
+  closed(box->fut);
   free(box);
 }
 
@@ -745,92 +783,11 @@ static PyGetSetDef Group_getset[] = {
   {NULL, NULL, NULL, NULL, NULL}
 };
 
-/* allreduce(fut, buf, op, dtype, timeout) */
-static PyObject *Group_allreduce(GroupObject *self, PyObject *args) {
-  PyObject *fut, *buf;
-  const char *opn, *dtn;
-  double to;
-  uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  uvccl_redop_t rop;
-  size_t n;
-  op_t *op;
-  if (!PyArg_ParseTuple(args, "OOszd", &fut, &buf, &opn, &dtn, &to))
-    return NULL;
-  if ((pg = ready(self, "allreduce")) == NULL) return NULL;
-  if (redop_of(opn, "allreduce", &rop) < 0) return NULL;
-  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold(op, buf, 1, "allreduce", "the buffer") < 0 ||
-      dtype_of(&op->view[0], dtn, 0, "allreduce", &dt, &n) < 0) {
-    op_free(op);
-    return NULL;
-  }
-  set_timeout(op, to);
-  return started(self->owner, op,
-                 uvccl_allreduce(pg, &op->work, op->view[0].buf,
-                                 op->view[0].buf, n, dt, rop, op_done),
-                 "allreduce");
-}
-
-/* broadcast(fut, buf, root, dtype, timeout) */
-static PyObject *Group_broadcast(GroupObject *self, PyObject *args) {
-  PyObject *fut, *buf;
-  const char *dtn;
-  int root;
-  double to;
-  uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  size_t n;
-  op_t *op;
-  if (!PyArg_ParseTuple(args, "OOizd", &fut, &buf, &root, &dtn, &to))
-    return NULL;
-  if ((pg = ready(self, "broadcast")) == NULL) return NULL;
-  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold(op, buf, 1, "broadcast", "the buffer") < 0 ||
-      dtype_of(&op->view[0], dtn, 1, "broadcast", &dt, &n) < 0) {
-    op_free(op);
-    return NULL;
-  }
-  set_timeout(op, to);
-  return started(self->owner, op,
-                 uvccl_broadcast(pg, &op->work, op->view[0].buf, n, dt, root,
-                                 op_done),
-                 "broadcast");
-}
-
-/* reduce(fut, buf, root, op, dtype, timeout): in place; buf holds the
- * result at root only. */
-static PyObject *Group_reduce(GroupObject *self, PyObject *args) {
-  PyObject *fut, *buf;
-  const char *opn, *dtn;
-  int root;
-  double to;
-  uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  uvccl_redop_t rop;
-  size_t n;
-  op_t *op;
-  if (!PyArg_ParseTuple(args, "OOiszd", &fut, &buf, &root, &opn, &dtn, &to))
-    return NULL;
-  if ((pg = ready(self, "reduce")) == NULL) return NULL;
-  if (redop_of(opn, "reduce", &rop) < 0) return NULL;
-  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold(op, buf, 1, "reduce", "the buffer") < 0 ||
-      dtype_of(&op->view[0], dtn, 0, "reduce", &dt, &n) < 0) {
-    op_free(op);
-    return NULL;
-  }
-  set_timeout(op, to);
-  return started(self->owner, op,
-                 uvccl_reduce(pg, &op->work, op->view[0].buf, op->view[0].buf,
-                              n, dt, rop, root, op_done),
-                 "reduce");
-}
-
 /* Holds an (output, input) pair; checks their dtypes agree and the
  * output's length is `ratio` times the input's (or the input's `ratio`
  * times the output's when ratio < 0). out or in may be None where the op
- * ignores it on this rank (ratio then unchecked). */
+ * ignores it on this rank, or ratio 0 (the uneven ops check their
+ * counts): unchecked. */
 static int hold_pair(op_t *op, PyObject *out, PyObject *in, const char *dtn,
                      int moving, int ratio, const char *opname,
                      uvccl_dtype_t *dt, size_t *nout, size_t *nin) {
@@ -868,148 +825,400 @@ static int hold_pair(op_t *op, PyObject *out, PyObject *in, const char *dtn,
   return 0;
 }
 
-/* allgather(fut, out, in, dtype, timeout): out = size x in */
-static PyObject *Group_allgather(GroupObject *self, PyObject *args) {
+/* ---- collectives --------------------------------------------------------
+ * One entry point for the collectives of one buffer in place or of an
+ * (output, input) pair, chosen by a table; every call comes as
+ * (fut, out, in, root, op, dtype, timeout), the arguments an op has no use
+ * for being None, 0 and "sum". */
+typedef enum {
+  COLL_ALLREDUCE,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_ALLGATHER,
+  COLL_REDUCE_SCATTER,
+  COLL_ALLTOALL,
+  COLL_GATHER,
+  COLL_SCATTER,
+} coll_t;
+
+/* shape: 0 one buffer in place (out); 1 out = size x in; -1 in = size x
+ * out; 2 out and in of one length. root_side: the output (1) or the input
+ * (-1) exists at the root only. */
+static const struct {
+  const char *name;
+  int reduces;
+  int shape;
+  int root_side;
+} colls[] = {
+  [COLL_ALLREDUCE] = {"allreduce", 1, 0, 0},
+  [COLL_BROADCAST] = {"broadcast", 0, 0, 0},
+  [COLL_REDUCE] = {"reduce", 1, 0, 0},
+  [COLL_ALLGATHER] = {"allgather", 0, 1, 0},
+  [COLL_REDUCE_SCATTER] = {"reduce_scatter", 1, -1, 0},
+  [COLL_ALLTOALL] = {"alltoall", 0, 2, 0},
+  [COLL_GATHER] = {"gather", 0, 1, 1},
+  [COLL_SCATTER] = {"scatter", 0, -1, -1},
+};
+
+static PyObject *coll(GroupObject *self, PyObject *args, coll_t which) {
+  const char *name = colls[which].name, *opn, *dtn;
   PyObject *fut, *out, *in;
+  int root, rc;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_dtype_t dt = UVCCL_UINT8;
+  uvccl_redop_t rop = UVCCL_SUM;
+  size_t no = 0, ni = 0;
+  void *ob, *ib;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOOiszd", &fut, &out, &in, &root, &opn, &dtn,
+                        &to))
+    return NULL;
+  if ((pg = ready(self, name)) == NULL) return NULL;
+  if (colls[which].reduces && redop_of(opn, name, &rop) < 0) return NULL;
+  if (colls[which].root_side != 0) {
+    PyObject **side = colls[which].root_side > 0 ? &out : &in;
+    if (pg->rank == root && *side == Py_None) {
+      PyErr_Format(PyExc_ValueError, "%s: the root needs an %s", name,
+                   colls[which].root_side > 0 ? "output" : "input");
+      return NULL;
+    }
+    if (pg->rank != root) *side = Py_None; /* unused there */
+  }
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if (colls[which].shape == 0) {
+    if (hold(op, out, 1, name, "the buffer") < 0 ||
+        dtype_of(&op->view[0], dtn, !colls[which].reduces, name, &dt, &no) < 0)
+      goto fail;
+  } else {
+    int ratio = colls[which].shape == 2 ? 1 : colls[which].shape * pg->size;
+    if (hold_pair(op, out, in, dtn, !colls[which].reduces, ratio, name, &dt,
+                  &no, &ni) < 0)
+      goto fail;
+  }
+  /* held in order: the output (if any), then the input (if any) */
+  ob = out != Py_None ? op->view[0].buf : NULL;
+  ib = in != Py_None ? op->view[op->nview - 1].buf : NULL;
+  if (which == COLL_ALLTOALL && ni % (size_t)pg->size != 0) {
+    PyErr_Format(PyExc_ValueError, "alltoall: %zu elements do not split "
+                 "into %d equal blocks", ni, pg->size);
+    goto fail;
+  }
+  set_timeout(op, to);
+  switch (which) {
+  case COLL_ALLREDUCE:
+    rc = uvccl_allreduce(pg, &op->work, ob, ob, no, dt, rop, op_done);
+    break;
+  case COLL_BROADCAST:
+    rc = uvccl_broadcast(pg, &op->work, ob, no, dt, root, op_done);
+    break;
+  case COLL_REDUCE:
+    rc = uvccl_reduce(pg, &op->work, ob, ob, no, dt, rop, root, op_done);
+    break;
+  case COLL_ALLGATHER:
+    rc = uvccl_allgather(pg, &op->work, ib, ob, ni, dt, op_done);
+    break;
+  case COLL_REDUCE_SCATTER:
+    rc = uvccl_reduce_scatter(pg, &op->work, ib, ob, no, dt, rop, op_done);
+    break;
+  case COLL_ALLTOALL:
+    rc = uvccl_alltoall(pg, &op->work, ib, ob, ni / (size_t)pg->size, dt,
+                        op_done);
+    break;
+  case COLL_GATHER:
+    rc = uvccl_gather(pg, &op->work, ib, ob, ni, dt, root, op_done);
+    break;
+  default: /* COLL_SCATTER */
+    rc = uvccl_scatter(pg, &op->work, ib, ob, no, dt, root, op_done);
+  }
+  return started(self->owner, op, rc, name);
+fail:
+  op_free(op);
+  return NULL;
+}
+
+#define COLL_METHOD(fn, which)                                                \
+  static PyObject *fn(GroupObject *self, PyObject *args) {                    \
+    return coll(self, args, which);                                           \
+  }
+COLL_METHOD(Group_allreduce, COLL_ALLREDUCE)
+COLL_METHOD(Group_broadcast, COLL_BROADCAST)
+COLL_METHOD(Group_reduce, COLL_REDUCE)
+COLL_METHOD(Group_allgather, COLL_ALLGATHER)
+COLL_METHOD(Group_reduce_scatter, COLL_REDUCE_SCATTER)
+COLL_METHOD(Group_alltoall, COLL_ALLTOALL)
+COLL_METHOD(Group_gather, COLL_GATHER)
+COLL_METHOD(Group_scatter, COLL_SCATTER)
+
+/* A list of element counts (non-negative ints) of exactly n entries, into
+ * a malloc'ed array. */
+static size_t *counts_of(PyObject *list, int n, const char *opname,
+                         const char *what) {
+  PyObject *seq = PySequence_Fast(list, "counts must be a sequence of ints");
+  size_t *c;
+  Py_ssize_t i;
+  if (seq == NULL) return NULL;
+  if (PySequence_Fast_GET_SIZE(seq) != n) {
+    PyErr_Format(PyExc_ValueError, "%s: %s has %zd entries, not one a rank "
+                 "(%d)", opname, what, PySequence_Fast_GET_SIZE(seq), n);
+    Py_DECREF(seq);
+    return NULL;
+  }
+  c = malloc(sizeof(size_t) * (size_t)(n > 0 ? n : 1));
+  if (c == NULL) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    Py_ssize_t v = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i),
+                                      PyExc_OverflowError);
+    if (v < 0) {
+      if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s: %s[%zd] is negative", opname,
+                     what, i);
+      free(c);
+      Py_DECREF(seq);
+      return NULL;
+    }
+    c[i] = (size_t)v;
+  }
+  Py_DECREF(seq);
+  return c;
+}
+
+static size_t sum_of(const size_t *c, int n) {
+  size_t s = 0;
+  int i;
+  for (i = 0; i < n; i++) s += c[i];
+  return s;
+}
+
+/* alltoallv(fut, out, in, send_counts, recv_counts, dtype, timeout) */
+static PyObject *Group_alltoallv(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in, *sc, *rcl;
   const char *dtn;
   double to;
   uvccl_pg_t *pg;
   uvccl_dtype_t dt;
-  size_t no, ni;
+  size_t no, ni, *counts;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &out, &in, &dtn, &to))
+  if (!PyArg_ParseTuple(args, "OOOOOzd", &fut, &out, &in, &sc, &rcl, &dtn,
+                        &to))
     return NULL;
-  if ((pg = ready(self, "allgather")) == NULL) return NULL;
+  if ((pg = ready(self, "alltoallv")) == NULL) return NULL;
   if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold_pair(op, out, in, dtn, 1, pg->size, "allgather", &dt, &no, &ni) < 0) {
-    op_free(op);
-    return NULL;
+  /* one block: send counts, then receive counts */
+  if (hold_pair(op, out, in, dtn, 1, 0, "alltoallv", &dt, &no, &ni) < 0 ||
+      (counts = malloc(sizeof(size_t) * 2 * (size_t)pg->size)) == NULL)
+    goto fail;
+  op->mem = counts;
+  {
+    size_t *s = counts_of(sc, pg->size, "alltoallv", "send_counts"), *r;
+    if (s == NULL) goto fail;
+    r = counts_of(rcl, pg->size, "alltoallv", "recv_counts");
+    if (r == NULL) {
+      free(s);
+      goto fail;
+    }
+    memcpy(counts, s, sizeof(size_t) * (size_t)pg->size);
+    memcpy(counts + pg->size, r, sizeof(size_t) * (size_t)pg->size);
+    free(s);
+    free(r);
+  }
+  if (sum_of(counts, pg->size) != ni || sum_of(counts + pg->size, pg->size) != no) {
+    PyErr_Format(PyExc_ValueError, "alltoallv: the send counts add up to %zu "
+                 "elements (the input holds %zu), the receive counts to %zu "
+                 "(the output holds %zu)", sum_of(counts, pg->size), ni,
+                 sum_of(counts + pg->size, pg->size), no);
+    goto fail;
   }
   set_timeout(op, to);
   return started(self->owner, op,
-                 uvccl_allgather(pg, &op->work, op->view[1].buf,
-                                 op->view[0].buf, ni, dt, op_done),
-                 "allgather");
+                 uvccl_alltoallv(pg, &op->work, op->view[1].buf, counts,
+                                 op->view[0].buf, counts + pg->size, dt,
+                                 op_done),
+                 "alltoallv");
+fail:
+  op_free(op);
+  return NULL;
 }
 
-/* reduce_scatter(fut, out, in, op, dtype, timeout): in = size x out */
-static PyObject *Group_reduce_scatter(GroupObject *self, PyObject *args) {
-  PyObject *fut, *out, *in;
+/* reduce_scatterv(fut, out, in, recv_counts, op, dtype, timeout) */
+static PyObject *Group_reduce_scatterv(GroupObject *self, PyObject *args) {
+  PyObject *fut, *out, *in, *rcl;
   const char *opn, *dtn;
   double to;
   uvccl_pg_t *pg;
   uvccl_dtype_t dt;
   uvccl_redop_t rop;
-  size_t no, ni;
+  size_t no, ni, *counts;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOszd", &fut, &out, &in, &opn, &dtn, &to))
+  if (!PyArg_ParseTuple(args, "OOOOszd", &fut, &out, &in, &rcl, &opn, &dtn,
+                        &to))
     return NULL;
-  if ((pg = ready(self, "reduce_scatter")) == NULL) return NULL;
-  if (redop_of(opn, "reduce_scatter", &rop) < 0) return NULL;
+  if ((pg = ready(self, "reduce_scatterv")) == NULL) return NULL;
+  if (redop_of(opn, "reduce_scatterv", &rop) < 0) return NULL;
   if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold_pair(op, out, in, dtn, 0, -pg->size, "reduce_scatter", &dt, &no,
-                &ni) < 0) {
-    op_free(op);
-    return NULL;
+  if (hold_pair(op, out, in, dtn, 0, 0, "reduce_scatterv", &dt, &no, &ni) < 0 ||
+      (counts = counts_of(rcl, pg->size, "reduce_scatterv", "recv_counts")) ==
+          NULL)
+    goto fail;
+  op->mem = counts;
+  if (sum_of(counts, pg->size) != ni || counts[pg->rank] != no) {
+    PyErr_Format(PyExc_ValueError, "reduce_scatterv: the counts add up to %zu "
+                 "elements (the input holds %zu) and this rank's is %zu (the "
+                 "output holds %zu)", sum_of(counts, pg->size), ni,
+                 counts[pg->rank], no);
+    goto fail;
   }
   set_timeout(op, to);
   return started(self->owner, op,
-                 uvccl_reduce_scatter(pg, &op->work, op->view[1].buf,
-                                      op->view[0].buf, no, dt, rop, op_done),
-                 "reduce_scatter");
+                 uvccl_reduce_scatterv(pg, &op->work, op->view[1].buf,
+                                       op->view[0].buf, counts, dt, rop,
+                                       op_done),
+                 "reduce_scatterv");
+fail:
+  op_free(op);
+  return NULL;
 }
 
-/* alltoall(fut, out, in, dtype, timeout): same lengths, size blocks */
-static PyObject *Group_alltoall(GroupObject *self, PyObject *args) {
-  PyObject *fut, *out, *in;
+/* allgatherv(fut, outputs, in, dtype, timeout): outputs[i] receives rank
+ * i's input, whatever its length. */
+static PyObject *Group_allgatherv(GroupObject *self, PyObject *args) {
+  PyObject *fut, *outs, *in, *seq = NULL;
   const char *dtn;
   double to;
   uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  size_t no, ni;
+  uvccl_dtype_t dt, d;
+  size_t ni, n, *counts;
+  void **bufs;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &out, &in, &dtn, &to))
+  int i;
+  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &outs, &in, &dtn, &to))
     return NULL;
-  if ((pg = ready(self, "alltoall")) == NULL) return NULL;
-  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold_pair(op, out, in, dtn, 1, 1, "alltoall", &dt, &no, &ni) < 0) {
-    op_free(op);
-    return NULL;
-  }
-  if (ni % (size_t)pg->size != 0) {
-    PyErr_Format(PyExc_ValueError, "alltoall: %zu elements do not split "
-                 "into %d equal blocks", ni, pg->size);
-    op_free(op);
+  if ((pg = ready(self, "allgatherv")) == NULL) return NULL;
+  seq = PySequence_Fast(outs, "allgatherv: outputs must be a list of buffers");
+  if (seq == NULL) return NULL;
+  if (PySequence_Fast_GET_SIZE(seq) != pg->size) {
+    PyErr_Format(PyExc_ValueError, "allgatherv: %zd outputs, not one a rank "
+                 "(%d)", PySequence_Fast_GET_SIZE(seq), pg->size);
+    Py_DECREF(seq);
     return NULL;
   }
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) goto fail_seq;
+  /* counts, then the buffer pointers, in one block */
+  op->mem = malloc((sizeof(size_t) + sizeof(void *)) * (size_t)pg->size);
+  if (op->mem == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  counts = op->mem;
+  bufs = (void **)(counts + pg->size);
+  if (hold(op, in, 0, "allgatherv", "the input") < 0 ||
+      dtype_of(&op->view[0], dtn, 1, "allgatherv", &dt, &ni) < 0)
+    goto fail;
+  for (i = 0; i < pg->size; i++) {
+    if (hold(op, PySequence_Fast_GET_ITEM(seq, i), 1, "allgatherv",
+             "each output") < 0 ||
+        dtype_of(&op->view[op->nview - 1], dtn, 1, "allgatherv", &d, &n) < 0)
+      goto fail;
+    if (d != dt) {
+      PyErr_Format(PyExc_TypeError, "allgatherv: output %d holds %s, the "
+                   "input %s", i, uvccl_dtype_name(d), uvccl_dtype_name(dt));
+      goto fail;
+    }
+    counts[i] = n;
+    bufs[i] = op->view[op->nview - 1].buf;
+  }
+  if (counts[pg->rank] != ni) {
+    PyErr_Format(PyExc_ValueError, "allgatherv: this rank's output holds %zu "
+                 "elements, its input %zu", counts[pg->rank], ni);
+    goto fail;
+  }
+  Py_DECREF(seq);
   set_timeout(op, to);
   return started(self->owner, op,
-                 uvccl_alltoall(pg, &op->work, op->view[1].buf,
-                                op->view[0].buf, ni / (size_t)pg->size, dt,
-                                op_done),
-                 "alltoall");
+                 uvccl_allgatherv(pg, &op->work, op->view[0].buf, ni,
+                                  (void *const *)bufs, counts, dt, op_done),
+                 "allgatherv");
+fail:
+  op_free(op);
+fail_seq:
+  Py_DECREF(seq);
+  return NULL;
 }
 
-/* gather(fut, out_or_None, in, root, dtype, timeout): out at root */
-static PyObject *Group_gather(GroupObject *self, PyObject *args) {
-  PyObject *fut, *out, *in;
-  const char *dtn;
-  int root;
+/* allreduce_coalesced(fut, bufs, op, dtype, timeout): every buffer reduced
+ * in place, one operation. */
+static PyObject *Group_allreduce_coalesced(GroupObject *self, PyObject *args) {
+  PyObject *fut, *list, *seq;
+  const char *opn, *dtn;
   double to;
   uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  size_t no, ni;
+  uvccl_dtype_t dt = UVCCL_FLOAT32, d;
+  uvccl_redop_t rop;
+  uvccl_buf_t *bufs;
+  size_t n;
+  Py_ssize_t i, nb;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOizd", &fut, &out, &in, &root, &dtn, &to))
+  if (!PyArg_ParseTuple(args, "OOszd", &fut, &list, &opn, &dtn, &to))
     return NULL;
-  if ((pg = ready(self, "gather")) == NULL) return NULL;
-  if (pg->rank == root && out == Py_None) {
-    PyErr_SetString(PyExc_ValueError, "gather: the root needs an output");
-    return NULL;
-  }
-  if (pg->rank != root) out = Py_None;
-  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold_pair(op, out, in, dtn, 1, pg->size, "gather", &dt, &no, &ni) < 0) {
-    op_free(op);
+  if ((pg = ready(self, "allreduce_coalesced")) == NULL) return NULL;
+  if (redop_of(opn, "allreduce_coalesced", &rop) < 0) return NULL;
+  seq = PySequence_Fast(list, "allreduce_coalesced: a list of buffers");
+  if (seq == NULL) return NULL;
+  nb = PySequence_Fast_GET_SIZE(seq);
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) {
+    Py_DECREF(seq);
     return NULL;
   }
+  if ((op->mem = bufs = malloc(sizeof(*bufs) * (size_t)(nb > 0 ? nb : 1))) ==
+      NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  for (i = 0; i < nb; i++) {
+    if (hold(op, PySequence_Fast_GET_ITEM(seq, i), 1, "allreduce_coalesced",
+             "each buffer") < 0 ||
+        dtype_of(&op->view[i], dtn, 0, "allreduce_coalesced", &d, &n) < 0)
+      goto fail;
+    if (i > 0 && d != dt) {
+      PyErr_Format(PyExc_TypeError, "allreduce_coalesced: buffer %zd holds "
+                   "%s, buffer 0 %s", i, uvccl_dtype_name(d),
+                   uvccl_dtype_name(dt));
+      goto fail;
+    }
+    dt = d;
+    bufs[i].base = op->view[i].buf;
+    bufs[i].len = (size_t)op->view[i].len;
+  }
+  Py_DECREF(seq);
   set_timeout(op, to);
   return started(self->owner, op,
-                 uvccl_gather(pg, &op->work, op->view[op->nview - 1].buf,
-                              out == Py_None ? NULL : op->view[0].buf, ni, dt,
-                              root, op_done),
-                 "gather");
+                 uvccl_allreduce_coalesced(pg, &op->work, bufs, (size_t)nb, dt,
+                                           rop, op_done),
+                 "allreduce_coalesced");
+fail:
+  Py_DECREF(seq);
+  op_free(op);
+  return NULL;
 }
 
-/* scatter(fut, out, in_or_None, root, dtype, timeout): in at root */
-static PyObject *Group_scatter(GroupObject *self, PyObject *args) {
-  PyObject *fut, *out, *in;
-  const char *dtn;
-  int root;
+/* monitored_barrier(fut, wait_all, timeout) */
+static PyObject *Group_monitored_barrier(GroupObject *self, PyObject *args) {
+  PyObject *fut;
+  int wait_all;
   double to;
   uvccl_pg_t *pg;
-  uvccl_dtype_t dt;
-  size_t no, ni;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOizd", &fut, &out, &in, &root, &dtn, &to))
-    return NULL;
-  if ((pg = ready(self, "scatter")) == NULL) return NULL;
-  if (pg->rank == root && in == Py_None) {
-    PyErr_SetString(PyExc_ValueError, "scatter: the root needs an input");
-    return NULL;
-  }
-  if (pg->rank != root) in = Py_None;
+  if (!PyArg_ParseTuple(args, "Opd", &fut, &wait_all, &to)) return NULL;
+  if ((pg = ready(self, "monitored_barrier")) == NULL) return NULL;
   if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
-  if (hold_pair(op, out, in, dtn, 1, -pg->size, "scatter", &dt, &no, &ni) < 0) {
-    op_free(op);
-    return NULL;
-  }
   set_timeout(op, to);
   return started(self->owner, op,
-                 uvccl_scatter(pg, &op->work,
-                               in == Py_None ? NULL : op->view[1].buf,
-                               op->view[0].buf, no, dt, root, op_done),
-                 "scatter");
+                 uvccl_monitored_barrier(pg, &op->work, wait_all, op_done),
+                 "monitored_barrier");
 }
 
 /* barrier(fut, timeout) */
@@ -1206,14 +1415,9 @@ static PyObject *Group_abort(GroupObject *self, PyObject *args) {
 static PyObject *Group_destroy(GroupObject *self, PyObject *args) {
   PyObject *fut;
   if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
-  if (self->state != GROUP_READY) {
-    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+  if (!close_begin(fut, self->state == GROUP_READY,
+                   self->box ? &self->box->fut : NULL))
     Py_RETURN_NONE;
-  }
-  if (fut != Py_None) {
-    Py_INCREF(fut);
-    self->box->fut = fut;
-  }
   self->state = GROUP_GONE;
   uvccl_pg_destroy(&self->box->pg, pg_closed);
   self->box = NULL;
@@ -1252,6 +1456,13 @@ static PyObject *Group_set_timeout(GroupObject *self, PyObject *args) {
 
 static PyMethodDef Group_methods[] = {
   {"allreduce", (PyCFunction)Group_allreduce, METH_VARARGS, NULL},
+  {"allreduce_coalesced", (PyCFunction)Group_allreduce_coalesced, METH_VARARGS,
+   NULL},
+  {"allgatherv", (PyCFunction)Group_allgatherv, METH_VARARGS, NULL},
+  {"reduce_scatterv", (PyCFunction)Group_reduce_scatterv, METH_VARARGS, NULL},
+  {"alltoallv", (PyCFunction)Group_alltoallv, METH_VARARGS, NULL},
+  {"monitored_barrier", (PyCFunction)Group_monitored_barrier, METH_VARARGS,
+   NULL},
   {"broadcast", (PyCFunction)Group_broadcast, METH_VARARGS, NULL},
   {"reduce", (PyCFunction)Group_reduce, METH_VARARGS, NULL},
   {"allgather", (PyCFunction)Group_allgather, METH_VARARGS, NULL},
@@ -1289,10 +1500,7 @@ static PyTypeObject GroupType = {
 
 static void store_closed(uvccl_store_t *st) {
   store_box_t *box = (store_box_t *)st;
-  if (box->fut != NULL) {
-    resolve(box->fut, 0, "", Py_None, NULL);
-    Py_DECREF(box->fut);
-  }
+  closed(box->fut);
   free(box->host);
   free(box);
 }
@@ -1484,14 +1692,8 @@ static PyObject *Store_set_timeout(StoreObject *self, PyObject *args) {
 static PyObject *Store_close(StoreObject *self, PyObject *args) {
   PyObject *fut;
   if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
-  if (self->box == NULL) {
-    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+  if (!close_begin(fut, self->box != NULL, self->box ? &self->box->fut : NULL))
     Py_RETURN_NONE;
-  }
-  if (fut != Py_None) {
-    Py_INCREF(fut);
-    self->box->fut = fut;
-  }
   uvccl_store_close(&self->box->store, store_closed);
   self->box = NULL;
   Py_RETURN_NONE;
@@ -1525,10 +1727,7 @@ static PyTypeObject StoreType = {
 
 static void server_closed(uvccl_store_server_t *sv) {
   server_box_t *box = (server_box_t *)sv;
-  if (box->fut != NULL) {
-    resolve(box->fut, 0, "", Py_None, NULL);
-    Py_DECREF(box->fut);
-  }
+  closed(box->fut);
   free(box);
 }
 
@@ -1546,14 +1745,8 @@ static PyObject *Server_get_port(ServerObject *self, void *c) {
 static PyObject *Server_close(ServerObject *self, PyObject *args) {
   PyObject *fut;
   if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
-  if (self->box == NULL) {
-    if (fut != Py_None) resolve(fut, 0, "", Py_None, NULL);
+  if (!close_begin(fut, self->box != NULL, self->box ? &self->box->fut : NULL))
     Py_RETURN_NONE;
-  }
-  if (fut != Py_None) {
-    Py_INCREF(fut);
-    self->box->fut = fut;
-  }
   uvccl_store_server_close(&self->box->server, server_closed);
   self->box = NULL;
   Py_RETURN_NONE;

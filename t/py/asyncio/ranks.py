@@ -129,6 +129,27 @@ async def collectives(pg):
     check("scatter", np.array_equal(s, np.full(2, 3 * r)), s)
     await pg.barrier()
     check("barrier", True)
+    await pg.monitored_barrier(wait_all=True, timeout=30)
+    check("monitored_barrier", True)
+    # the uneven and many-buffer variants
+    bufs = [np.full(3, r, np.float32), np.full(5, r + 1, np.float32)]
+    await pg.allreduce_coalesced(bufs)
+    check("allreduce_coalesced", np.array_equal(bufs[0], np.full(3, n * (n - 1) / 2))
+          and np.array_equal(bufs[1], np.full(5, n * (n + 1) / 2)), bufs)
+    outs = [np.zeros(i + 1, np.int32) for i in range(n)]
+    await pg.allgatherv(outs, np.full(r + 1, r, np.int32))
+    check("allgatherv", all(np.array_equal(o, np.full(i + 1, i)) for i, o in enumerate(outs)), outs)
+    counts = [i + 1 for i in range(n)]
+    inp = np.arange(sum(counts), dtype=np.float64) + r
+    out = np.zeros(r + 1, np.float64)
+    await pg.reduce_scatterv(out, inp, counts)
+    lo = sum(counts[:r])
+    want = (np.arange(sum(counts), dtype=np.float64) * n + n * (n - 1) / 2)[lo:lo + r + 1]
+    check("reduce_scatterv", np.array_equal(out, want), out)
+    inp = np.concatenate([np.full(j + 1, 10 * r + j, np.int64) for j in range(n)])
+    out = np.zeros(n * (r + 1), np.int64)
+    await pg.alltoallv(out, inp, [j + 1 for j in range(n)], [r + 1] * n)
+    check("alltoallv", np.array_equal(out, np.repeat(np.arange(n, dtype=np.int64) * 10 + r, r + 1)), out)
     # point to point around the ring, and from any source
     msg = np.full(16, r, np.uint8)
     buf = np.zeros(64, np.uint8)

@@ -66,6 +66,16 @@ async def test_bad_arguments(pg):
     assert isinstance(e.value, ValueError) and e.value.code < 0
     with pytest.raises(ValueError, match="root needs an output"):
         await pg.gather(x, None, dst=0)
+    with pytest.raises(ValueError, match="send_counts has 2 entries"):
+        await pg.alltoallv(x, x, [2, 2], [4])
+    with pytest.raises(ValueError, match="add up to"):
+        await pg.alltoallv(x, x, [3], [4])
+    with pytest.raises(ValueError, match="is negative"):
+        await pg.reduce_scatterv(x, x, [-1])
+    with pytest.raises(TypeError, match="buffer 1 holds float64"):
+        await pg.allreduce_coalesced([x, np.zeros(2)])
+    with pytest.raises(ValueError, match="1 outputs|2 outputs"):
+        await pg.allgatherv([x, x], x)
     # data movement takes any format, as bytes
     u = np.arange(4, dtype=np.uint16)
     await pg.broadcast(u, src=0)
