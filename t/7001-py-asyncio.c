@@ -14,7 +14,8 @@
  *     same way, shrink to the survivors and an exact allreduce there;
  *   - wrong sizes across ranks (fingerprint check): MismatchError with
  *     both counts; a timeout (TimeoutError, and the other rank hears of it
- *     naming the culprit); revoke (RevokedError with the reason);
+ *     naming the culprit); revoke (RevokedError with the reason); abort
+ *     (AbortedError here, PeerError naming the aborter there);
  *   - groups from a store object and from tcp://, a StoreServer in the
  *     process;
  *   - in one process: bad buffers and arguments raise TypeError or

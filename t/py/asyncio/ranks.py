@@ -355,7 +355,37 @@ async def scenario_init_store():
         await server.close()
 
 
+async def scenario_abort():
+    """Rank 0 aborts while both wait in an allreduce that rank 1 never
+    joins: rank 0's fails with AbortedError, rank 1's next call with
+    PeerError naming rank 0 as aborted, with the reason."""
+    pg = await uvccl.init_process_group("env://")
+    r = pg.rank
+    if r == 0:
+        pending = asyncio.ensure_future(pg.allreduce(np.ones(4, np.float32)))
+        await asyncio.sleep(0.05)
+        pg.abort("shutting down")
+        try:
+            await pending
+            check("aborted_here", False, "no error")
+        except uvccl.AbortedError as e:
+            check("aborted_here", "shutting down" in e.message or e.code < 0, e.message)
+        check("aborted_peer", True)
+    else:
+        check("aborted_here", True)
+        await asyncio.sleep(0.5)  # joins after rank 0 gave up
+        try:
+            await pg.allreduce(np.ones(4, np.float32), timeout=20)
+            await pg.allreduce(np.ones(4, np.float32), timeout=20)
+            check("aborted_peer", False, "no error")
+        except uvccl.PeerError as e:
+            check("aborted_peer", e.rank == 0 and e.failure["cause"] == "aborted"
+                  and "shutting down" in e.message, (e.failure, e.message))
+    await pg.destroy()
+
+
 SCENARIOS = {
+    "abort": scenario_abort,
     "collectives": scenario_collectives,
     "kill": scenario_kill,
     "mismatch": scenario_mismatch,

@@ -34,6 +34,15 @@ async def test_world_of_one(pg):
     await pg.barrier(timeout=datetime.timedelta(seconds=5))
 
 
+async def test_file_url(tmp_path):
+    g = await uvccl.init_process_group("file://%s" % (tmp_path / "store"),
+                                       rank=0, world_size=1)
+    x = np.array([2, 3], np.int64)
+    await g.allreduce(x, op="product")
+    assert list(x) == [2, 3] and g.size == 1
+    await g.destroy()
+
+
 @pytest.mark.parametrize("buf,exc,words", [
     (b"abcd", TypeError, "writable"),
     ("text", TypeError, "buffer protocol"),

@@ -90,6 +90,12 @@ async def test_timeout_and_revoke():
         assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
 
 
+async def test_abort():
+    for r, (rc, out) in enumerate(await world("abort", 2)):
+        ok, why = passed(out, ["aborted_here", "aborted_peer"])
+        assert rc == 0 and ok, "rank %d (exit %s): %s" % (r, rc, why)
+
+
 async def test_init_from_store_and_tcp_url():
     for r, (rc, out) in enumerate(await world("init_store", 2)):
         ok, why = passed(out, ["init_store", "init_tcp_url"])
