@@ -90,13 +90,23 @@ PY_INC    := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()
 PY_EXT    := $(if $(PY_SUFFIX),python/uvccl/_core$(PY_SUFFIX))
 endif
 
+# The Node.js addon (node/): node-gyp compiles it and the library's sources
+# against the headers of the Node that runs it (its own libuv and OpenSSL,
+# which the addon links instead of Debian's), with node-addon-api and
+# node-gyp from npm at the versions node/package-lock.json pins. Where node
+# and npm are there; not in sanitizer builds, as the Python extensions.
+ifneq ($(SANITIZE),1)
+NODE_BIN   := $(shell command -v node 2>/dev/null)
+NODE_ADDON := $(if $(NODE_BIN),node/build/Release/uvccl.node)
+endif
+
 # The HTTP service example (examples/vsearch), on H2O (Debian's libh2o-dev,
 # built on libuv), where its headers are.
 VSEARCH_SRCS := $(sort $(wildcard examples/vsearch/*.c))
 VSEARCH_OBJS := $(VSEARCH_SRCS:%.c=$(BUILD)/%.o)
 VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
 
-.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build py py-ext
+.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build py py-ext nodejs nodejs-addon
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
@@ -110,7 +120,7 @@ OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
 		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles \
 		 $(BUILD)/bench/uvccl-bindings-chain
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples py
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples py nodejs
 
 # The asyncio binding, from a make of its own (Python's headers arrive with
 # deps on a fresh machine).
@@ -124,6 +134,23 @@ $(PY_EXT): python/uvccl/_core.c include/uvccl.h $(STATIC)
 	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -Wall -Wextra \
 	  -Wno-unused-parameter -Wno-missing-field-initializers -Iinclude \
 	  -I$(PY_INC) $(UV_CFLAGS) -o $@ python/uvccl/_core.c $(STATIC) $(LIBS_ALL)
+endif
+
+# The Node.js addon, from a make of its own (node and npm may arrive with
+# deps on a fresh machine).
+nodejs: deps
+	$(Q)$(MAKE) --no-print-directory nodejs-addon
+nodejs-addon: $(NODE_ADDON)
+
+ifneq ($(NODE_ADDON),)
+node/node_modules/.package-lock.json: node/package.json node/package-lock.json
+	@$(if $(Q),echo "  NPM     node/node_modules")
+	$(Q)cd node && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+$(NODE_ADDON): $(LIB_SRCS) $(wildcard src/*/*.h src/*/*/*.h) include/uvccl.h \
+	       $(wildcard node/src/*) node/binding.gyp node/scripts/build.js \
+	       node/node_modules/.package-lock.json
+	@$(if $(Q),echo "  NODE    $@")
+	$(Q)cd node && node scripts/build.js $(if $(Q),>/dev/null)
 endif
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
@@ -339,7 +366,7 @@ endif
 
 clean:
 	rm -rf build build-san build-fuzz t/*.t python/uvccl_torch/_C*.so python/uvccl/_core*.so \
-	  python/uvccl/build python/uvccl/*.egg-info
+	  python/uvccl/build python/uvccl/*.egg-info node/build
 
 # The headers each object and program read, as the compiler wrote them.
 -include $(LIB_OBJS:.o=.d) $(VSEARCH_OBJS:.o=.d) $(wildcard $(BUILD)/dep/*.d)

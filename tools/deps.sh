@@ -20,6 +20,11 @@ command -v prove >/dev/null 2>&1 || need="$need perl"
 /usr/bin/python3 -c "import pytest, pytest_asyncio, numpy, aiohttp, ensurepip, setuptools" >/dev/null 2>&1 ||
   need="$need python3-pytest python3-pytest-asyncio python3-numpy python3-aiohttp python3-venv python3-pip python3-setuptools"
 command -v g++ >/dev/null 2>&1 || need="$need g++"
+# The Node.js addon (node/): node, npm, and Node's headers (uv.h, node_api.h).
+command -v node >/dev/null 2>&1 || need="$need nodejs"
+command -v npm >/dev/null 2>&1 || need="$need npm"
+[ -f "$(dirname "$(dirname "$(command -v node 2>/dev/null || echo /usr/bin/node)")")/include/node/node_api.h" ] ||
+  need="$need libnode-dev"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v clang >/dev/null 2>&1 || need="$need clang"

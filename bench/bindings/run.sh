@@ -4,10 +4,12 @@
 # JOBS jobs of each, interleaved:
 #   - back-to-back allreduces at 4 B, 1 MiB and 16 MiB, each started when
 #     the previous one completes: the C library driven from callbacks under
-#     uv_run (uvccl-bindings-chain) against the asyncio binding (awaited)
-#   - a 1 ms asyncio timer's lateness while 64 MiB allreduces run back to
-#     back for SECONDS: the asyncio binding, torch.distributed's Gloo
-#     through run_in_executor, and no collectives at all (the floor)
+#     uv_run (uvccl-bindings-chain) against the asyncio binding and the
+#     Node.js addon (awaited)
+#   - a 1 ms timer's lateness while 64 MiB allreduces run back to back for
+#     SECONDS: the asyncio binding, torch.distributed's Gloo through
+#     run_in_executor, the Node.js addon (with monitorEventLoopDelay), and
+#     no collectives at all (the floors of asyncio and of Node)
 # Usage: bench/bindings/run.sh [JOBS] [SECONDS]   (after make)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,10 +26,17 @@ for job in $(seq 1 "$JOBS"); do
       sed -n "s/^\[0\] c /$tr c /p" >> "$OUT/chain"
     env "${envs[@]}" $RUN -n 2 $PY bench/bindings/py_bench.py chain 2>&1 |
       sed -n "s/^\[0\] py /$tr py /p" >> "$OUT/chain"
+    env "${envs[@]}" $RUN -n 2 node bench/bindings/node_bench.js chain 2>&1 |
+      sed -n "s/^\[0\] node /$tr node /p" >> "$OUT/chain"
     for b in uvccl idle gloo; do
       # Gloo has no shared memory: its rows are TCP's whatever the column
       [ "$b" != uvccl ] && [ "$tr" = tcp ] && continue
       env "${envs[@]}" $RUN -n 2 $PY bench/bindings/py_bench.py lag $b 64 "$SECS" 2>&1 |
+        sed -n "s/^\[[01]\] lag /$tr /p" >> "$OUT/lag"
+    done
+    for b in uvccl idle; do
+      [ "$b" = idle ] && [ "$tr" = tcp ] && continue
+      env "${envs[@]}" $RUN -n 2 node bench/bindings/node_bench.js lag $b 64 "$SECS" 2>&1 |
         sed -n "s/^\[[01]\] lag /$tr /p" >> "$OUT/lag"
     done
   done
@@ -39,32 +48,38 @@ chain = collections.defaultdict(list)
 for line in open(out + "/chain"):
     tr, impl, size, iters, us, bw = line.split()
     chain[(tr, int(size), impl)].append((float(us), float(bw)))
-print("| transport | size | C, callbacks under uv_run: us/op (median, range) | asyncio binding: us/op | binding - C (medians) | busbw C / binding (GB/s) |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| transport | size | C, callbacks under uv_run: us/op (median, range) | asyncio binding: us/op | Node.js addon: us/op | asyncio - C / Node - C (medians) | busbw C / asyncio / Node (GB/s) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+rng = lambda xs: "%.1f (%.1f-%.1f)" % (statistics.median(x[0] for x in xs), min(x[0] for x in xs), max(x[0] for x in xs))
+med = lambda xs, i=0: statistics.median(x[i] for x in xs)
 for tr in ("shm", "tcp"):
     for size in sorted({k[1] for k in chain if k[0] == tr}):
-        c = chain[(tr, size, "c")]; p = chain[(tr, size, "py")]
-        cm = statistics.median(x[0] for x in c); pm = statistics.median(x[0] for x in p)
+        c = chain[(tr, size, "c")]; p = chain[(tr, size, "py")]; nd = chain[(tr, size, "node")]
         name = "4 B" if size < 1024 else "%d MiB" % (size >> 20)
-        print("| %s | %s | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %+.1f us | %.2f / %.2f |" % (
-            tr, name, cm, min(x[0] for x in c), max(x[0] for x in c),
-            pm, min(x[0] for x in p), max(x[0] for x in p), pm - cm,
-            statistics.median(x[1] for x in c), statistics.median(x[1] for x in p)))
+        print("| %s | %s | %s | %s | %s | %+.1f / %+.1f us | %.2f / %.2f / %.2f |" % (
+            tr, name, rng(c), rng(p), rng(nd), med(p) - med(c), med(nd) - med(c),
+            med(c, 1), med(p, 1), med(nd, 1)))
 print()
 lag = collections.defaultdict(list)
 for line in open(out + "/lag"):
-    tr, backend, rank, p50, p99, mx, ops, opms = line.split()
-    lag[(tr, backend)].append((float(p50), float(p99), float(mx), int(ops), float(opms)))
-print("| what runs (2 ranks, 64 MiB allreduces) | transport | timer lag p50 (worst rank-job) | p99 | max | allreduces | ms each (median) |")
-print("|---|---|---:|---:|---:|---:|---:|")
-for key, label in ((("shm", "idle"), "nothing (the floor)"), (("shm", "uvccl"), "uvccl asyncio binding"),
-                   (("tcp", "uvccl"), "uvccl asyncio binding"), (("shm", "gloo"), "torch.distributed Gloo via run_in_executor")):
+    f = line.split()
+    tr, backend, rank = f[0], f[1], f[2]
+    eld = (float(f[8]), float(f[9])) if len(f) > 9 else None
+    lag[(tr, backend)].append((float(f[3]), float(f[4]), float(f[5]), int(f[6]), float(f[7]), eld))
+print("| what runs (2 ranks, 64 MiB allreduces) | transport | timer lag p50 (worst rank-job) | p99 | max | monitorEventLoopDelay p50 / p99 | allreduces | ms each (median) |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for key, label in ((("shm", "idle"), "asyncio, nothing (the floor)"), (("shm", "uvccl"), "uvccl asyncio binding"),
+                   (("tcp", "uvccl"), "uvccl asyncio binding"), (("shm", "gloo"), "torch.distributed Gloo via run_in_executor"),
+                   (("shm", "node-idle"), "Node, nothing (the floor)"), (("shm", "node-uvccl"), "uvccl Node.js addon"),
+                   (("tcp", "node-uvccl"), "uvccl Node.js addon")):
     rows = lag.get(key, [])
     if not rows: continue
     tr = "tcp" if key[1] == "gloo" else key[0]
-    print("| %s | %s | %.2f | %.2f | %.2f | %s | %s |" % (
-        label, "-" if key[1] == "idle" else tr, max(r[0] for r in rows), max(r[1] for r in rows),
-        max(r[2] for r in rows), "-" if key[1] == "idle" else sum(r[3] for r in rows),
-        "-" if key[1] == "idle" else "%.1f" % statistics.median(r[4] for r in rows)))
+    idle = key[1].endswith("idle")
+    eld = "%.2f / %.2f" % (max(r[5][0] for r in rows), max(r[5][1] for r in rows)) if rows[0][5] else "-"
+    print("| %s | %s | %.2f | %.2f | %.2f | %s | %s | %s |" % (
+        label, "-" if idle else tr, max(r[0] for r in rows), max(r[1] for r in rows),
+        max(r[2] for r in rows), eld, "-" if idle else sum(r[3] for r in rows),
+        "-" if idle else "%.1f" % statistics.median(r[4] for r in rows)))
 print("\n(%s jobs; raw lines in %s)" % (jobs, out))
 PYEOF

@@ -854,7 +854,8 @@ static void conn_adopt(server_t *s, int fd, const char *peer) {
     uv_close((uv_handle_t *)&c->tcp, conn_closed);
     return;
   }
-  if (peer != NULL) snprintf(c->peer, sizeof(c->peer), "%s", peer);
+  if (peer != NULL)
+    snprintf(c->peer, sizeof(c->peer), "%.*s", (int)sizeof(c->peer) - 1, peer);
   else peer_name(&c->tcp, c->peer, sizeof(c->peer));
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;

@@ -524,9 +524,10 @@ static void hs_finish(uvccl__tls_hs_t *hs, int status, int fd,
 static void hs_done(uvccl__tls_hs_t *hs) {
   int sp[2];
   relay_conn_t *c;
-  BIO *w = SSL_get_wbio(hs->ssl), *r = SSL_get_rbio(hs->ssl);
   uvccl__tune_socket(hs->fd, hs->hb_ms, hs->user_timeout);
-  if (BIO_get_ktls_send(w) && BIO_get_ktls_recv(r)) {
+  /* (an OpenSSL built without kTLS, as Node's, says 0 here) */
+  if (BIO_get_ktls_send(SSL_get_wbio(hs->ssl)) &&
+      BIO_get_ktls_recv(SSL_get_rbio(hs->ssl))) {
     /* The kernel carries TLS from here: the TCP socket is the plaintext
      * descriptor. */
     int fd = hs->fd;

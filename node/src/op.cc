@@ -1,0 +1,273 @@
+// Operations and their Promises, buffers and dtypes, errors.
+#include <cstring>
+
+#include "addon.h"
+#include "group.h"
+
+namespace uvccl_node {
+
+Addon *addon_of(Napi::Env env) { return env.GetInstanceData<Addon>(); }
+
+Op::Op(Napi::Env e, Napi::Object own, Result r)
+    : env(e), deferred(Napi::Promise::Deferred::New(e)), result(r) {
+  work.data = this;
+  if (!own.IsEmpty()) owner = Napi::Persistent(own);
+}
+
+// ---- errors ----------------------------------------------------------------
+
+Napi::Value failure_of(Napi::Env env, const uvccl_pg_t *pg) {
+  uvccl_pg_failure_t f;
+  int ranks[64];
+  if (pg == nullptr || uvccl_pg_get_failure(pg, &f) != 1) return env.Null();
+  int n = uvccl_pg_failed_ranks(pg, ranks, 64);
+  if (n > 64) n = 64;
+  Napi::Array failed = Napi::Array::New(env, n > 0 ? n : 0);
+  for (int i = 0; i < n; i++) failed.Set(i, ranks[i]);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("cause", uvccl_fail_cause_name(f.cause));
+  o.Set("rank", f.rank);
+  o.Set("globalRank", f.global_rank);
+  o.Set("reporter", f.reporter);
+  o.Set("err", f.err);
+  o.Set("address", f.address);
+  o.Set("message", f.msg);
+  o.Set("hostLost", Napi::Boolean::New(env, f.host_lost != 0));
+  o.Set("failedRanks", failed);
+  return o;
+}
+
+Napi::Value make_error(Napi::Env env, int status, const char *msg,
+                       const uvccl_pg_t *pg) {
+  Addon *a = addon_of(env);
+  Napi::Value failure = status == UVCCL_EPEER || status == UVCCL_EREVOKED
+                            ? failure_of(env, pg)
+                            : env.Null();
+  if (a == nullptr || a->error_factory.IsEmpty())
+    return Napi::Error::New(env, msg).Value();
+  return a->error_factory.Call(
+      {Napi::Number::New(env, status), Napi::String::New(env, msg), failure});
+}
+
+static std::string line_of(int status, const char *op, const char *msg) {
+  if (msg != nullptr && msg[0] != '\0') return msg;
+  return std::string(op) + ": " + uvccl_strerror(status);
+}
+
+void throw_status(Napi::Env env, int status, const char *op, const char *msg,
+                  const uvccl_pg_t *pg) {
+  throw Napi::Error(env, make_error(env, status,
+                                    line_of(status, op, msg).c_str(), pg));
+}
+
+// ---- settling --------------------------------------------------------------
+
+void settle(Napi::Env env, Napi::Promise::Deferred &d, int status,
+            const char *msg, Napi::Value value, const uvccl_pg_t *pg) {
+  if (status == 0)
+    d.Resolve(value.IsEmpty() ? env.Undefined() : value);
+  else
+    d.Reject(make_error(env, status, msg, pg));
+}
+
+static const uvccl_pg_t *owner_pg(Op *op) {
+  if (op->owner.IsEmpty()) return nullptr;
+  Napi::Object o = op->owner.Value();
+  Addon *a = addon_of(op->env);
+  if (!o.InstanceOf(a->group_ctor.Value())) return nullptr;
+  return Group::Unwrap(o)->pg();
+}
+
+// A uv callback: no JS frame is below, so the settle runs in a callback
+// scope of its own (its microtasks, the awaiting code, run as it closes).
+void op_done(uvccl_work_t *w, int status) {
+  Op *op = static_cast<Op *>(w->data);
+  Napi::Env env(op->env);
+  Napi::HandleScope hs(env);
+  Addon *a = addon_of(env);
+  Napi::CallbackScope cs(env, *a->context);
+  Napi::Value value;
+  const uvccl_pg_t *pg = owner_pg(op);
+  if (status == 0) {
+    switch (op->result) {
+    case RES_VALUE:
+      value = Napi::Buffer<char>::Copy(env, static_cast<char *>(w->value),
+                                       w->value_len);
+      break;
+    case RES_RESULT:
+      value = Napi::Number::New(env, static_cast<double>(w->result));
+      break;
+    case RES_BOOL:
+      value = Napi::Boolean::New(env, w->result != 0);
+      break;
+    case RES_RECV: {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("source", Napi::Number::New(env, static_cast<double>(w->result)));
+      o.Set("length", Napi::Number::New(env, static_cast<double>(w->value_len)));
+      value = o;
+      break;
+    }
+    case RES_GROUP:
+      op->made_group->Created(0);
+      value = op->made.Value();
+      break;
+    case RES_HELD: // the output; null where this rank has none
+      value = op->value.IsEmpty() ? env.Null() : op->value.Value();
+      break;
+    default:
+      value = env.Undefined();
+    }
+  } else if (op->made_group != nullptr) {
+    op->made_group->Created(status);
+    if (status == UVCCL_ENOTMEMBER) { // a split that leaves this rank out
+      status = 0;
+      value = env.Null();
+    }
+  }
+  Napi::Promise::Deferred d = op->deferred;
+  std::string msg = w->msg;
+  uvccl_work_cleanup(w);
+  delete op; // before any JS runs: it may start the next operation
+  try {
+    settle(env, d, status, msg.c_str(), value, pg);
+  } catch (const Napi::Error &e) {
+    // only when the environment is going away
+  }
+}
+
+Napi::Value started(Op *op, int rc, const char *name) {
+  Napi::Env env(op->env);
+  Napi::Promise promise = op->deferred.Promise();
+  if (rc < 0) {
+    if (op->made_group != nullptr) op->made_group->Created(UVCCL_ENOTMEMBER);
+    op->work.state = UVCCL_WORK_IDLE;
+    std::string line = line_of(rc, name, op->work.msg);
+    Napi::Value err = make_error(env, rc, line.c_str(), owner_pg(op));
+    op->deferred.Reject(err);
+    delete op;
+  }
+  return promise;
+}
+
+Napi::Value rejected(Napi::Env env, const Napi::Error &e) {
+  Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+  d.Reject(e.Value());
+  return d.Promise();
+}
+
+// ---- buffers and dtypes ----------------------------------------------------
+
+static int dtype_of_typed(napi_typedarray_type t) {
+  switch (t) {
+  case napi_int8_array: return UVCCL_INT8;
+  case napi_uint8_array:
+  case napi_uint8_clamped_array: return UVCCL_UINT8;
+  case napi_int32_array: return UVCCL_INT32;
+  case napi_float32_array: return UVCCL_FLOAT32;
+  case napi_float64_array: return UVCCL_FLOAT64;
+  case napi_bigint64_array: return UVCCL_INT64;
+  default: return -1; // (u)int16, uint32, biguint64: no uvccl dtype
+  }
+}
+
+static const char *typed_name(napi_typedarray_type t) {
+  switch (t) {
+  case napi_int8_array: return "Int8Array";
+  case napi_uint8_array: return "Uint8Array";
+  case napi_uint8_clamped_array: return "Uint8ClampedArray";
+  case napi_int16_array: return "Int16Array";
+  case napi_uint16_array: return "Uint16Array";
+  case napi_int32_array: return "Int32Array";
+  case napi_uint32_array: return "Uint32Array";
+  case napi_float32_array: return "Float32Array";
+  case napi_float64_array: return "Float64Array";
+  case napi_bigint64_array: return "BigInt64Array";
+  case napi_biguint64_array: return "BigUint64Array";
+  default: return "TypedArray";
+  }
+}
+
+View hold(Op *op, Napi::Value v, const char *opname, const char *what) {
+  Napi::Env env(op->env);
+  View out;
+  if (v.IsTypedArray()) {
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    Napi::ArrayBuffer ab = ta.ArrayBuffer();
+    out.data = static_cast<char *>(ab.Data()) + ta.ByteOffset();
+    out.len = ta.ByteLength();
+    out.dtype = dtype_of_typed(ta.TypedArrayType());
+    out.type = typed_name(ta.TypedArrayType());
+  } else if (v.IsDataView()) {
+    Napi::DataView dv = v.As<Napi::DataView>();
+    out.data = static_cast<char *>(dv.ArrayBuffer().Data()) + dv.ByteOffset();
+    out.len = dv.ByteLength();
+    out.type = "DataView";
+  } else if (v.IsArrayBuffer()) {
+    Napi::ArrayBuffer ab = v.As<Napi::ArrayBuffer>();
+    out.data = ab.Data();
+    out.len = ab.ByteLength();
+  } else {
+    throw Napi::TypeError::New(
+        env, std::string(opname) + ": " + what +
+                 " must be a TypedArray, Buffer, DataView or ArrayBuffer");
+  }
+  if (out.data == nullptr && out.len > 0)
+    throw Napi::TypeError::New(env, std::string(opname) + ": " + what +
+                                        " has no memory (detached?)");
+  op->held.push_back(Napi::Persistent(v));
+  return out;
+}
+
+size_t dtype_of(Napi::Env env, const View &v, const std::string &dtname,
+                bool moving, const char *opname, uvccl_dtype_t *dt) {
+  if (!dtname.empty()) {
+    if (uvccl_dtype_from_name(dtname.c_str(), dt) < 0)
+      throw Napi::RangeError::New(env, std::string(opname) +
+                                           ": unknown dtype '" + dtname + "'");
+  } else if (v.dtype >= 0) {
+    *dt = static_cast<uvccl_dtype_t>(v.dtype);
+  } else if (moving) {
+    *dt = UVCCL_UINT8;
+  } else {
+    throw Napi::TypeError::New(
+        env, std::string(opname) + ": " + v.type +
+                 " cannot be reduced; uvccl reduces "
+                 "Int8Array, Uint8Array (and Buffer), Int32Array, "
+                 "BigInt64Array, Float32Array, Float64Array, and with "
+                 "{dtype} float16, bfloat16 (Uint16Array), bool, complex64, "
+                 "complex128");
+  }
+  size_t es = uvccl_dtype_size(*dt);
+  if (es == 0 || v.len % es != 0)
+    throw Napi::RangeError::New(
+        env, std::string(opname) + ": a buffer of " + std::to_string(v.len) +
+                 " bytes is not a whole number of " + uvccl_dtype_name(*dt) +
+                 " elements");
+  return v.len / es;
+}
+
+uvccl_redop_t redop_of(Napi::Env env, const std::string &name,
+                       const char *opname) {
+  uvccl_redop_t op;
+  if (uvccl_redop_from_name(name.c_str(), &op) < 0 || op == UVCCL_PREMUL_SUM)
+    throw Napi::RangeError::New(
+        env, std::string(opname) + ": unknown reduce op '" + name +
+                 "' (sum, avg, product, min, max, band, bor, bxor)");
+  return op;
+}
+
+uint64_t timeout_of(Napi::Value v) {
+  if (v.IsUndefined() || v.IsNull()) return 0;
+  double ms = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(ms >= 0) || ms > 1e15)
+    throw Napi::RangeError::New(v.Env(), "timeout: milliseconds, a number not "
+                                         "negative (0: the default)");
+  return static_cast<uint64_t>(ms + 0.5);
+}
+
+std::string str_or(Napi::Value v, const char *dflt) {
+  if (v.IsString()) return v.As<Napi::String>().Utf8Value();
+  return dflt;
+}
+
+} // namespace uvccl_node

@@ -1,0 +1,304 @@
+// Stores: a TCPStore client (PyTorch's wire protocol), a HashStore in the
+// process, and a TCPStore server, each on Node's loop.
+#include "store.h"
+
+namespace uvccl_node {
+
+// The close callbacks: the Promise of close() settles, in a callback scope.
+template <typename Box> static void closed(Box *box) {
+  if (box->closing == nullptr) {
+    delete box;
+    return;
+  }
+  Napi::Env env(box->env);
+  Napi::HandleScope hs(env);
+  Napi::CallbackScope cs(env, *addon_of(env)->context);
+  Napi::Promise::Deferred d = *box->closing;
+  delete box->closing;
+  delete box;
+  d.Resolve(env.Undefined());
+}
+
+static void store_closed(uvccl_store_t *st) {
+  closed(reinterpret_cast<StoreBox *>(st));
+}
+
+static void server_closed(uvccl_store_server_t *sv) {
+  closed(reinterpret_cast<ServerBox *>(sv));
+}
+
+// Begins a close: the Promise settles in the close callback, at once where
+// there is nothing left to close. Returns whether the caller is to close.
+template <typename Box>
+static Napi::Value close_begin(Napi::Env env, Box *box, bool *go) {
+  Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+  *go = box != nullptr;
+  if (box == nullptr)
+    d.Resolve(env.Undefined());
+  else
+    box->closing = new Napi::Promise::Deferred(d);
+  return d.Promise();
+}
+
+// ---- Store -----------------------------------------------------------------
+
+enum KeyOps { KEY_GET, KEY_ADD, KEY_DELETE };
+enum KeysOps { KEYS_WAIT, KEYS_CHECK };
+
+Napi::Function Store::Define(Napi::Env env) {
+  return DefineClass(
+      env, "CoreStore",
+      {InstanceMethod("connect", &Store::Connect),
+       InstanceMethod("set", &Store::Set),
+       InstanceMethod("get", &Store::KeyOp, napi_default, reinterpret_cast<void *>(KEY_GET)),
+       InstanceMethod("add", &Store::KeyOp, napi_default, reinterpret_cast<void *>(KEY_ADD)),
+       InstanceMethod("deleteKey", &Store::KeyOp, napi_default,
+                      reinterpret_cast<void *>(KEY_DELETE)),
+       InstanceMethod("numKeys", &Store::NumKeys),
+       InstanceMethod("compareSet", &Store::CompareSet),
+       InstanceMethod("wait", &Store::KeysOp, napi_default, reinterpret_cast<void *>(KEYS_WAIT)),
+       InstanceMethod("check", &Store::KeysOp, napi_default,
+                      reinterpret_cast<void *>(KEYS_CHECK)),
+       InstanceMethod("setTimeout", &Store::SetTimeout),
+       InstanceMethod("close", &Store::Close)});
+}
+
+// new CoreStore("tcp", host, port, timeoutMs, worldSize) or
+// new CoreStore("hash")
+Store::Store(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Store>(info) {
+  Napi::Env env = info.Env();
+  std::string kind = str_or(info[0], "");
+  std::unique_ptr<StoreBox> b(new StoreBox());
+  b->env = env;
+  int rc;
+  if (kind == "tcp") {
+    if (!info[1].IsString() || !info[2].IsNumber())
+      throw Napi::TypeError::New(env, "TCPStore: a host (string) and a port");
+    uvccl_tcp_store_options_t o{};
+    b->host = info[1].As<Napi::String>().Utf8Value();
+    o.host = b->host.c_str();
+    o.port = info[2].As<Napi::Number>().Int32Value();
+    o.timeout_ms = timeout_of(info[3]);
+    o.world_size = info[4].IsNumber() ? info[4].As<Napi::Number>().Int32Value() : 0;
+    rc = uvccl_tcp_store_init(addon_of(env)->loop, &b->store, &o);
+  } else if (kind == "hash") {
+    rc = uvccl_hash_store_init(addon_of(env)->loop, &b->store);
+  } else {
+    throw Napi::TypeError::New(env, "CoreStore: \"tcp\" or \"hash\"");
+  }
+  if (rc < 0) throw_status(env, rc, kind == "tcp" ? "TCPStore" : "HashStore",
+                           nullptr, nullptr);
+  box = b.release();
+}
+
+Store::~Store() {
+  if (box != nullptr) uvccl_store_close(&box->store, store_closed);
+}
+
+uvccl_store_t *Store::Open(Napi::Env env, const char *opname) {
+  if (box == nullptr) throw_status(env, UVCCL_ECLOSING, opname, "the store is closed",
+                                   nullptr);
+  return &box->store;
+}
+
+// Runs body, which starts an operation or throws: a throw rejects.
+template <typename F> static Napi::Value guarded(Napi::Env env, F body) {
+  try {
+    return body();
+  } catch (const Napi::Error &e) {
+    return rejected(env, e);
+  }
+}
+
+// A key or value: a string (UTF-8) or bytes.
+static std::string bytes_of(Napi::Env env, Napi::Value v, const char *opname,
+                            const char *what) {
+  if (v.IsString()) return v.As<Napi::String>().Utf8Value();
+  if (v.IsTypedArray()) {
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    const char *p = static_cast<const char *>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+    return std::string(p, ta.ByteLength());
+  }
+  if (v.IsArrayBuffer()) {
+    Napi::ArrayBuffer ab = v.As<Napi::ArrayBuffer>();
+    return std::string(static_cast<const char *>(ab.Data()), ab.ByteLength());
+  }
+  throw Napi::TypeError::New(env, std::string(opname) + ": " + what +
+                                      " must be a string, Buffer or TypedArray");
+}
+
+static std::string key_of(Napi::Env env, Napi::Value v, const char *opname) {
+  if (!v.IsString())
+    throw Napi::TypeError::New(env, std::string(opname) + ": the key must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+Napi::Value Store::Connect(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.connect");
+    Op *op = new Op(env, Value(), RES_NONE);
+    if (st->type != UVCCL_STORE_TCP) {
+      Napi::Promise p = op->deferred.Promise();
+      op->deferred.Resolve(env.Undefined());
+      delete op;
+      return p;
+    }
+    return started(op, uvccl_tcp_store_connect(st, &op->work, op_done), "store.connect");
+  });
+}
+
+Napi::Value Store::Set(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.set");
+    std::string key = key_of(env, info[0], "store.set");
+    std::string v = bytes_of(env, info[1], "store.set", "the value");
+    Op *op = new Op(env, Value(), RES_NONE);
+    // the key and value are copied by the call
+    return started(op, uvccl_store_set(st, &op->work, key.c_str(), v.data(), v.size(),
+                                       op_done),
+                   "store.set");
+  });
+}
+
+Napi::Value Store::KeyOp(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  KeyOps which = static_cast<KeyOps>(reinterpret_cast<intptr_t>(info.Data()));
+  static const char *const names[] = {"store.get", "store.add", "store.deleteKey"};
+  static const Result results[] = {RES_VALUE, RES_RESULT, RES_BOOL};
+  const char *name = names[which];
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, name);
+    std::string key = key_of(env, info[0], name);
+    int64_t delta = 1;
+    if (which == KEY_ADD && !info[1].IsUndefined()) {
+      if (!info[1].IsNumber())
+        throw Napi::TypeError::New(env, "store.add: the amount must be a number");
+      delta = info[1].As<Napi::Number>().Int64Value();
+    }
+    Op *op = new Op(env, Value(), results[which]);
+    int rc;
+    switch (which) {
+    case KEY_GET: rc = uvccl_store_get(st, &op->work, key.c_str(), op_done); break;
+    case KEY_ADD: rc = uvccl_store_add(st, &op->work, key.c_str(), delta, op_done); break;
+    default: rc = uvccl_store_delete_key(st, &op->work, key.c_str(), op_done);
+    }
+    return started(op, rc, name);
+  });
+}
+
+Napi::Value Store::NumKeys(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.numKeys");
+    Op *op = new Op(env, Value(), RES_RESULT);
+    return started(op, uvccl_store_num_keys(st, &op->work, op_done), "store.numKeys");
+  });
+}
+
+Napi::Value Store::CompareSet(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.compareSet");
+    std::string key = key_of(env, info[0], "store.compareSet");
+    std::string e = bytes_of(env, info[1], "store.compareSet", "the expected value");
+    std::string d = bytes_of(env, info[2], "store.compareSet", "the desired value");
+    Op *op = new Op(env, Value(), RES_VALUE);
+    return started(op, uvccl_store_compare_set(st, &op->work, key.c_str(), e.data(),
+                                               e.size(), d.data(), d.size(), op_done),
+                   "store.compareSet");
+  });
+}
+
+// wait(keys, timeoutMs) and check(keys) -> boolean; the keys live in the op
+Napi::Value Store::KeysOp(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  bool check = reinterpret_cast<intptr_t>(info.Data()) == KEYS_CHECK;
+  const char *name = check ? "store.check" : "store.wait";
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, name);
+    if (!info[0].IsArray())
+      throw Napi::TypeError::New(env, std::string(name) + ": an array of keys");
+    Napi::Array a = info[0].As<Napi::Array>();
+    std::unique_ptr<Op> op(new Op(env, Value(), check ? RES_BOOL : RES_NONE));
+    for (uint32_t i = 0; i < a.Length(); i++)
+      op->keys.push_back(key_of(env, a.Get(i), name));
+    for (auto &k : op->keys) op->key_ptrs.push_back(k.c_str());
+    uint64_t to = timeout_of(info[1]);
+    Op *o = op.release();
+    int rc = check ? uvccl_store_check(st, &o->work, o->key_ptrs.data(),
+                                       o->key_ptrs.size(), op_done)
+                   : uvccl_store_wait(st, &o->work, o->key_ptrs.data(),
+                                      o->key_ptrs.size(),
+                                      to > 0 ? to : UVCCL_DEFAULT_TIMEOUT, op_done);
+    return started(o, rc, name);
+  });
+}
+
+Napi::Value Store::SetTimeout(const Napi::CallbackInfo &info) {
+  uvccl_store_set_timeout(Open(info.Env(), "store.setTimeout"), timeout_of(info[0]));
+  return info.Env().Undefined();
+}
+
+Napi::Value Store::Close(const Napi::CallbackInfo &info) {
+  bool go;
+  Napi::Value p = close_begin(info.Env(), box, &go);
+  if (go) {
+    uvccl_store_close(&box->store, store_closed);
+    box = nullptr;
+  }
+  return p;
+}
+
+// ---- Server ----------------------------------------------------------------
+
+Napi::Function Server::Define(Napi::Env env) {
+  return DefineClass(env, "CoreServer",
+                     {InstanceAccessor("port", &Server::GetPort, nullptr),
+                      InstanceMethod("close", &Server::Close)});
+}
+
+// new CoreServer(host or null, port): serving when constructed
+Server::Server(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Server>(info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<ServerBox> b(new ServerBox());
+  b->env = env;
+  std::string host = str_or(info[0], "");
+  uvccl_store_server_options_t o{};
+  o.host = host.empty() ? nullptr : host.c_str();
+  o.port = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0;
+  o.listen_fd = -1;
+  int rc = uvccl_store_server_init(addon_of(env)->loop, &b->server, &o);
+  if (rc < 0) throw_status(env, rc, "StoreServer", nullptr, nullptr);
+  box = b.release();
+}
+
+Server::~Server() {
+  if (box != nullptr) uvccl_store_server_close(&box->server, server_closed);
+}
+
+Napi::Value Server::GetPort(const Napi::CallbackInfo &info) {
+  return Napi::Number::New(info.Env(), box ? box->server.port : -1);
+}
+
+Napi::Value Server::Close(const Napi::CallbackInfo &info) {
+  bool go;
+  Napi::Value p = close_begin(info.Env(), box, &go);
+  if (go) {
+    uvccl_store_server_close(&box->server, server_closed);
+    box = nullptr;
+  }
+  return p;
+}
+
+void init_store(Napi::Env env, Napi::Object exports) {
+  Addon *a = addon_of(env);
+  Napi::Function s = Store::Define(env), v = Server::Define(env);
+  a->store_ctor = Napi::Persistent(s);
+  a->server_ctor = Napi::Persistent(v);
+  exports.Set("CoreStore", s);
+  exports.Set("CoreServer", v);
+}
+
+} // namespace uvccl_node

@@ -1,0 +1,57 @@
+// The store client and server wrappers (store.cc).
+#ifndef UVCCL_NODE_STORE_H
+#define UVCCL_NODE_STORE_H
+
+#include "addon.h"
+
+namespace uvccl_node {
+
+// Memory that outlives its JS object until uvccl's close callback; the
+// Promise of close(), if any, settles there.
+struct StoreBox {
+  uvccl_store_t store{};
+  napi_env env = nullptr;
+  Napi::Promise::Deferred *closing = nullptr;
+  std::string host;
+};
+
+struct ServerBox {
+  uvccl_store_server_t server{};
+  napi_env env = nullptr;
+  Napi::Promise::Deferred *closing = nullptr;
+};
+
+class Store : public Napi::ObjectWrap<Store> {
+public:
+  static Napi::Function Define(Napi::Env env);
+  explicit Store(const Napi::CallbackInfo &info);
+  ~Store() override;
+  StoreBox *box = nullptr;
+  uvccl_store_t *Open(Napi::Env env, const char *opname);
+
+private:
+  Napi::Value Connect(const Napi::CallbackInfo &info);
+  Napi::Value Set(const Napi::CallbackInfo &info);
+  Napi::Value KeyOp(const Napi::CallbackInfo &info);
+  Napi::Value NumKeys(const Napi::CallbackInfo &info);
+  Napi::Value CompareSet(const Napi::CallbackInfo &info);
+  Napi::Value KeysOp(const Napi::CallbackInfo &info);
+  Napi::Value SetTimeout(const Napi::CallbackInfo &info);
+  Napi::Value Close(const Napi::CallbackInfo &info);
+};
+
+class Server : public Napi::ObjectWrap<Server> {
+public:
+  static Napi::Function Define(Napi::Env env);
+  explicit Server(const Napi::CallbackInfo &info);
+  ~Server() override;
+  ServerBox *box = nullptr;
+
+private:
+  Napi::Value GetPort(const Napi::CallbackInfo &info);
+  Napi::Value Close(const Napi::CallbackInfo &info);
+};
+
+} // namespace uvccl_node
+
+#endif
