@@ -38,7 +38,7 @@ enum Result {
   RES_BOOL,     // work->result != 0
   RES_RECV,     // {source, length}
   RES_GROUP,    // the group made (Op::made)
-  RES_HELD,     // the value held in Op::value (the output buffer)
+  RES_HELD,     // a held buffer (Op::value_at: the output), or null
 };
 
 class Group;
@@ -51,7 +51,8 @@ struct Op {
   Napi::Promise::Deferred deferred;
   Napi::ObjectReference owner;                  // group, store or server
   std::vector<Napi::Reference<Napi::Value>> held; // buffers, pinned
-  Napi::Reference<Napi::Value> value;           // RES_HELD's
+  int value_at = -1;                            // RES_HELD's: held[value_at]
+  Group *group = nullptr;                       // the owner, where a group
   Napi::ObjectReference made;                   // RES_GROUP's wrapper
   Group *made_group = nullptr;
   Result result;

@@ -141,7 +141,9 @@ Napi::Value Group::GetSize(const Napi::CallbackInfo &info) {
 
 // A new operation of this group (the group kept alive until it completes).
 static Op *group_op(Group *g, const Napi::CallbackInfo &info, Result r) {
-  return new Op(info.Env(), g->Value(), r);
+  Op *op = new Op(info.Env(), g->Value(), r);
+  op->group = g;
+  return op;
 }
 
 // Runs body (which starts op or throws): a throw rejects the Promise, never
@@ -189,7 +191,7 @@ Napi::Value Group::Coll(const Napi::CallbackInfo &info) {
     if (!absent(out)) {
       vo = hold(op, out, name, colls[which].shape == 0 ? "the buffer" : "the output");
       no = dtype_of(env, vo, dtn, moving, name, &dt);
-      op->value = Napi::Persistent(out);
+      op->value_at = static_cast<int>(op->held.size()) - 1;
     }
     if (colls[which].shape != 0 && !absent(in)) {
       vi = hold(op, in, name, "the input");
@@ -294,7 +296,7 @@ Napi::Value Group::Alltoallv(const Napi::CallbackInfo &info) {
     op = group_op(this, info, RES_HELD);
     uvccl_dtype_t dt, din;
     View vo = hold(op, info[0], "alltoallv", "the output");
-    op->value = Napi::Persistent(info[0]);
+    op->value_at = 0;
     View vi = hold(op, info[1], "alltoallv", "the input");
     size_t no = dtype_of(env, vo, dtn, true, "alltoallv", &dt);
     size_t ni = dtype_of(env, vi, dtn, true, "alltoallv", &din);
@@ -336,7 +338,7 @@ Napi::Value Group::ReduceScatterv(const Napi::CallbackInfo &info) {
     op = group_op(this, info, RES_HELD);
     uvccl_dtype_t dt, din;
     View vo = hold(op, info[0], name, "the output");
-    op->value = Napi::Persistent(info[0]);
+    op->value_at = 0;
     View vi = hold(op, info[1], name, "the input");
     size_t no = dtype_of(env, vo, dtn, false, name, &dt);
     size_t ni = dtype_of(env, vi, dtn, false, name, &din);
@@ -378,7 +380,8 @@ Napi::Value Group::Allgatherv(const Napi::CallbackInfo &info) {
                                            " outputs, not one a rank (" +
                                            std::to_string(pg->size) + ")");
     op = group_op(this, info, RES_HELD);
-    op->value = Napi::Persistent(info[0]);
+    op->held.push_back(Napi::Persistent(info[0])); // the list, resolved with
+    op->value_at = 0;
     uvccl_dtype_t dt, d;
     View vi = hold(op, info[1], "allgatherv", "the input");
     size_t ni = dtype_of(env, vi, dtn, true, "allgatherv", &dt);
@@ -420,7 +423,8 @@ Napi::Value Group::AllreduceCoalesced(const Napi::CallbackInfo &info) {
       throw Napi::TypeError::New(env, "allreduceCoalesced: an array of buffers");
     Napi::Array list = info[0].As<Napi::Array>();
     op = group_op(this, info, RES_HELD);
-    op->value = Napi::Persistent(info[0]);
+    op->held.push_back(Napi::Persistent(info[0])); // the list, resolved with
+    op->value_at = 0;
     uvccl_dtype_t dt = UVCCL_FLOAT32, d;
     for (uint32_t i = 0; i < list.Length(); i++) {
       View v = hold(op, list.Get(i), name, "each buffer");

@@ -71,11 +71,7 @@ void settle(Napi::Env env, Napi::Promise::Deferred &d, int status,
 }
 
 static const uvccl_pg_t *owner_pg(Op *op) {
-  if (op->owner.IsEmpty()) return nullptr;
-  Napi::Object o = op->owner.Value();
-  Addon *a = addon_of(op->env);
-  if (!o.InstanceOf(a->group_ctor.Value())) return nullptr;
-  return Group::Unwrap(o)->pg();
+  return op->group != nullptr ? op->group->pg() : nullptr;
 }
 
 // A uv callback: no JS frame is below, so the settle runs in a callback
@@ -112,7 +108,7 @@ void op_done(uvccl_work_t *w, int status) {
       value = op->made.Value();
       break;
     case RES_HELD: // the output; null where this rank has none
-      value = op->value.IsEmpty() ? env.Null() : op->value.Value();
+      value = op->value_at < 0 ? env.Null() : op->held[op->value_at].Value();
       break;
     default:
       value = env.Undefined();
