@@ -105,6 +105,23 @@ uvccl_redop_t redop_of(Napi::Env env, const std::string &name,
 uint64_t timeout_of(Napi::Value v); // ms; undefined/0: the default
 std::string str_or(Napi::Value v, const char *dflt);
 
+// A close callback's end (groups, stores, servers): the box (memory that
+// outlived its JS object) is freed and the Promise of the close call, if
+// any, settles, in a callback scope.
+template <typename Box> void close_done(Box *box) {
+  if (box->closing == nullptr) {
+    delete box;
+    return;
+  }
+  Napi::Env env(box->env);
+  Napi::HandleScope hs(env);
+  Napi::CallbackScope cs(env, *addon_of(env)->context);
+  Napi::Promise::Deferred d = *box->closing;
+  delete box->closing;
+  delete box;
+  d.Resolve(env.Undefined());
+}
+
 void init_group(Napi::Env env, Napi::Object exports);
 void init_store(Napi::Env env, Napi::Object exports);
 

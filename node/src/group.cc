@@ -43,18 +43,7 @@ static const struct {
 static bool absent(Napi::Value v) { return v.IsNull() || v.IsUndefined(); }
 
 static void pg_closed(uvccl_pg_t *pg) {
-  PgBox *box = reinterpret_cast<PgBox *>(pg);
-  if (box->closing != nullptr) {
-    Napi::Env env(box->env);
-    Napi::HandleScope hs(env);
-    Napi::CallbackScope cs(env, *addon_of(env)->context);
-    Napi::Promise::Deferred d = *box->closing;
-    delete box->closing;
-    delete box;
-    d.Resolve(env.Undefined());
-    return;
-  }
-  delete box;
+  close_done(reinterpret_cast<PgBox *>(pg));
 }
 
 Napi::Function Group::Define(Napi::Env env) {

@@ -4,27 +4,12 @@
 
 namespace uvccl_node {
 
-// The close callbacks: the Promise of close() settles, in a callback scope.
-template <typename Box> static void closed(Box *box) {
-  if (box->closing == nullptr) {
-    delete box;
-    return;
-  }
-  Napi::Env env(box->env);
-  Napi::HandleScope hs(env);
-  Napi::CallbackScope cs(env, *addon_of(env)->context);
-  Napi::Promise::Deferred d = *box->closing;
-  delete box->closing;
-  delete box;
-  d.Resolve(env.Undefined());
-}
-
 static void store_closed(uvccl_store_t *st) {
-  closed(reinterpret_cast<StoreBox *>(st));
+  close_done(reinterpret_cast<StoreBox *>(st));
 }
 
 static void server_closed(uvccl_store_server_t *sv) {
-  closed(reinterpret_cast<ServerBox *>(sv));
+  close_done(reinterpret_cast<ServerBox *>(sv));
 }
 
 // Begins a close: the Promise settles in the close callback, at once where
