@@ -73,8 +73,10 @@ void op_done(uvccl_work_t *w, int status);
 // After the call that starts op: on rc < 0 the Promise rejects (with the
 // work's message) and op is freed; the Promise is returned either way.
 Napi::Value started(Op *op, int rc, const char *name);
-// The Promise of a call that failed before it started anything.
+// The Promise of a call that failed before it started anything; with an
+// op, the op's own Promise (the op is freed).
 Napi::Value rejected(Napi::Env env, const Napi::Error &e);
+Napi::Value rejected(Op *op, const Napi::Error &e);
 
 // Settles a Deferred from a uv callback, in a callback scope.
 void settle(Napi::Env env, Napi::Promise::Deferred &d, int status,

@@ -142,9 +142,9 @@ static Napi::Value guarded(Napi::Env env, Op **op, const char *name, F body) {
   try {
     return body();
   } catch (const Napi::Error &e) {
-    delete *op;
+    Op *o = *op;
     *op = nullptr;
-    return rejected(env, e);
+    return rejected(o, e);
   }
 }
 

@@ -73,8 +73,7 @@ static Napi::Value InitGroup(const Napi::CallbackInfo &info) {
                                        &started_op->work, op_done);
     return started(started_op, rc, "initProcessGroup");
   } catch (const Napi::Error &e) {
-    delete op;
-    return rejected(env, e);
+    return rejected(op, e);
   }
 }
 

@@ -151,6 +151,15 @@ Napi::Value rejected(Napi::Env env, const Napi::Error &e) {
   return d.Promise();
 }
 
+// (a Deferred is freed only when settled: the op's own rejects)
+Napi::Value rejected(Op *op, const Napi::Error &e) {
+  if (op == nullptr) return rejected(e.Env(), e);
+  Napi::Promise p = op->deferred.Promise();
+  op->deferred.Reject(e.Value());
+  delete op;
+  return p;
+}
+
 // ---- buffers and dtypes ----------------------------------------------------
 
 static int dtype_of_typed(napi_typedarray_type t) {

@@ -206,12 +206,12 @@ Napi::Value Store::KeysOp(const Napi::CallbackInfo &info) {
     if (!info[0].IsArray())
       throw Napi::TypeError::New(env, std::string(name) + ": an array of keys");
     Napi::Array a = info[0].As<Napi::Array>();
-    std::unique_ptr<Op> op(new Op(env, Value(), check ? RES_BOOL : RES_NONE));
-    for (uint32_t i = 0; i < a.Length(); i++)
-      op->keys.push_back(key_of(env, a.Get(i), name));
-    for (auto &k : op->keys) op->key_ptrs.push_back(k.c_str());
+    std::vector<std::string> keys;
+    for (uint32_t i = 0; i < a.Length(); i++) keys.push_back(key_of(env, a.Get(i), name));
     uint64_t to = timeout_of(info[1]);
-    Op *o = op.release();
+    Op *o = new Op(env, Value(), check ? RES_BOOL : RES_NONE);
+    o->keys = std::move(keys);
+    for (auto &k : o->keys) o->key_ptrs.push_back(k.c_str());
     int rc = check ? uvccl_store_check(st, &o->work, o->key_ptrs.data(),
                                        o->key_ptrs.size(), op_done)
                    : uvccl_store_wait(st, &o->work, o->key_ptrs.data(),

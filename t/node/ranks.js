@@ -204,6 +204,38 @@ async function storeOps() {
 }
 
 const scenarios = {
+  // One process, every kind of call once, the failing ones too (for
+  // valgrind: valgrind.test.js).
+  async local_all() {
+    const st = new uvccl.HashStore();
+    const pg = await uvccl.initProcessGroup({ store: st, rank: 0, worldSize: 1 });
+    const a = new Float32Array(1000).fill(2);
+    for (let i = 0; i < 20; i++) await pg.allreduce(a, 'max');
+    await pg.allgather(new Float64Array(4), Float64Array.of(1, 2, 3, 4));
+    const rejects = await Promise.all([
+      pg.allreduce('bad'), pg.allgather(new Float32Array(3), new Float32Array(4)),
+      pg.alltoallv(a, a, [3], [4]), pg.broadcast(a, { src: 3 }), pg.allreduce(a, { timeout: -1 }),
+      pg.split('x'), st.set(1, 2), uvccl.initProcessGroup({ store: {}, rank: 0, worldSize: 1 }),
+    ].map((p) => p.then(() => 0, () => 1)));
+    check('rejects', rejects.every((x) => x === 1), rejects);
+    const outs = [new Int32Array(2)];
+    await pg.allgatherv(outs, Int32Array.of(5, 6));
+    await pg.allreduceCoalesced([new Float32Array(3), new Float64Array(2)]).catch(() => {});
+    const sub = await pg.split(0);
+    await sub.destroy();
+    await st.set('k', 'v');
+    await st.get('k');
+    await st.wait(['zz'], { timeout: 20 }).catch(() => {});
+    const srv = new uvccl.StoreServer({ port: 0 });
+    const c = await uvccl.TCPStore.connect('127.0.0.1', srv.port);
+    await c.set('a', 'b');
+    check('local_all', (await c.get('a')).toString() === 'b' && outs[0][1] === 6 && a[0] === 2);
+    await c.close();
+    await srv.close();
+    await pg.destroy();
+    await st.close();
+  },
+
   async collectives() {
     const pg = await uvccl.initProcessGroup('env://');
     check('init', pg.size === Number(process.env.WORLD_SIZE) && pg.rank === Number(process.env.RANK));
