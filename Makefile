@@ -150,7 +150,8 @@ $(NODE_ADDON): $(LIB_SRCS) $(wildcard src/*/*.h src/*/*/*.h) include/uvccl.h \
 	       $(wildcard node/src/*) node/binding.gyp node/scripts/build.js \
 	       node/node_modules/.package-lock.json
 	@$(if $(Q),echo "  NODE    $@")
-	$(Q)cd node && node scripts/build.js $(if $(Q),>/dev/null)
+	$(Q)cd node && node scripts/build.js $(if $(Q),> ../$(BUILD)/node-gyp.log 2>&1 || \
+	  { cat ../$(BUILD)/node-gyp.log; false; })
 endif
 
 # The examples, from a make of their own (as torch: H2O's headers arrive
