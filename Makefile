@@ -145,7 +145,7 @@ nodejs-addon: $(NODE_ADDON)
 ifneq ($(NODE_ADDON),)
 node/node_modules/.package-lock.json: node/package.json node/package-lock.json
 	@$(if $(Q),echo "  NPM     node/node_modules")
-	$(Q)cd node && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	$(Q)cd node && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error $(if $(Q),>/dev/null)
 $(NODE_ADDON): $(LIB_SRCS) $(wildcard src/*/*.h src/*/*/*.h) include/uvccl.h \
 	       $(wildcard node/src/*) node/binding.gyp node/scripts/build.js \
 	       node/node_modules/.package-lock.json
