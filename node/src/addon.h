@@ -49,7 +49,7 @@ struct Op {
   uvccl_work_t work{};
   napi_env env;
   Napi::Promise::Deferred deferred;
-  Napi::ObjectReference owner;                  // group, store or server
+  Napi::ObjectReference owner;                  // a store or server
   std::vector<Napi::Reference<Napi::Value>> held; // buffers, pinned
   int value_at = -1;                            // RES_HELD's: held[value_at]
   Group *group = nullptr;                       // the owner, where a group
@@ -64,6 +64,8 @@ struct Op {
   std::vector<const char *> key_ptrs;
 
   Op(Napi::Env e, Napi::Object own, Result r);
+  explicit Op(Napi::Env e, Group *g, Result r); // g held until the op's end
+  ~Op();
 };
 
 // The uvccl_pg_t of the owner, for the failure an error carries.

@@ -130,9 +130,7 @@ Napi::Value Group::GetSize(const Napi::CallbackInfo &info) {
 
 // A new operation of this group (the group kept alive until it completes).
 static Op *group_op(Group *g, const Napi::CallbackInfo &info, Result r) {
-  Op *op = new Op(info.Env(), g->Value(), r);
-  op->group = g;
-  return op;
+  return new Op(info.Env(), g, r);
 }
 
 // Runs body (which starts op or throws): a throw rejects the Promise, never

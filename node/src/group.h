@@ -26,6 +26,16 @@ public:
 
   PgBox *box = nullptr;
   State state = CREATING;
+  int pending = 0; // operations in flight: the wrapper is held while > 0
+
+  // Keeps the wrapper (and so the group) alive while operations are in
+  // flight: one reference toggled, rather than one created a call.
+  void Hold() {
+    if (pending++ == 0) Ref();
+  }
+  void Release() {
+    if (--pending == 0) Unref();
+  }
 
   // The group of a finished creation: ready, or gone (destroyed here).
   void Created(int status);

@@ -14,6 +14,16 @@ Op::Op(Napi::Env e, Napi::Object own, Result r)
   if (!own.IsEmpty()) owner = Napi::Persistent(own);
 }
 
+Op::Op(Napi::Env e, Group *g, Result r)
+    : env(e), deferred(Napi::Promise::Deferred::New(e)), group(g), result(r) {
+  work.data = this;
+  g->Hold();
+}
+
+Op::~Op() {
+  if (group != nullptr) group->Release();
+}
+
 // ---- errors ----------------------------------------------------------------
 
 Napi::Value failure_of(Napi::Env env, const uvccl_pg_t *pg) {
