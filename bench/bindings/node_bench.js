@@ -12,6 +12,10 @@
 //                      collectives: the floor)
 // Each rank prints "lag node-BACKEND RANK p50_ms p99_ms max_ms ops
 // op_ms_median eld_p50_ms eld_p99_ms".
+//   floor              in one process: Node's own round trip through its
+//                      loop (a Promise settled by setImmediate) against a
+//                      4 B allreduce of a world of one (a uvccl completion
+//                      on the next turn): "floor IMMEDIATE_US WORLD1_US"
 const path = require('node:path');
 const { monitorEventLoopDelay } = require('node:perf_hooks');
 const uvccl = require(path.join(__dirname, '..', '..', 'node'));
@@ -82,9 +86,23 @@ async function lag(backend, mib, seconds) {
   if (pg) await pg.destroy();
 }
 
+async function floor() {
+  const n = 200000;
+  let t = now();
+  for (let i = 0; i < n; i++) await new Promise((res) => setImmediate(res));
+  const immediate = ((now() - t) / n) * 1e3;
+  const pg = await uvccl.initProcessGroup({ store: new uvccl.HashStore(), rank: 0, worldSize: 1 });
+  const b = new Float32Array(1);
+  for (let i = 0; i < n / 10; i++) await pg.allreduce(b);
+  t = now();
+  for (let i = 0; i < n; i++) await pg.allreduce(b);
+  console.log(`floor ${immediate.toFixed(3)} ${(((now() - t) / n) * 1e3).toFixed(3)}`);
+  await pg.destroy();
+}
+
 const [mode, ...rest] = process.argv.slice(2);
 const units = { K: 1 << 10, M: 1 << 20 };
-const run = mode === 'chain'
+const run = mode === 'floor' ? floor() : mode === 'chain'
   ? chain(rest.length ? rest.map((s) => (units[s.slice(-1)] ? parseInt(s, 10) * units[s.slice(-1)] : Number(s)))
                       : [4, 1 << 20, 16 << 20])
   : lag(rest[0], Number(rest[1]), Number(rest[2]));
