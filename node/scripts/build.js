@@ -39,5 +39,9 @@ const prefix = path.resolve(path.dirname(process.execPath), '..');
 if (fs.existsSync(path.join(prefix, 'include', 'node', 'common.gypi')) &&
     fs.existsSync(path.join(prefix, 'include', 'node', 'uv.h')))
   args.push('--nodedir=' + prefix);
-const r = spawnSync(process.execPath, args, { cwd: here, stdio: 'inherit' });
+// node-gyp runs make: not with the settings of a make that may be running
+// this (make check SANITIZE=1 runs the npm install test)
+const env = { ...process.env };
+for (const k of ['MAKEFLAGS', 'MFLAGS', 'MAKELEVEL', 'MAKEOVERRIDES', 'SANITIZE']) delete env[k];
+const r = spawnSync(process.execPath, args, { cwd: here, stdio: 'inherit', env });
 process.exit(r.status === null ? 1 : r.status);
