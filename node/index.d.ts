@@ -2,7 +2,8 @@
 
 /** A buffer uvccl reads or writes in place; kept alive until completion. */
 export type Buf = ArrayBufferView | ArrayBuffer;
-export type ReduceOp = 'sum' | 'avg' | 'product' | 'min' | 'max' | 'band' | 'bor' | 'bxor';
+/** A name, or a group's op from premulSum(factor). */
+export type ReduceOp = 'sum' | 'avg' | 'product' | 'min' | 'max' | 'band' | 'bor' | 'bxor' | number;
 /** Overrides the dtype the array's type gives (e.g. 'bfloat16' on a Uint16Array). */
 export type DType =
   | 'int8' | 'uint8' | 'bool' | 'int32' | 'int64' | 'float16' | 'bfloat16'
@@ -63,6 +64,17 @@ export class ProcessGroup {
   allgatherv<T extends Buf[]>(outputs: T, input: Buf, opts?: CommonOptions): Promise<T>;
   reduceScatterv<T extends Buf>(output: T, input: Buf, counts: number[], opts?: ReduceOptions | ReduceOp): Promise<T>;
   alltoallv<T extends Buf>(output: T, input: Buf, sendCounts: number[], recvCounts: number[], opts?: CommonOptions): Promise<T>;
+  broadcastBytes(buf: Buf | null, opts?: { src?: number; timeout?: number }): Promise<Buffer>;
+  allgatherBytes(buf: Buf, opts?: { timeout?: number }): Promise<Buffer[]>;
+  gatherBytes(buf: Buf, opts?: { dst?: number; timeout?: number }): Promise<Buffer[] | null>;
+  scatterBytes(bufs: Buf[] | null, opts?: { src?: number; timeout?: number }): Promise<Buffer>;
+  broadcastObject<T = unknown>(obj: T, opts?: { src?: number; timeout?: number }): Promise<T>;
+  allGatherObject<T = unknown>(obj: T, opts?: { timeout?: number }): Promise<T[]>;
+  gatherObject<T = unknown>(obj: T, opts?: { dst?: number; timeout?: number }): Promise<T[] | null>;
+  scatterObject<T = unknown>(objs: T[] | null, opts?: { src?: number; timeout?: number }): Promise<T>;
+  batchIsendIrecv(ops: Array<{ op: 'send' | 'isend' | 'recv' | 'irecv'; buf: Buf; peer: number; tag?: number }>,
+                  opts?: { timeout?: number }): Promise<Array<{ source: number; length: number } | null>>;
+  premulSum(factor: number): number;
   barrier(opts?: { timeout?: number }): Promise<void>;
   monitoredBarrier(opts?: { waitAll?: boolean; timeout?: number }): Promise<void>;
   send(buf: Buf, dst: number, opts?: { tag?: number; timeout?: number }): Promise<void>;

@@ -17,6 +17,7 @@
 // Timeouts are in milliseconds.
 
 const path = require('path');
+const v8 = require('v8');
 
 function loadCore() {
   const tried = [];
@@ -119,6 +120,57 @@ class ProcessGroup {
   barrier(o) { o = opts(o); return this._g.barrier(o.timeout); }
   // Reports every rank that did not arrive (waitAll) or the first.
   monitoredBarrier(o) { o = opts(o); return this._g.monitoredBarrier(!!o.waitAll, o.timeout); }
+
+  // Byte payloads of any length (the ranks' may differ): broadcastBytes
+  // resolves to src's bytes (a Buffer) everywhere, allgatherBytes to every
+  // rank's, gatherBytes to every rank's at dst (null elsewhere),
+  // scatterBytes to this rank's of src's list.
+  broadcastBytes(buf, o) { o = opts(o); return this._g.broadcastBytes(buf, o.src || 0, o.timeout); }
+  allgatherBytes(buf, o) { o = opts(o); return this._g.allgatherBytes(buf, 0, o.timeout); }
+  gatherBytes(buf, o) { o = opts(o); return this._g.gatherBytes(buf, o.dst || 0, o.timeout); }
+  scatterBytes(bufs, o) { o = opts(o); return this._g.scatterBytes(bufs, o.src || 0, o.timeout); }
+
+  // c10d's object collectives, on any value the structured clone algorithm
+  // takes (v8.serialize: objects, arrays, TypedArrays, Maps, ...).
+  async broadcastObject(obj, o) {
+    o = opts(o);
+    const src = o.src || 0;
+    return v8.deserialize(await this.broadcastBytes(this.rank === src ? v8.serialize(obj) : null, o));
+  }
+  async allGatherObject(obj, o) {
+    return (await this.allgatherBytes(v8.serialize(obj), o)).map((b) => v8.deserialize(b));
+  }
+  async gatherObject(obj, o) {
+    const all = await this.gatherBytes(v8.serialize(obj), o);
+    return all === null ? null : all.map((b) => v8.deserialize(b));
+  }
+  async scatterObject(objs, o) {
+    o = opts(o);
+    const src = o.src || 0;
+    const bufs = this.rank === src ? objs.map((x) => v8.serialize(x)) : null;
+    return v8.deserialize(await this.scatterBytes(bufs, o));
+  }
+
+  // c10d's batch_isend_irecv: [{op: 'send' | 'recv', buf, peer, tag}], all
+  // started at once; resolves to one entry an op: null for a send,
+  // {source, length} for a receive.
+  batchIsendIrecv(ops, o) {
+    o = opts(o);
+    if (!Array.isArray(ops))
+      return Promise.reject(new TypeError('batchIsendIrecv: an array of {op, buf, peer, tag}'));
+    const list = [];
+    for (const p of ops) {
+      const kind = p && p.op;
+      if (!['send', 'isend', 'recv', 'irecv'].includes(kind))
+        return Promise.reject(new TypeError(`batchIsendIrecv: op must be 'send' or 'recv', not ${kind}`));
+      list.push([kind === 'send' || kind === 'isend', p.buf, p.peer, p.tag || 0]);
+    }
+    return this._g.p2pBatch(list, o.timeout);
+  }
+
+  // A reduce op of this group: the sum of each rank's input times factor
+  // (c10d's premul_sum); use as {op: pg.premulSum(0.5)}.
+  premulSum(factor) { return this._g.premulSum(factor); }
 
   // Point-to-point: recv resolves to {source, length}; src -1 takes any.
   send(buf, dst, o) { o = opts(o); return this._g.send(buf, dst, o.tag || 0, o.timeout); }

@@ -6,7 +6,8 @@
  *     bfloat16 in a Uint16Array; broadcast and reduce from every root,
  *     allgather, reduce_scatter, alltoall, gather, scatter, barrier,
  *     monitoredBarrier, allgatherv, reduceScatterv, alltoallv,
- *     allreduceCoalesced, send/recv, recv from any source, twenty
+ *     allreduceCoalesced, the byte and object collectives,
+ *     batchIsendIrecv, premulSum, send/recv, recv from any source, twenty
  *     allreduces in flight, split, newGroup), the store client, the
  *     flight recorder's dump;
  *   - a peer SIGKILLed mid-allreduce: PeerError naming it on every

@@ -36,7 +36,9 @@ enum Result {
   RES_VALUE,    // a Buffer of work->value
   RES_RESULT,   // work->result as a number
   RES_BOOL,     // work->result != 0
+  RES_VALUES,   // an Array of Buffers of work->values, or null
   RES_RECV,     // {source, length}
+  RES_BATCH,    // per p2p op: null (send) or {source, length} (receive)
   RES_GROUP,    // the group made (Op::made)
   RES_HELD,     // a held buffer (Op::value_at: the output), or null
 };
@@ -60,6 +62,7 @@ struct Op {
   std::vector<void *> ptrs;
   std::vector<uvccl_buf_t> bufs;
   std::vector<int> ranks;
+  std::vector<uvccl_p2p_op_t> p2p;
   std::vector<std::string> keys;
   std::vector<const char *> key_ptrs;
 
@@ -104,8 +107,7 @@ View hold(Op *op, Napi::Value v, const char *opname, const char *what);
 // (no reduction) takes an unknown type as bytes. Returns the count.
 size_t dtype_of(Napi::Env env, const View &v, const std::string &dtname,
                 bool moving, const char *opname, uvccl_dtype_t *dt);
-uvccl_redop_t redop_of(Napi::Env env, const std::string &name,
-                       const char *opname);
+uvccl_redop_t redop_of(Napi::Env env, Napi::Value v, const char *opname);
 uint64_t timeout_of(Napi::Value v); // ms; undefined/0: the default
 std::string str_or(Napi::Value v, const char *dflt);
 

@@ -57,6 +57,15 @@ Napi::Function Group::Define(Napi::Env env) {
   props.push_back(InstanceMethod("reduceScatterv", &Group::ReduceScatterv));
   props.push_back(InstanceMethod("alltoallv", &Group::Alltoallv));
   props.push_back(InstanceMethod("barrier", &Group::Barrier));
+  props.push_back(InstanceMethod("p2pBatch", &Group::P2pBatch));
+  props.push_back(InstanceMethod("premulSum", &Group::PremulSum));
+  {
+    static const char *const bytes_names[] = {"broadcastBytes", "allgatherBytes",
+                                              "gatherBytes", "scatterBytes"};
+    for (intptr_t i = 0; i < 4; i++)
+      props.push_back(InstanceMethod(bytes_names[i], &Group::BytesColl, napi_default,
+                                     reinterpret_cast<void *>(i)));
+  }
   props.push_back(InstanceMethod("monitoredBarrier", &Group::MonitoredBarrier));
   props.push_back(InstanceMethod("send", &Group::Send));
   props.push_back(InstanceMethod("recv", &Group::Recv));
@@ -161,7 +170,7 @@ Napi::Value Group::Coll(const Napi::CallbackInfo &info) {
     int root = int_arg(info, 2, 0);
     uvccl_redop_t rop = UVCCL_SUM;
     std::string dtn = str_or(info[4], "");
-    if (colls[which].reduces) rop = redop_of(env, str_or(info[3], "sum"), name);
+    if (colls[which].reduces) rop = redop_of(env, info[3], name);
     if (colls[which].root_side != 0) {
       Napi::Value &side = colls[which].root_side > 0 ? out : in;
       if (pg->rank == root && absent(side))
@@ -320,7 +329,7 @@ Napi::Value Group::ReduceScatterv(const Napi::CallbackInfo &info) {
   const char *name = "reduceScatterv";
   return guarded(env, &op, name, [&]() -> Napi::Value {
     uvccl_pg_t *pg = Ready(env, name);
-    uvccl_redop_t rop = redop_of(env, str_or(info[3], "sum"), name);
+    uvccl_redop_t rop = redop_of(env, info[3], name);
     std::string dtn = str_or(info[4], "");
     op = group_op(this, info, RES_HELD);
     uvccl_dtype_t dt, din;
@@ -404,7 +413,7 @@ Napi::Value Group::AllreduceCoalesced(const Napi::CallbackInfo &info) {
   const char *name = "allreduceCoalesced";
   return guarded(env, &op, name, [&]() -> Napi::Value {
     uvccl_pg_t *pg = Ready(env, name);
-    uvccl_redop_t rop = redop_of(env, str_or(info[1], "sum"), name);
+    uvccl_redop_t rop = redop_of(env, info[1], name);
     std::string dtn = str_or(info[2], "");
     if (!info[0].IsArray())
       throw Napi::TypeError::New(env, "allreduceCoalesced: an array of buffers");
@@ -431,6 +440,114 @@ Napi::Value Group::AllreduceCoalesced(const Napi::CallbackInfo &info) {
                                                 o->bufs.size(), dt, rop, op_done),
                    name);
   });
+}
+
+// p2pBatch([[isSend, buffer, peer, tag], ...], timeout): c10d's
+// batch_isend_irecv, every op at once; an entry an op, null for a send,
+// {source, length} for a receive
+Napi::Value Group::P2pBatch(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  Op *op = nullptr;
+  const char *name = "batchIsendIrecv";
+  return guarded(env, &op, name, [&]() -> Napi::Value {
+    uvccl_pg_t *pg = Ready(env, name);
+    if (!info[0].IsArray())
+      throw Napi::TypeError::New(env, "batchIsendIrecv: an array of ops");
+    Napi::Array list = info[0].As<Napi::Array>();
+    uint64_t to = timeout_of(info[1]);
+    op = group_op(this, info, RES_BATCH);
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      Napi::Value e = list.Get(i);
+      Napi::Array t = e.IsArray() ? e.As<Napi::Array>() : Napi::Array::New(env);
+      if (t.Length() != 4 || !t.Get(2u).IsNumber())
+        throw Napi::TypeError::New(env, "batchIsendIrecv: op " + std::to_string(i) +
+                                            " needs a buffer and a peer");
+      bool send = t.Get(0u).ToBoolean();
+      View v = hold(op, t.Get(1u), name, "each op's buffer");
+      uvccl_p2p_op_t p{};
+      p.is_send = send;
+      p.buf = v.data;
+      p.len = v.len;
+      p.peer = t.Get(2u).As<Napi::Number>().Int32Value();
+      p.tag = t.Get(3u).IsNumber() ? t.Get(3u).As<Napi::Number>().Int32Value() : 0;
+      op->p2p.push_back(p);
+    }
+    op->work.timeout_ms = to;
+    Op *o = op;
+    op = nullptr;
+    return started(o, uvccl_p2p_batch(pg, &o->work, o->p2p.data(), o->p2p.size(), op_done),
+                   name);
+  });
+}
+
+// The byte payloads of different lengths under c10d's object collectives:
+// broadcastBytes(buffer or null, root) -> a Buffer (root's);
+// allgatherBytes(buffer) -> every rank's; gatherBytes(buffer, root) ->
+// every rank's at root, null elsewhere; scatterBytes(buffers or null,
+// root) -> this rank's.
+enum BytesKind { BYTES_BROADCAST, BYTES_ALLGATHER, BYTES_GATHER, BYTES_SCATTER };
+
+Napi::Value Group::BytesColl(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  BytesKind which = static_cast<BytesKind>(reinterpret_cast<intptr_t>(info.Data()));
+  static const char *const names[] = {"broadcastBytes", "allgatherBytes", "gatherBytes",
+                                      "scatterBytes"};
+  const char *name = names[which];
+  Op *op = nullptr;
+  return guarded(env, &op, name, [&]() -> Napi::Value {
+    uvccl_pg_t *pg = Ready(env, name);
+    int root = int_arg(info, 1, 0);
+    bool at_root = pg->rank == root;
+    uint64_t to = timeout_of(info[2]);
+    op = group_op(this, info, which == BYTES_ALLGATHER || which == BYTES_GATHER ? RES_VALUES
+                                                                               : RES_VALUE);
+    op->work.timeout_ms = to;
+    int rc;
+    if (which == BYTES_SCATTER) {
+      if (at_root) {
+        if (!info[0].IsArray() || info[0].As<Napi::Array>().Length() != static_cast<uint32_t>(pg->size))
+          throw Napi::TypeError::New(env, "scatterBytes: the root gives an array of one "
+                                          "buffer a rank (" + std::to_string(pg->size) + ")");
+        Napi::Array a = info[0].As<Napi::Array>();
+        for (uint32_t i = 0; i < a.Length(); i++) {
+          View v = hold(op, a.Get(i), name, "each buffer");
+          op->bufs.push_back(uvccl_buf_t{v.data, v.len});
+        }
+      }
+      Op *o = op;
+      op = nullptr;
+      rc = uvccl_scatter_bytes(pg, &o->work, at_root ? o->bufs.data() : nullptr,
+                               at_root ? o->bufs.size() : 0, root, op_done);
+      return started(o, rc, name);
+    }
+    View v;
+    if (which != BYTES_BROADCAST || at_root) v = hold(op, info[0], name, "the buffer");
+    Op *o = op;
+    op = nullptr;
+    switch (which) {
+    case BYTES_BROADCAST:
+      rc = uvccl_broadcast_bytes(pg, &o->work, v.data, v.len, root, op_done);
+      break;
+    case BYTES_ALLGATHER:
+      rc = uvccl_allgather_bytes(pg, &o->work, v.data, v.len, op_done);
+      break;
+    default:
+      rc = uvccl_gather_bytes(pg, &o->work, v.data, v.len, root, op_done);
+    }
+    return started(o, rc, name);
+  });
+}
+
+// premulSum(factor) -> a reduce op of this group: sum of each input times
+// factor (c10d's _make_nccl_premul_sum)
+Napi::Value Group::PremulSum(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  uvccl_pg_t *pg = Ready(env, "premulSum");
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "premulSum: a factor");
+  uvccl_redop_t op;
+  int rc = uvccl_pg_premul_sum(pg, info[0].As<Napi::Number>().DoubleValue(), &op);
+  if (rc < 0) throw_status(env, rc, "premulSum", nullptr, pg);
+  return Napi::Number::New(env, static_cast<double>(op));
 }
 
 // barrier(timeout)

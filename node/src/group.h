@@ -49,6 +49,9 @@ private:
   Napi::Value ReduceScatterv(const Napi::CallbackInfo &info);
   Napi::Value Alltoallv(const Napi::CallbackInfo &info);
   Napi::Value Barrier(const Napi::CallbackInfo &info);
+  Napi::Value P2pBatch(const Napi::CallbackInfo &info);
+  Napi::Value BytesColl(const Napi::CallbackInfo &info);
+  Napi::Value PremulSum(const Napi::CallbackInfo &info);
   Napi::Value MonitoredBarrier(const Napi::CallbackInfo &info);
   Napi::Value Send(const Napi::CallbackInfo &info);
   Napi::Value Recv(const Napi::CallbackInfo &info);

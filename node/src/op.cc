@@ -106,6 +106,33 @@ void op_done(uvccl_work_t *w, int status) {
     case RES_BOOL:
       value = Napi::Boolean::New(env, w->result != 0);
       break;
+    case RES_VALUES: // work->values, one Buffer each; null where none came
+      if (w->nvalues == 0) {
+        value = env.Null();
+      } else {
+        Napi::Array a = Napi::Array::New(env, w->nvalues);
+        for (size_t i = 0; i < w->nvalues; i++)
+          a.Set(static_cast<uint32_t>(i),
+                Napi::Buffer<char>::Copy(env, static_cast<char *>(w->values[i].base),
+                                         w->values[i].len));
+        value = a;
+      }
+      break;
+    case RES_BATCH: { // one entry an op: {source, length} for receives
+      Napi::Array a = Napi::Array::New(env, op->p2p.size());
+      for (size_t i = 0; i < op->p2p.size(); i++) {
+        if (op->p2p[i].is_send) {
+          a.Set(static_cast<uint32_t>(i), env.Null());
+          continue;
+        }
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("source", op->p2p[i].source);
+        o.Set("length", Napi::Number::New(env, static_cast<double>(op->p2p[i].received)));
+        a.Set(static_cast<uint32_t>(i), o);
+      }
+      value = a;
+      break;
+    }
     case RES_RECV: {
       Napi::Object o = Napi::Object::New(env);
       o.Set("source", Napi::Number::New(env, static_cast<double>(w->result)));
@@ -261,13 +288,17 @@ size_t dtype_of(Napi::Env env, const View &v, const std::string &dtname,
   return v.len / es;
 }
 
-uvccl_redop_t redop_of(Napi::Env env, const std::string &name,
-                       const char *opname) {
+// A reduce op: its name, or a number (an op of the group's, from
+// premulSum()); undefined: sum.
+uvccl_redop_t redop_of(Napi::Env env, Napi::Value v, const char *opname) {
   uvccl_redop_t op;
+  if (v.IsNumber()) return static_cast<uvccl_redop_t>(v.As<Napi::Number>().Int32Value());
+  std::string name = str_or(v, "sum");
   if (uvccl_redop_from_name(name.c_str(), &op) < 0 || op == UVCCL_PREMUL_SUM)
     throw Napi::RangeError::New(
         env, std::string(opname) + ": unknown reduce op '" + name +
-                 "' (sum, avg, product, min, max, band, bor, bxor)");
+                 "' (sum, avg, product, min, max, band, bor, bxor, or "
+                 "premulSum(factor)'s)");
   return op;
 }
 

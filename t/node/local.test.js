@@ -89,6 +89,10 @@ test('bad arguments reject saying what is wrong', async () => {
     [() => pg.send(x), TypeError, /dst must be a rank/],
     [() => pg.send(x, 5), uvccl.InvalidArgumentError, /./],
     [() => pg.split('red'), TypeError, /color must be an integer/],
+    [() => pg.batchIsendIrecv([{ op: 'put', buf: x, peer: 0 }]), TypeError, /op must be 'send' or 'recv'/],
+    [() => pg.batchIsendIrecv([{ op: 'send', buf: 'x', peer: 0 }]), TypeError, /must be a TypedArray/],
+    [() => pg.scatterBytes(null), TypeError, /the root gives an array of one buffer a rank/],
+    [() => pg.broadcastBytes(42), TypeError, /must be a TypedArray/],
   ];
   for (const [call, cls, words] of cases) {
     const p = call();
@@ -103,6 +107,7 @@ test('bad arguments reject saying what is wrong', async () => {
   assert.strictEqual(e.name, 'InvalidArgumentError');
   assert.ok(e.errno < 0 && typeof e.code === 'string' && e.code.length > 0, e.code);
   assert.throws(() => pg.newGroup('all'), TypeError);
+  assert.throws(() => pg.premulSum('half'), TypeError);
   assert.throws(() => pg.setTimeout(-5), RangeError);
   await stillWorks(pg);
   await pg.destroy();

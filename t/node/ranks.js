@@ -153,6 +153,38 @@ async function collectives(pg) {
     await pg.send(Buffer.from('from ' + r), 0, { tag: 9 });
     check('recv_any', true);
   }
+  // byte payloads and objects of different sizes across ranks
+  const bb = await pg.broadcastBytes(r === 1 ? Buffer.from('from one') : null, { src: 1 });
+  check('broadcast_bytes', bb.toString() === 'from one', bb.toString());
+  const ab2 = await pg.allgatherBytes(Buffer.alloc(r + 1, r));
+  check('allgather_bytes', ab2.length === n && ab2.every((b, i) => b.length === i + 1 && b.every((v) => v === i)),
+        ab2.map((b) => [...b]));
+  const gb = await pg.gatherBytes(Buffer.from('r' + r), { dst: 0 });
+  check('gather_bytes', r === 0 ? gb.map(String).join() === range(n).map((i) => 'r' + i).join() : gb === null,
+        gb && gb.map(String));
+  const sb = await pg.scatterBytes(r === 0 ? range(n).map((i) => Buffer.alloc(i * 3, i)) : null, { src: 0 });
+  check('scatter_bytes', sb.length === r * 3 && sb.every((v) => v === r), [...sb]);
+  const obj = await pg.broadcastObject(r === 0 ? { a: [1, 2], m: new Map([['k', 3n]]), f: Float32Array.of(0.5) } : null);
+  check('broadcast_object', obj.a[1] === 2 && obj.m.get('k') === 3n && obj.f[0] === 0.5, obj);
+  const objs = await pg.allGatherObject({ rank: r, s: 'x'.repeat(r) });
+  check('all_gather_object', objs.every((x, i) => x.rank === i && x.s.length === i), objs);
+  const mine = await pg.scatterObject(r === n - 1 ? range(n).map((i) => [i, 'to ' + i]) : null, { src: n - 1 });
+  check('scatter_object', mine[0] === r && mine[1] === 'to ' + r, mine);
+  const gob = await pg.gatherObject(r * 10, { dst: n - 1 });
+  check('gather_object', r === n - 1 ? eq(gob, range(n).map((i) => i * 10)) : gob === null, gob);
+  // batch_isend_irecv around the ring, both ways at once
+  const toR = new Int32Array(4).fill(r), toL = new Int32Array(2).fill(-r);
+  const fromL = new Int32Array(4), fromR = new Int32Array(2);
+  const res = await pg.batchIsendIrecv([
+    { op: 'isend', buf: toR, peer: (r + 1) % n, tag: 3 }, { op: 'irecv', buf: fromL, peer: (r - 1 + n) % n, tag: 3 },
+    { op: 'isend', buf: toL, peer: (r - 1 + n) % n, tag: 4 }, { op: 'irecv', buf: fromR, peer: (r + 1) % n, tag: 4 },
+  ]);
+  check('batch_isend_irecv', res[0] === null && res[1].source === (r - 1 + n) % n && res[1].length === 16 &&
+        fromL.every((v) => v === (r - 1 + n) % n) && fromR.every((v) => v === -((r + 1) % n)), res);
+  // premul_sum: each input times a factor, then the sum
+  const pm = new Float64Array(3).fill(r + 1);
+  await pg.allreduce(pm, { op: pg.premulSum(0.5) });
+  check('premul_sum', pm.every((v) => v === (n * (n + 1)) / 4), Array.from(pm));
   // many in flight at once
   const xs = range(20).map((i) => BigInt64Array.from([i + r, i + r, i + r], BigInt));
   await Promise.all(xs.map((x) => pg.allreduce(x)));
@@ -221,6 +253,15 @@ const scenarios = {
     const outs = [new Int32Array(2)];
     await pg.allgatherv(outs, Int32Array.of(5, 6));
     await pg.allreduceCoalesced([new Float32Array(3), new Float64Array(2)]).catch(() => {});
+    const half = Float64Array.of(4);
+    await pg.allreduce(half, { op: pg.premulSum(0.5) });
+    // (point-to-point with itself: refused)
+    const got = await pg.batchIsendIrecv([{ op: 'send', buf: Int32Array.of(9), peer: 0 },
+                                          { op: 'recv', buf: new Int32Array(1), peer: 0 }])
+      .catch((e) => e);
+    const objs = await pg.allGatherObject({ k: [1, 2] });
+    check('local_more', half[0] === 2 && got instanceof uvccl.InvalidArgumentError && objs[0].k[1] === 2 &&
+          (await pg.broadcastBytes(Buffer.from('b'))).toString() === 'b', [half[0], got, objs]);
     const sub = await pg.split(0);
     await sub.destroy();
     await st.set('k', 'v');

@@ -58,7 +58,10 @@ const COLLECTIVES = [
   'allreduce_offset_view', 'allreduce_4MiB', 'allreduce_bfloat16',
   'broadcast_roots', 'reduce_roots', 'allgather', 'reduce_scatter', 'alltoall',
   'gather', 'scatter', 'barrier', 'monitored_barrier', 'allreduce_coalesced',
-  'allgatherv', 'reduce_scatterv', 'alltoallv', 'send_recv', 'recv_any',
+  'allgatherv', 'reduce_scatterv', 'alltoallv', 'broadcast_bytes',
+  'allgather_bytes', 'gather_bytes', 'scatter_bytes', 'broadcast_object',
+  'all_gather_object', 'scatter_object', 'gather_object', 'batch_isend_irecv',
+  'premul_sum', 'send_recv', 'recv_any',
   'concurrent', 'split', 'new_group', 'split_none', 'flight_recorder',
   'store_get', 'store_add', 'store_check', 'store_timeout', 'destroy',
 ];
