@@ -5,6 +5,7 @@
  *     broadcast and reduce from every root, allgather, reduce_scatter,
  *     alltoall, gather, scatter, barrier, monitored_barrier, the uneven
  *     allgatherv, reduce_scatterv and alltoallv, allreduce_coalesced,
+ *     the byte and object collectives, batch_isend_irecv, premul_sum,
  *     send/recv, recv from any
  *     source, twenty allreduces in flight at once, split, new_group), on
  *     numpy arrays, array.array, bytearray and memoryviews; the store

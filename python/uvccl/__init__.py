@@ -17,9 +17,11 @@ format (or ``dtype=`` where the format cannot say, e.g. "bfloat16").
 
 import asyncio
 import builtins
+import collections
 import datetime
 import json
 import os
+import pickle
 
 from . import _core
 
@@ -27,8 +29,12 @@ __all__ = [
     "init_process_group", "ProcessGroup", "TCPStore", "HashStore",
     "StoreServer", "Error", "PeerError", "RevokedError", "AbortedError",
     "TimeoutError", "CancelledError", "MismatchError", "InvalidArgument",
-    "flight_recorder", "version",
+    "flight_recorder", "version", "P2POp",
 ]
+
+# One operation of batch_isend_irecv: op "isend" or "irecv" (or "send",
+# "recv"), a buffer, the peer's group rank, a tag.
+P2POp = collections.namedtuple("P2POp", "op buf peer tag", defaults=(0,))
 
 version = _core.version
 
@@ -381,6 +387,67 @@ class ProcessGroup:
         f = self._future()
         self._d.after(self._g.recv(f, buf, src, tag, _secs(timeout)))
         return await f
+
+    async def batch_isend_irecv(self, ops, *, timeout=None):
+        """c10d's batch_isend_irecv: every P2POp (or (op, buf, peer[, tag])
+        tuple) started at once; one entry an op: None for a send, (sender,
+        length) for a receive."""
+        items = []
+        for o in ops:
+            o = P2POp(*o)
+            if o.op not in ("isend", "irecv", "send", "recv"):
+                raise ValueError("batch_isend_irecv: op must be 'isend' or "
+                                 "'irecv', not %r" % (o.op,))
+            items.append((o.op in ("isend", "send"), o.buf, o.peer, o.tag))
+        f = self._future()
+        self._d.after(self._g.p2p_batch(f, items, _secs(timeout)))
+        return await f
+
+    async def broadcast_bytes(self, data, src=0, *, timeout=None):
+        """src's bytes (data there; None elsewhere) on every rank."""
+        f = self._future()
+        self._d.after(self._g.broadcast_bytes(f, data, src, _secs(timeout)))
+        return await f
+
+    async def allgather_bytes(self, data, *, timeout=None):
+        """Every rank's bytes, whatever their lengths: a list, by rank."""
+        f = self._future()
+        self._d.after(self._g.allgather_bytes(f, data, 0, _secs(timeout)))
+        return await f
+
+    async def gather_bytes(self, data, dst=0, *, timeout=None):
+        """Every rank's bytes at dst (a list, by rank); None elsewhere."""
+        f = self._future()
+        self._d.after(self._g.gather_bytes(f, data, dst, _secs(timeout)))
+        return await f
+
+    async def scatter_bytes(self, payloads, src=0, *, timeout=None):
+        """This rank's entry of src's list of one payload a rank."""
+        f = self._future()
+        self._d.after(self._g.scatter_bytes(f, payloads, src, _secs(timeout)))
+        return await f
+
+    # c10d's object collectives, pickled (trust the ranks you unpickle from)
+    async def broadcast_object(self, obj, src=0, *, timeout=None):
+        data = pickle.dumps(obj) if self.rank == src else None
+        return pickle.loads(await self.broadcast_bytes(data, src, timeout=timeout))
+
+    async def all_gather_object(self, obj, *, timeout=None):
+        return [pickle.loads(b) for b in
+                await self.allgather_bytes(pickle.dumps(obj), timeout=timeout)]
+
+    async def gather_object(self, obj, dst=0, *, timeout=None):
+        got = await self.gather_bytes(pickle.dumps(obj), dst, timeout=timeout)
+        return None if got is None else [pickle.loads(b) for b in got]
+
+    async def scatter_object(self, objs, src=0, *, timeout=None):
+        data = [pickle.dumps(o) for o in objs] if self.rank == src else None
+        return pickle.loads(await self.scatter_bytes(data, src, timeout=timeout))
+
+    def premul_sum(self, factor):
+        """A reduce op of this group: the sum of each input times factor
+        (c10d's premul_sum): allreduce(buf, op=pg.premul_sum(0.5))."""
+        return self._g.premul_sum(factor)
 
     async def split(self, color, key=None):
         """c10d's split: ranks with one color form a group, ordered by key.

@@ -104,6 +104,8 @@ enum {
   RES_BOOL,   /* work->result != 0 */
   RES_RECV,   /* (sender rank, length) */
   RES_GROUP,  /* the group made (op->made) */
+  RES_VALUES, /* [bytes] of work->values, or None where none came */
+  RES_BATCH,  /* per p2p op (op->mem, op->nitems): None, or (source, length) */
 };
 
 typedef struct {
@@ -117,6 +119,7 @@ typedef struct {
   Py_buffer view_inline[2];
   int result;
   void *mem;         /* counts, keys: freed at completion */
+  size_t nitems;     /* RES_BATCH: the p2p ops in mem */
 } op_t;
 
 /* ---- errors ------------------------------------------------------------ */
@@ -286,6 +289,33 @@ static void op_done(uvccl_work_t *w, int status) {
       value = Py_BuildValue("(Ln)", (long long)w->result,
                             (Py_ssize_t)w->value_len);
       break;
+    case RES_VALUES:
+      if (w->nvalues == 0) {
+        value = Py_None;
+        Py_INCREF(value);
+        break;
+      }
+      value = PyList_New((Py_ssize_t)w->nvalues);
+      for (size_t i = 0; value != NULL && i < w->nvalues; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(w->values[i].base,
+                                                (Py_ssize_t)w->values[i].len);
+        if (b == NULL) Py_CLEAR(value);
+        else PyList_SET_ITEM(value, (Py_ssize_t)i, b);
+      }
+      break;
+    case RES_BATCH: {
+      const uvccl_p2p_op_t *p = op->mem;
+      value = PyList_New((Py_ssize_t)op->nitems);
+      for (size_t i = 0; value != NULL && i < op->nitems; i++) {
+        PyObject *e = p[i].is_send
+                          ? (Py_INCREF(Py_None), Py_None)
+                          : Py_BuildValue("(in)", p[i].source,
+                                          (Py_ssize_t)p[i].received);
+        if (e == NULL) Py_CLEAR(value);
+        else PyList_SET_ITEM(value, (Py_ssize_t)i, e);
+      }
+      break;
+    }
     case RES_GROUP:
       op->made->state = GROUP_READY;
       value = (PyObject *)op->made;
@@ -460,11 +490,26 @@ static int dtype_of(const Py_buffer *v, const char *dtname, int moving,
   return 0;
 }
 
-static int redop_of(const char *name, const char *opname, uvccl_redop_t *op) {
-  if (uvccl_redop_from_name(name, op) < 0) {
+/* A reduce op: its name, or an int (an op of the group's, from
+ * premul_sum()). */
+static int redop_of(PyObject *v, const char *opname, uvccl_redop_t *op) {
+  const char *name;
+  if (PyLong_Check(v)) {
+    long id = PyLong_AsLong(v);
+    if (id == -1 && PyErr_Occurred()) return -1;
+    *op = (uvccl_redop_t)id;
+    return 0;
+  }
+  if ((name = PyUnicode_AsUTF8(v)) == NULL) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: op must be a name or premul_sum()'s "
+                 "op", opname);
+    return -1;
+  }
+  if (uvccl_redop_from_name(name, op) < 0 || *op == UVCCL_PREMUL_SUM) {
     PyErr_Format(PyExc_ValueError,
                  "%s: unknown reduce op '%s' (sum, avg, product, min, max, "
-                 "band, bor, bxor)", opname, name);
+                 "band, bor, bxor, or premul_sum(factor)'s)", opname, name);
     return -1;
   }
   return 0;
@@ -861,8 +906,8 @@ static const struct {
 };
 
 static PyObject *coll(GroupObject *self, PyObject *args, coll_t which) {
-  const char *name = colls[which].name, *opn, *dtn;
-  PyObject *fut, *out, *in;
+  const char *name = colls[which].name, *dtn;
+  PyObject *fut, *out, *in, *opn;
   int root, rc;
   double to;
   uvccl_pg_t *pg;
@@ -871,7 +916,7 @@ static PyObject *coll(GroupObject *self, PyObject *args, coll_t which) {
   size_t no = 0, ni = 0;
   void *ob, *ib;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOiszd", &fut, &out, &in, &root, &opn, &dtn,
+  if (!PyArg_ParseTuple(args, "OOOiOzd", &fut, &out, &in, &root, &opn, &dtn,
                         &to))
     return NULL;
   if ((pg = ready(self, name)) == NULL) return NULL;
@@ -1046,15 +1091,15 @@ fail:
 
 /* reduce_scatterv(fut, out, in, recv_counts, op, dtype, timeout) */
 static PyObject *Group_reduce_scatterv(GroupObject *self, PyObject *args) {
-  PyObject *fut, *out, *in, *rcl;
-  const char *opn, *dtn;
+  PyObject *fut, *out, *in, *rcl, *opn;
+  const char *dtn;
   double to;
   uvccl_pg_t *pg;
   uvccl_dtype_t dt;
   uvccl_redop_t rop;
   size_t no, ni, *counts;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOOOszd", &fut, &out, &in, &rcl, &opn, &dtn,
+  if (!PyArg_ParseTuple(args, "OOOOOzd", &fut, &out, &in, &rcl, &opn, &dtn,
                         &to))
     return NULL;
   if ((pg = ready(self, "reduce_scatterv")) == NULL) return NULL;
@@ -1152,8 +1197,8 @@ fail_seq:
 /* allreduce_coalesced(fut, bufs, op, dtype, timeout): every buffer reduced
  * in place, one operation. */
 static PyObject *Group_allreduce_coalesced(GroupObject *self, PyObject *args) {
-  PyObject *fut, *list, *seq;
-  const char *opn, *dtn;
+  PyObject *fut, *list, *seq, *opn;
+  const char *dtn;
   double to;
   uvccl_pg_t *pg;
   uvccl_dtype_t dt = UVCCL_FLOAT32, d;
@@ -1162,7 +1207,7 @@ static PyObject *Group_allreduce_coalesced(GroupObject *self, PyObject *args) {
   size_t n;
   Py_ssize_t i, nb;
   op_t *op;
-  if (!PyArg_ParseTuple(args, "OOszd", &fut, &list, &opn, &dtn, &to))
+  if (!PyArg_ParseTuple(args, "OOOzd", &fut, &list, &opn, &dtn, &to))
     return NULL;
   if ((pg = ready(self, "allreduce_coalesced")) == NULL) return NULL;
   if (redop_of(opn, "allreduce_coalesced", &rop) < 0) return NULL;
@@ -1276,6 +1321,156 @@ static PyObject *Group_recv(GroupObject *self, PyObject *args) {
                  uvccl_recv(pg, &op->work, op->view[0].buf,
                             (size_t)op->view[0].len, peer, tag, op_done),
                  "recv");
+}
+
+/* p2p_batch(fut, [(is_send, buf, peer, tag), ...], timeout): c10d's
+ * batch_isend_irecv, every op at once */
+static PyObject *Group_p2p_batch(GroupObject *self, PyObject *args) {
+  PyObject *fut, *list, *seq;
+  double to;
+  uvccl_pg_t *pg;
+  uvccl_p2p_op_t *p;
+  Py_ssize_t i, n;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOd", &fut, &list, &to)) return NULL;
+  if ((pg = ready(self, "batch_isend_irecv")) == NULL) return NULL;
+  seq = PySequence_Fast(list, "batch_isend_irecv: a list of P2POp");
+  if (seq == NULL) return NULL;
+  n = PySequence_Fast_GET_SIZE(seq);
+  if ((op = op_new(fut, (PyObject *)self, RES_BATCH)) == NULL) goto fail_seq;
+  if ((op->mem = p = calloc((size_t)(n > 0 ? n : 1), sizeof(*p))) == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  op->nitems = (size_t)n;
+  for (i = 0; i < n; i++) {
+    PyObject *buf;
+    int send, peer, tag;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "pOii;batch_isend_irecv: "
+                          "each op is (is_send, buffer, peer, tag)", &send, &buf,
+                          &peer, &tag) ||
+        hold(op, buf, !send, "batch_isend_irecv", "each op's buffer") < 0)
+      goto fail;
+    p[i].is_send = send;
+    p[i].buf = op->view[op->nview - 1].buf;
+    p[i].len = (size_t)op->view[op->nview - 1].len;
+    p[i].peer = peer;
+    p[i].tag = tag;
+  }
+  Py_DECREF(seq);
+  set_timeout(op, to);
+  return started(self->owner, op,
+                 uvccl_p2p_batch(pg, &op->work, p, (size_t)n, op_done),
+                 "batch_isend_irecv");
+fail:
+  op_free(op);
+fail_seq:
+  Py_DECREF(seq);
+  return NULL;
+}
+
+/* The byte payloads under c10d's object collectives, (fut, payload, root,
+ * timeout): broadcast_bytes (payload: bytes at root, None elsewhere) ->
+ * root's bytes; allgather_bytes -> [every rank's]; gather_bytes -> [every
+ * rank's] at root, None elsewhere; scatter_bytes (payload: a list of one a
+ * rank at root) -> this rank's. */
+typedef enum { BYTES_BROADCAST, BYTES_ALLGATHER, BYTES_GATHER, BYTES_SCATTER } bytes_t;
+
+static PyObject *bytes_coll(GroupObject *self, PyObject *args, bytes_t which) {
+  static const char *const names[] = {"broadcast_bytes", "allgather_bytes",
+                                      "gather_bytes", "scatter_bytes"};
+  const char *name = names[which];
+  PyObject *fut, *payload;
+  int root, rc, at_root;
+  double to;
+  uvccl_pg_t *pg;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OOid", &fut, &payload, &root, &to)) return NULL;
+  if ((pg = ready(self, name)) == NULL) return NULL;
+  at_root = pg->rank == root;
+  op = op_new(fut, (PyObject *)self,
+              which == BYTES_ALLGATHER || which == BYTES_GATHER ? RES_VALUES
+                                                                : RES_VALUE);
+  if (op == NULL) return NULL;
+  set_timeout(op, to);
+  if (which == BYTES_SCATTER) {
+    uvccl_buf_t *bufs = NULL;
+    Py_ssize_t i, n = 0;
+    if (at_root) {
+      PyObject *seq = PySequence_Fast(payload, "scatter_bytes: the root gives "
+                                      "a list of one payload a rank");
+      if (seq == NULL) goto fail;
+      n = PySequence_Fast_GET_SIZE(seq);
+      if (n != pg->size) {
+        PyErr_Format(PyExc_ValueError, "scatter_bytes: %zd payloads, not one a "
+                     "rank (%d)", n, pg->size);
+        Py_DECREF(seq);
+        goto fail;
+      }
+      if ((op->mem = bufs = malloc(sizeof(*bufs) * (size_t)n)) == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        goto fail;
+      }
+      for (i = 0; i < n; i++) {
+        if (hold(op, PySequence_Fast_GET_ITEM(seq, i), 0, name, "each payload") < 0) {
+          Py_DECREF(seq);
+          goto fail;
+        }
+        bufs[i].base = op->view[i].buf;
+        bufs[i].len = (size_t)op->view[i].len;
+      }
+      Py_DECREF(seq);
+    }
+    rc = uvccl_scatter_bytes(pg, &op->work, bufs, (size_t)n, root, op_done);
+    return started(self->owner, op, rc, name);
+  }
+  {
+    void *b = NULL;
+    size_t len = 0;
+    if (which != BYTES_BROADCAST || at_root) {
+      if (hold(op, payload, 0, name, "the payload") < 0) goto fail;
+      b = op->view[0].buf;
+      len = (size_t)op->view[0].len;
+    }
+    switch (which) {
+    case BYTES_BROADCAST:
+      rc = uvccl_broadcast_bytes(pg, &op->work, b, len, root, op_done);
+      break;
+    case BYTES_ALLGATHER:
+      rc = uvccl_allgather_bytes(pg, &op->work, b, len, op_done);
+      break;
+    default:
+      rc = uvccl_gather_bytes(pg, &op->work, b, len, root, op_done);
+    }
+  }
+  return started(self->owner, op, rc, name);
+fail:
+  op_free(op);
+  return NULL;
+}
+
+#define BYTES_METHOD(fn, which)                                               \
+  static PyObject *fn(GroupObject *self, PyObject *args) {                    \
+    return bytes_coll(self, args, which);                                     \
+  }
+BYTES_METHOD(Group_broadcast_bytes, BYTES_BROADCAST)
+BYTES_METHOD(Group_allgather_bytes, BYTES_ALLGATHER)
+BYTES_METHOD(Group_gather_bytes, BYTES_GATHER)
+BYTES_METHOD(Group_scatter_bytes, BYTES_SCATTER)
+
+/* premul_sum(factor) -> an op of this group: the sum of each input times
+ * factor */
+static PyObject *Group_premul_sum(GroupObject *self, PyObject *args) {
+  double factor;
+  uvccl_pg_t *pg;
+  uvccl_redop_t op;
+  int rc;
+  if (!PyArg_ParseTuple(args, "d", &factor)) return NULL;
+  if ((pg = ready(self, "premul_sum")) == NULL) return NULL;
+  rc = uvccl_pg_premul_sum(pg, factor, &op);
+  if (rc < 0) return raise_status(rc, "premul_sum", NULL, pg);
+  return PyLong_FromLong((long)op);
 }
 
 /* split(fut, color, key) -> Group (its future resolves to it) */
@@ -1472,6 +1667,12 @@ static PyMethodDef Group_methods[] = {
   {"scatter", (PyCFunction)Group_scatter, METH_VARARGS, NULL},
   {"barrier", (PyCFunction)Group_barrier, METH_VARARGS, NULL},
   {"send", (PyCFunction)Group_send, METH_VARARGS, NULL},
+  {"p2p_batch", (PyCFunction)Group_p2p_batch, METH_VARARGS, NULL},
+  {"broadcast_bytes", (PyCFunction)Group_broadcast_bytes, METH_VARARGS, NULL},
+  {"allgather_bytes", (PyCFunction)Group_allgather_bytes, METH_VARARGS, NULL},
+  {"gather_bytes", (PyCFunction)Group_gather_bytes, METH_VARARGS, NULL},
+  {"scatter_bytes", (PyCFunction)Group_scatter_bytes, METH_VARARGS, NULL},
+  {"premul_sum", (PyCFunction)Group_premul_sum, METH_VARARGS, NULL},
   {"recv", (PyCFunction)Group_recv, METH_VARARGS, NULL},
   {"split", (PyCFunction)Group_split, METH_VARARGS, NULL},
   {"shrink", (PyCFunction)Group_shrink, METH_VARARGS, NULL},

@@ -166,6 +166,35 @@ async def collectives(pg):
     else:
         await pg.send(b"from %d" % r, 0, tag=9)
         check("recv_any", True)
+    # byte payloads and objects of different sizes across ranks
+    bb = await pg.broadcast_bytes(b"from one" if r == 1 else None, src=1)
+    check("broadcast_bytes", bb == b"from one", bb)
+    ab = await pg.allgather_bytes(bytes([r]) * (r + 1))
+    check("allgather_bytes", ab == [bytes([i]) * (i + 1) for i in range(n)], ab)
+    gb = await pg.gather_bytes(b"r%d" % r, dst=0)
+    check("gather_bytes", gb == [b"r%d" % i for i in range(n)] if r == 0 else gb is None, gb)
+    sb = await pg.scatter_bytes([bytes([i]) * (3 * i) for i in range(n)] if r == 0 else None, src=0)
+    check("scatter_bytes", sb == bytes([r]) * (3 * r), sb)
+    obj = await pg.broadcast_object({"a": [1, 2], "s": {3}} if r == 0 else None)
+    check("broadcast_object", obj == {"a": [1, 2], "s": {3}}, obj)
+    objs = await pg.all_gather_object((r, "x" * r))
+    check("all_gather_object", objs == [(i, "x" * i) for i in range(n)], objs)
+    mine = await pg.scatter_object([(i, "to %d" % i) for i in range(n)] if r == n - 1 else None, src=n - 1)
+    check("scatter_object", mine == (r, "to %d" % r), mine)
+    gob = await pg.gather_object(r * 10, dst=n - 1)
+    check("gather_object", gob == [i * 10 for i in range(n)] if r == n - 1 else gob is None, gob)
+    # batch_isend_irecv around the ring, both ways at once
+    to_r, to_l = np.full(4, r, np.int32), np.full(2, -r, np.int32)
+    from_l, from_r = np.zeros(4, np.int32), np.zeros(2, np.int32)
+    res = await pg.batch_isend_irecv([
+        uvccl.P2POp("isend", to_r, (r + 1) % n, 3), uvccl.P2POp("irecv", from_l, (r - 1) % n, 3),
+        ("isend", to_l, (r - 1) % n, 4), ("irecv", from_r, (r + 1) % n, 4)])
+    check("batch_isend_irecv", res[0] is None and res[1] == ((r - 1) % n, 16)
+          and (from_l == (r - 1) % n).all() and (from_r == -((r + 1) % n)).all(), res)
+    # premul_sum: each input times a factor, then the sum
+    pm = np.full(3, r + 1, np.float64)
+    await pg.allreduce(pm, op=pg.premul_sum(0.5))
+    check("premul_sum", np.array_equal(pm, np.full(3, n * (n + 1) / 4)), pm)
     # many in flight at once complete, in order of the calls
     xs = [np.full(3, i + r, np.int64) for i in range(20)]
     await asyncio.gather(*(pg.allreduce(x) for x in xs))

@@ -85,6 +85,19 @@ async def test_bad_arguments(pg):
         await pg.allreduce_coalesced([x, np.zeros(2)])
     with pytest.raises(ValueError, match="1 outputs|2 outputs"):
         await pg.allgatherv([x, x], x)
+    with pytest.raises(ValueError, match="op must be 'isend' or 'irecv'"):
+        await pg.batch_isend_irecv([("put", x, 0)])
+    with pytest.raises(uvccl.InvalidArgument):  # with itself: refused
+        await pg.batch_isend_irecv([("isend", x, 0), ("irecv", x, 0)])
+    with pytest.raises(TypeError, match="a list of one payload a rank"):
+        await pg.scatter_bytes(None)
+    with pytest.raises(TypeError, match="op must be a name"):
+        await pg.allreduce(x, op=0.5)
+    half = np.full(2, 4.0)
+    await pg.allreduce(half, op=pg.premul_sum(0.5))
+    assert list(half) == [2.0, 2.0]
+    assert await pg.all_gather_object({"k": 1}) == [{"k": 1}]
+    assert await pg.broadcast_bytes(b"xy") == b"xy"
     # data movement takes any format, as bytes
     u = np.arange(4, dtype=np.uint16)
     await pg.broadcast(u, src=0)
