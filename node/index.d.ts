@@ -116,6 +116,13 @@ export class Store {
   check(keys: string[]): Promise<boolean>;
   deleteKey(key: string): Promise<boolean>;
   numKeys(): Promise<number>;
+  append(key: string, value: Bytes): Promise<void>;
+  multiGet(keys: string[]): Promise<Buffer[]>;
+  multiSet(keys: string[], values: Bytes[]): Promise<void>;
+  listKeys(): Promise<string[]>;
+  queuePush(key: string, value: Bytes): Promise<void>;
+  queuePop(key: string, opts?: { block?: boolean }): Promise<Buffer>;
+  queueLen(key: string): Promise<number>;
   setTimeout(ms: number): void;
   close(): Promise<void>;
 }

@@ -269,6 +269,17 @@ class Store {
   check(keys) { return this._s.check(keys); }
   deleteKey(key) { return this._s.deleteKey(key); }
   numKeys() { return this._s.numKeys(); }
+  append(key, value) { return this._s.append(key, value); }
+  // Waits for every key; their values, Buffers, in order.
+  multiGet(keys) { return this._s.multiGet(keys); }
+  multiSet(keys, values) { return this._s.multiSet(keys, values); }
+  listKeys() { return this._s.listKeys(); }
+  // Queues (the newer TCPStore dialect, and in-process stores). queuePop
+  // with {block: true} waits (up to the store's timeout) for an item, else
+  // fails at once where the queue is empty.
+  queuePush(key, value) { return this._s.queuePush(key, value); }
+  queuePop(key, o) { o = opts(o); return this._s.queuePop(key, !!o.block); }
+  queueLen(key) { return this._s.queueLen(key); }
   setTimeout(ms) { this._s.setTimeout(ms); }
   close() { return this._s.close(); }
 }

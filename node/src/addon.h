@@ -37,6 +37,7 @@ enum Result {
   RES_RESULT,   // work->result as a number
   RES_BOOL,     // work->result != 0
   RES_VALUES,   // an Array of Buffers of work->values, or null
+  RES_KEYS,     // an Array of the strings in work->values
   RES_RECV,     // {source, length}
   RES_BATCH,    // per p2p op: null (send) or {source, length} (receive)
   RES_GROUP,    // the group made (Op::made)

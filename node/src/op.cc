@@ -118,6 +118,14 @@ void op_done(uvccl_work_t *w, int status) {
         value = a;
       }
       break;
+    case RES_KEYS: {
+      Napi::Array a = Napi::Array::New(env, w->nvalues);
+      for (size_t i = 0; i < w->nvalues; i++)
+        a.Set(static_cast<uint32_t>(i),
+              Napi::String::New(env, static_cast<const char *>(w->values[i].base)));
+      value = a;
+      break;
+    }
     case RES_BATCH: { // one entry an op: {source, length} for receives
       Napi::Array a = Napi::Array::New(env, op->p2p.size());
       for (size_t i = 0; i < op->p2p.size(); i++) {

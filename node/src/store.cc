@@ -27,14 +27,25 @@ static Napi::Value close_begin(Napi::Env env, Box *box, bool *go) {
 
 // ---- Store -----------------------------------------------------------------
 
-enum KeyOps { KEY_GET, KEY_ADD, KEY_DELETE };
+enum KeyOps { KEY_GET, KEY_ADD, KEY_DELETE, KEY_QUEUE_LEN, KEY_QUEUE_POP };
+enum KeyValueOps { KV_SET, KV_APPEND, KV_QUEUE_PUSH };
 enum KeysOps { KEYS_WAIT, KEYS_CHECK };
 
 Napi::Function Store::Define(Napi::Env env) {
   return DefineClass(
       env, "CoreStore",
       {InstanceMethod("connect", &Store::Connect),
-       InstanceMethod("set", &Store::Set),
+       InstanceMethod("set", &Store::Set, napi_default, reinterpret_cast<void *>(KV_SET)),
+       InstanceMethod("append", &Store::Set, napi_default, reinterpret_cast<void *>(KV_APPEND)),
+       InstanceMethod("queuePush", &Store::Set, napi_default,
+                      reinterpret_cast<void *>(KV_QUEUE_PUSH)),
+       InstanceMethod("queueLen", &Store::KeyOp, napi_default,
+                      reinterpret_cast<void *>(KEY_QUEUE_LEN)),
+       InstanceMethod("queuePop", &Store::KeyOp, napi_default,
+                      reinterpret_cast<void *>(KEY_QUEUE_POP)),
+       InstanceMethod("multiGet", &Store::MultiGet),
+       InstanceMethod("multiSet", &Store::MultiSet),
+       InstanceMethod("listKeys", &Store::ListKeys),
        InstanceMethod("get", &Store::KeyOp, napi_default, reinterpret_cast<void *>(KEY_GET)),
        InstanceMethod("add", &Store::KeyOp, napi_default, reinterpret_cast<void *>(KEY_ADD)),
        InstanceMethod("deleteKey", &Store::KeyOp, napi_default,
@@ -133,25 +144,99 @@ Napi::Value Store::Connect(const Napi::CallbackInfo &info) {
   });
 }
 
+// set, append and queuePush (key, value)
 Napi::Value Store::Set(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
+  KeyValueOps which = static_cast<KeyValueOps>(reinterpret_cast<intptr_t>(info.Data()));
+  static const char *const names[] = {"store.set", "store.append", "store.queuePush"};
+  const char *name = names[which];
   return guarded(env, [&]() -> Napi::Value {
-    uvccl_store_t *st = Open(env, "store.set");
-    std::string key = key_of(env, info[0], "store.set");
-    std::string v = bytes_of(env, info[1], "store.set", "the value");
+    uvccl_store_t *st = Open(env, name);
+    std::string key = key_of(env, info[0], name);
+    std::string v = bytes_of(env, info[1], name, "the value");
     Op *op = new Op(env, Value(), RES_NONE);
-    // the key and value are copied by the call
-    return started(op, uvccl_store_set(st, &op->work, key.c_str(), v.data(), v.size(),
-                                       op_done),
-                   "store.set");
+    op->keys = {key, v}; // kept until completion
+    const char *k = op->keys[0].c_str();
+    const std::string &val = op->keys[1];
+    int rc;
+    switch (which) {
+    case KV_SET: rc = uvccl_store_set(st, &op->work, k, val.data(), val.size(), op_done); break;
+    case KV_APPEND:
+      rc = uvccl_store_append(st, &op->work, k, val.data(), val.size(), op_done);
+      break;
+    default: rc = uvccl_store_queue_push(st, &op->work, k, val.data(), val.size(), op_done);
+    }
+    return started(op, rc, name);
+  });
+}
+
+// The keys of an array, into op (the pointers beside the strings).
+static void keys_into(Napi::Env env, Op *op, Napi::Value v, const char *name) {
+  if (!v.IsArray())
+    throw Napi::TypeError::New(env, std::string(name) + ": an array of keys");
+  Napi::Array a = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); i++) op->keys.push_back(key_of(env, a.Get(i), name));
+  for (auto &k : op->keys) op->key_ptrs.push_back(k.c_str());
+}
+
+// multiGet(keys) -> [Buffer]: waits for every key
+Napi::Value Store::MultiGet(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<Op> op;
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.multiGet");
+    op.reset(new Op(env, Value(), RES_VALUES));
+    keys_into(env, op.get(), info[0], "store.multiGet");
+    Op *o = op.release();
+    return started(o, uvccl_store_multi_get(st, &o->work, o->key_ptrs.data(),
+                                            o->key_ptrs.size(), op_done),
+                   "store.multiGet");
+  });
+}
+
+// multiSet(keys, values)
+Napi::Value Store::MultiSet(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<Op> op;
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.multiSet");
+    op.reset(new Op(env, Value(), RES_NONE));
+    keys_into(env, op.get(), info[0], "store.multiSet");
+    if (!info[1].IsArray() || info[1].As<Napi::Array>().Length() != op->keys.size())
+      throw Napi::TypeError::New(env, "store.multiSet: an array of values, one a key");
+    Napi::Array vals = info[1].As<Napi::Array>();
+    std::vector<std::string> held;
+    for (uint32_t i = 0; i < vals.Length(); i++)
+      held.push_back(bytes_of(env, vals.Get(i), "store.multiSet", "each value"));
+    size_t n = op->keys.size();
+    op->keys.insert(op->keys.end(), held.begin(), held.end()); // values after keys
+    op->key_ptrs.clear();
+    for (size_t i = 0; i < n; i++) op->key_ptrs.push_back(op->keys[i].c_str());
+    for (size_t i = 0; i < n; i++)
+      op->bufs.push_back(uvccl_buf_t{&op->keys[n + i][0], op->keys[n + i].size()});
+    Op *o = op.release();
+    return started(o, uvccl_store_multi_set(st, &o->work, o->key_ptrs.data(), o->bufs.data(),
+                                            n, op_done),
+                   "store.multiSet");
+  });
+}
+
+// listKeys() -> [string]
+Napi::Value Store::ListKeys(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    uvccl_store_t *st = Open(env, "store.listKeys");
+    Op *op = new Op(env, Value(), RES_KEYS);
+    return started(op, uvccl_store_list_keys(st, &op->work, op_done), "store.listKeys");
   });
 }
 
 Napi::Value Store::KeyOp(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   KeyOps which = static_cast<KeyOps>(reinterpret_cast<intptr_t>(info.Data()));
-  static const char *const names[] = {"store.get", "store.add", "store.deleteKey"};
-  static const Result results[] = {RES_VALUE, RES_RESULT, RES_BOOL};
+  static const char *const names[] = {"store.get", "store.add", "store.deleteKey",
+                                      "store.queueLen", "store.queuePop"};
+  static const Result results[] = {RES_VALUE, RES_RESULT, RES_BOOL, RES_RESULT, RES_VALUE};
   const char *name = names[which];
   return guarded(env, [&]() -> Napi::Value {
     uvccl_store_t *st = Open(env, name);
@@ -167,6 +252,10 @@ Napi::Value Store::KeyOp(const Napi::CallbackInfo &info) {
     switch (which) {
     case KEY_GET: rc = uvccl_store_get(st, &op->work, key.c_str(), op_done); break;
     case KEY_ADD: rc = uvccl_store_add(st, &op->work, key.c_str(), delta, op_done); break;
+    case KEY_QUEUE_LEN: rc = uvccl_store_queue_len(st, &op->work, key.c_str(), op_done); break;
+    case KEY_QUEUE_POP: // info[1]: wait for an item (up to the store's timeout)
+      rc = uvccl_store_queue_pop(st, &op->work, key.c_str(), info[1].ToBoolean(), op_done);
+      break;
     default: rc = uvccl_store_delete_key(st, &op->work, key.c_str(), op_done);
     }
     return started(op, rc, name);

@@ -36,6 +36,9 @@ private:
   Napi::Value NumKeys(const Napi::CallbackInfo &info);
   Napi::Value CompareSet(const Napi::CallbackInfo &info);
   Napi::Value KeysOp(const Napi::CallbackInfo &info);
+  Napi::Value MultiGet(const Napi::CallbackInfo &info);
+  Napi::Value MultiSet(const Napi::CallbackInfo &info);
+  Napi::Value ListKeys(const Napi::CallbackInfo &info);
   Napi::Value SetTimeout(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
 };
