@@ -596,6 +596,31 @@ class _Store:
     async def num_keys(self):
         return await self._run(self._s.num_keys)
 
+    async def append(self, key, value):
+        await self._run(self._s.append, key, _bytes(value))
+
+    async def multi_get(self, keys):
+        """Waits for every key; their values, in order."""
+        return await self._run(self._s.multi_get, list(keys))
+
+    async def multi_set(self, keys, values):
+        await self._run(self._s.multi_set, list(keys), [_bytes(v) for v in values])
+
+    async def list_keys(self):
+        return await self._run(self._s.list_keys)
+
+    # Queues (the newer TCPStore dialect, and in-process stores).
+    async def queue_push(self, key, value):
+        await self._run(self._s.queue_push, key, _bytes(value))
+
+    async def queue_pop(self, key, block=False):
+        """The oldest item; with block, waits for one (up to the store's
+        timeout), else raises Error (UVCCL_EQEMPTY) on an empty queue."""
+        return await self._run(self._s.queue_pop, key, block)
+
+    async def queue_len(self, key):
+        return await self._run(self._s.queue_len, key)
+
     def set_timeout(self, timeout):
         self._s.set_timeout(_secs(timeout))
 

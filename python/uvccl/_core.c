@@ -105,6 +105,7 @@ enum {
   RES_RECV,   /* (sender rank, length) */
   RES_GROUP,  /* the group made (op->made) */
   RES_VALUES, /* [bytes] of work->values, or None where none came */
+  RES_KEYS,   /* [str] of work->values */
   RES_BATCH,  /* per p2p op (op->mem, op->nitems): None, or (source, length) */
 };
 
@@ -301,6 +302,16 @@ static void op_done(uvccl_work_t *w, int status) {
                                                 (Py_ssize_t)w->values[i].len);
         if (b == NULL) Py_CLEAR(value);
         else PyList_SET_ITEM(value, (Py_ssize_t)i, b);
+      }
+      break;
+    case RES_KEYS:
+      value = PyList_New((Py_ssize_t)w->nvalues);
+      for (size_t i = 0; value != NULL && i < w->nvalues; i++) {
+        PyObject *k = PyUnicode_DecodeUTF8(w->values[i].base,
+                                           (Py_ssize_t)strlen(w->values[i].base),
+                                           "replace");
+        if (k == NULL) Py_CLEAR(value);
+        else PyList_SET_ITEM(value, (Py_ssize_t)i, k);
       }
       break;
     case RES_BATCH: {
@@ -1735,7 +1746,9 @@ static PyObject *Store_connect(StoreObject *self, PyObject *args) {
                  "store.connect");
 }
 
-static PyObject *Store_set(StoreObject *self, PyObject *args) {
+/* set, append and queue_push: (fut, key, value); the call copies both */
+static PyObject *Store_kv_op(StoreObject *self, PyObject *args, int which) {
+  static const char *names[] = {"store.set", "store.append", "store.queue_push"};
   PyObject *fut;
   const char *key;
   Py_buffer v;
@@ -1743,14 +1756,28 @@ static PyObject *Store_set(StoreObject *self, PyObject *args) {
   op_t *op;
   int rc;
   if (!PyArg_ParseTuple(args, "Osy*", &fut, &key, &v)) return NULL;
-  if ((st = store_open(self, "store.set")) == NULL ||
+  if ((st = store_open(self, names[which])) == NULL ||
       (op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) {
     PyBuffer_Release(&v);
     return NULL;
   }
-  rc = uvccl_store_set(st, &op->work, key, v.buf, (size_t)v.len, op_done);
-  PyBuffer_Release(&v); /* copied by the call */
-  return started(self->owner, op, rc, "store.set");
+  switch (which) {
+  case 0: rc = uvccl_store_set(st, &op->work, key, v.buf, (size_t)v.len, op_done); break;
+  case 1: rc = uvccl_store_append(st, &op->work, key, v.buf, (size_t)v.len, op_done); break;
+  default: rc = uvccl_store_queue_push(st, &op->work, key, v.buf, (size_t)v.len, op_done);
+  }
+  PyBuffer_Release(&v);
+  return started(self->owner, op, rc, names[which]);
+}
+
+static PyObject *Store_set(StoreObject *self, PyObject *args) {
+  return Store_kv_op(self, args, 0);
+}
+static PyObject *Store_append(StoreObject *self, PyObject *args) {
+  return Store_kv_op(self, args, 1);
+}
+static PyObject *Store_queue_push(StoreObject *self, PyObject *args) {
+  return Store_kv_op(self, args, 2);
 }
 
 static PyObject *Store_key_op(StoreObject *self, PyObject *args, int which) {
@@ -1759,21 +1786,27 @@ static PyObject *Store_key_op(StoreObject *self, PyObject *args, int which) {
   long long delta = 0;
   uvccl_store_t *st;
   op_t *op;
-  int rc = 0;
-  static const char *names[] = {"store.get", "store.add", "store.delete_key"};
+  int rc = 0, block = 0;
+  static const char *names[] = {"store.get", "store.add", "store.delete_key",
+                                "store.queue_len", "store.queue_pop"};
+  static const int results[] = {RES_VALUE, RES_RESULT, RES_BOOL, RES_RESULT,
+                                RES_VALUE};
   if (which == 1) {
     if (!PyArg_ParseTuple(args, "OsL", &fut, &key, &delta)) return NULL;
+  } else if (which == 4) {
+    if (!PyArg_ParseTuple(args, "Osp", &fut, &key, &block)) return NULL;
   } else if (!PyArg_ParseTuple(args, "Os", &fut, &key)) {
     return NULL;
   }
   if ((st = store_open(self, names[which])) == NULL) return NULL;
-  op = op_new(fut, (PyObject *)self,
-              which == 0 ? RES_VALUE : which == 1 ? RES_RESULT : RES_BOOL);
+  op = op_new(fut, (PyObject *)self, results[which]);
   if (op == NULL) return NULL;
   switch (which) {
   case 0: rc = uvccl_store_get(st, &op->work, key, op_done); break;
   case 1: rc = uvccl_store_add(st, &op->work, key, delta, op_done); break;
   case 2: rc = uvccl_store_delete_key(st, &op->work, key, op_done); break;
+  case 3: rc = uvccl_store_queue_len(st, &op->work, key, op_done); break;
+  case 4: rc = uvccl_store_queue_pop(st, &op->work, key, block, op_done); break;
   }
   return started(self->owner, op, rc, names[which]);
 }
@@ -1786,6 +1819,125 @@ static PyObject *Store_add(StoreObject *self, PyObject *args) {
 }
 static PyObject *Store_delete_key(StoreObject *self, PyObject *args) {
   return Store_key_op(self, args, 2);
+}
+static PyObject *Store_queue_len(StoreObject *self, PyObject *args) {
+  return Store_key_op(self, args, 3);
+}
+static PyObject *Store_queue_pop(StoreObject *self, PyObject *args) {
+  return Store_key_op(self, args, 4);
+}
+
+/* A list of str keys into one malloc'ed block (the pointers, then the
+ * strings) at *mem; the count in *n. */
+static const char **keys_block(PyObject *list, const char *opname, void **mem,
+                               Py_ssize_t *n) {
+  PyObject *seq = PySequence_Fast(list, "keys must be a sequence of str");
+  (void)opname;
+  Py_ssize_t i, len;
+  size_t bytes;
+  const char **keys;
+  char *p;
+  if (seq == NULL) return NULL;
+  *n = PySequence_Fast_GET_SIZE(seq);
+  bytes = sizeof(char *) * (size_t)(*n + 1);
+  for (i = 0; i < *n; i++) {
+    if (PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len) == NULL) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    bytes += (size_t)len + 1;
+  }
+  if ((*mem = keys = malloc(bytes)) == NULL) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  p = (char *)(keys + *n + 1);
+  for (i = 0; i < *n; i++) {
+    const char *k = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len);
+    memcpy(p, k, (size_t)len + 1);
+    keys[i] = p;
+    p += len + 1;
+  }
+  Py_DECREF(seq);
+  return keys;
+}
+
+/* multi_get(fut, keys) -> [bytes], waiting for every key */
+static PyObject *Store_multi_get(StoreObject *self, PyObject *args) {
+  PyObject *fut, *list;
+  uvccl_store_t *st;
+  const char **keys;
+  Py_ssize_t n;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "OO", &fut, &list)) return NULL;
+  if ((st = store_open(self, "store.multi_get")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_VALUES)) == NULL) return NULL;
+  if ((keys = keys_block(list, "store.multi_get", &op->mem, &n)) == NULL) {
+    op_free(op);
+    return NULL;
+  }
+  return started(self->owner, op,
+                 uvccl_store_multi_get(st, &op->work, keys, (size_t)n, op_done),
+                 "store.multi_get");
+}
+
+/* multi_set(fut, keys, values) */
+static PyObject *Store_multi_set(StoreObject *self, PyObject *args) {
+  PyObject *fut, *list, *vals, *seq;
+  uvccl_store_t *st;
+  const char **keys;
+  uvccl_buf_t *bufs;
+  Py_ssize_t i, n;
+  op_t *op;
+  int rc;
+  if (!PyArg_ParseTuple(args, "OOO", &fut, &list, &vals)) return NULL;
+  if ((st = store_open(self, "store.multi_set")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_NONE)) == NULL) return NULL;
+  if ((keys = keys_block(list, "store.multi_set", &op->mem, &n)) == NULL)
+    goto fail;
+  if ((seq = PySequence_Fast(vals, "store.multi_set: a list of values")) == NULL)
+    goto fail;
+  if (PySequence_Fast_GET_SIZE(seq) != n) {
+    PyErr_Format(PyExc_ValueError, "store.multi_set: %zd keys, %zd values", n,
+                 PySequence_Fast_GET_SIZE(seq));
+    Py_DECREF(seq);
+    goto fail;
+  }
+  if ((bufs = malloc(sizeof(*bufs) * (size_t)(n > 0 ? n : 1))) == NULL) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    goto fail;
+  }
+  for (i = 0; i < n; i++) {
+    if (hold(op, PySequence_Fast_GET_ITEM(seq, i), 0, "store.multi_set",
+             "each value") < 0) {
+      free(bufs);
+      Py_DECREF(seq);
+      goto fail;
+    }
+    bufs[i].base = op->view[i].buf;
+    bufs[i].len = (size_t)op->view[i].len;
+  }
+  Py_DECREF(seq);
+  rc = uvccl_store_multi_set(st, &op->work, keys, bufs, (size_t)n, op_done);
+  free(bufs); /* copied by the call */
+  return started(self->owner, op, rc, "store.multi_set");
+fail:
+  op_free(op);
+  return NULL;
+}
+
+/* list_keys(fut) -> [str] */
+static PyObject *Store_list_keys(StoreObject *self, PyObject *args) {
+  PyObject *fut;
+  uvccl_store_t *st;
+  op_t *op;
+  if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+  if ((st = store_open(self, "store.list_keys")) == NULL) return NULL;
+  if ((op = op_new(fut, (PyObject *)self, RES_KEYS)) == NULL) return NULL;
+  return started(self->owner, op, uvccl_store_list_keys(st, &op->work, op_done),
+                 "store.list_keys");
 }
 
 static PyObject *Store_num_keys(StoreObject *self, PyObject *args) {
@@ -1822,48 +1974,29 @@ static PyObject *Store_compare_set(StoreObject *self, PyObject *args) {
 }
 
 /* wait(fut, keys, timeout_s) and check(fut, keys): the keys are copied
- * into op->mem (one block: the pointers, then the strings). */
+ * into op->mem (keys_block). */
+static const char **keys_block(PyObject *list, const char *opname, void **mem,
+                               Py_ssize_t *n);
+
 static PyObject *Store_keys_op(StoreObject *self, PyObject *args, int check) {
-  PyObject *fut, *list, *seq;
+  PyObject *fut, *list;
   double to = 0;
   uvccl_store_t *st;
   op_t *op;
-  Py_ssize_t i, n, len;
-  size_t bytes;
+  Py_ssize_t n;
   const char **keys;
-  char *p;
   int rc;
   const char *name = check ? "store.check" : "store.wait";
   if (check ? !PyArg_ParseTuple(args, "OO", &fut, &list)
             : !PyArg_ParseTuple(args, "OOd", &fut, &list, &to))
     return NULL;
   if ((st = store_open(self, name)) == NULL) return NULL;
-  seq = PySequence_Fast(list, "keys must be a sequence of str");
-  if (seq == NULL) return NULL;
-  n = PySequence_Fast_GET_SIZE(seq);
-  bytes = sizeof(char *) * (size_t)(n + 1);
-  for (i = 0; i < n; i++) {
-    if (PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len) == NULL) {
-      Py_DECREF(seq);
-      return NULL;
-    }
-    bytes += (size_t)len + 1;
+  if ((op = op_new(fut, (PyObject *)self, check ? RES_BOOL : RES_NONE)) == NULL)
+    return NULL;
+  if ((keys = keys_block(list, name, &op->mem, &n)) == NULL) {
+    op_free(op);
+    return NULL;
   }
-  op = op_new(fut, (PyObject *)self, check ? RES_BOOL : RES_NONE);
-  if (op == NULL || (op->mem = malloc(bytes)) == NULL) {
-    Py_DECREF(seq);
-    if (op) op_free(op);
-    return op ? PyErr_NoMemory() : NULL;
-  }
-  keys = op->mem;
-  p = (char *)(keys + n + 1);
-  for (i = 0; i < n; i++) {
-    const char *k = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len);
-    memcpy(p, k, (size_t)len + 1);
-    keys[i] = p;
-    p += len + 1;
-  }
-  Py_DECREF(seq);
   if (check)
     rc = uvccl_store_check(st, &op->work, keys, (size_t)n, op_done);
   else
@@ -1910,6 +2043,13 @@ static PyMethodDef Store_methods[] = {
   {"compare_set", (PyCFunction)Store_compare_set, METH_VARARGS, NULL},
   {"wait", (PyCFunction)Store_wait, METH_VARARGS, NULL},
   {"check", (PyCFunction)Store_check, METH_VARARGS, NULL},
+  {"append", (PyCFunction)Store_append, METH_VARARGS, NULL},
+  {"multi_get", (PyCFunction)Store_multi_get, METH_VARARGS, NULL},
+  {"multi_set", (PyCFunction)Store_multi_set, METH_VARARGS, NULL},
+  {"list_keys", (PyCFunction)Store_list_keys, METH_VARARGS, NULL},
+  {"queue_push", (PyCFunction)Store_queue_push, METH_VARARGS, NULL},
+  {"queue_pop", (PyCFunction)Store_queue_pop, METH_VARARGS, NULL},
+  {"queue_len", (PyCFunction)Store_queue_len, METH_VARARGS, NULL},
   {"set_timeout", (PyCFunction)Store_set_timeout, METH_VARARGS, NULL},
   {"close", (PyCFunction)Store_close, METH_VARARGS, NULL},
   {NULL, NULL, 0, NULL}

@@ -144,6 +144,22 @@ async def test_hash_store():
     assert await st.num_keys() == 2
     assert await st.delete_key("a") is True
     assert await st.delete_key("a") is False
+    await st.set("a", "x")
+    await st.append("a", "+")
+    assert await st.get("a") == b"x+"
+    await st.multi_set(["m1", "m2"], ["1", b"22"])
+    assert await st.multi_get(["m2", "m1"]) == [b"22", b"1"]
+    assert sorted(await st.list_keys()) == ["a", "m1", "m2", "n"]
+    await st.queue_push("q", "first")
+    await st.queue_push("q", "second")
+    assert await st.queue_len("q") == 2
+    assert await st.queue_pop("q") == b"first"
+    assert await st.queue_pop("q", block=True) == b"second"
+    with pytest.raises(uvccl.Error) as e:
+        await st.queue_pop("q")
+    assert e.value.name == "UVCCL_EQEMPTY"
+    with pytest.raises(ValueError, match="2 keys, 1 values"):
+        await st.multi_set(["k1", "k2"], ["v"])
     st.set_timeout(0.1)
     with pytest.raises(uvccl.TimeoutError):
         await st.get("missing")
@@ -165,6 +181,12 @@ async def test_tcp_store_server_and_client():
         await a.set("late", b"\x00\x01value")
         assert await waiter == b"\x00\x01value"
         assert await b.add("c", 2) == 2 and await a.add("c", 3) == 5
+        await a.multi_set(["m1", "m2"], ["1", "2"])
+        assert await b.multi_get(["m1", "m2"]) == [b"1", b"2"]
+        await a.queue_push("q", "item")
+        assert await b.queue_len("q") == 1
+        assert await b.queue_pop("q", block=True) == b"item"
+        assert "m1" in await b.list_keys()
         await a.close()
         await b.close()
 
