@@ -31,10 +31,10 @@ async function chain(sizes) {
   const pg = await uvccl.initProcessGroup('env://');
   for (const size of sizes) {
     const x = new Float32Array(Math.max(1, size / 4));
-    const iters = size <= 4096 ? 20000 : size <= 2 << 20 ? 400 : 30;
+    const iters = size <= 4096 ? 100000 : size <= 2 << 20 ? 400 : 30;
     // as many calls again first at 4 B: V8 compiles this loop's path only
     // after thousands of turns, and a server's is long compiled
-    const warm = size <= 4096 ? iters : iters / 10;
+    const warm = size <= 4096 ? 20000 : iters / 10;
     for (let i = 0; i < warm; i++) await pg.allreduce(x);
     const t = now();
     for (let i = 0; i < iters; i++) await pg.allreduce(x);
