@@ -22,7 +22,9 @@
  *     crash) with TypeError, RangeError or InvalidArgumentError saying
  *     what is wrong, the group working after each; a destroyed group and a
  *     closed store refuse; HashStore and TCPStore operations and timeouts;
- *     groups on worker threads (a loop each); the process ending by itself
+ *     groups on worker threads (a loop each), and a worker terminated with
+ *     its group, store and operations open (the process lives on, the
+ *     other rank hears that rank 1 left); the process ending by itself
  *     after destroy(), on Node's own libuv;
  *   - examples/node/vsearch.js at 2 ranks: HTTP searches equal the
  *     brute-force answer, a killed rank gives 503 naming it;
@@ -75,7 +77,7 @@ int main(void) {
     fclose(f);
   }
   unlink(tapfile);
-  ok(n >= 24, "node --test ran %d tests (24 or more)", n);
+  ok(n >= 25, "node --test ran %d tests (25 or more)", n);
   ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
      "node --test exited 0 (status %d, %d failed)", st, failed);
   return done_testing();

@@ -20,15 +20,52 @@
 
 namespace uvccl_node {
 
-// One per Node environment (the main thread, each worker thread).
+struct Box;
+
+// One per Node environment (the main thread, each worker thread). It
+// outlives the environment while uvccl still holds memory of the addon's
+// (boxes, operations): when a worker thread ends, Node tears its
+// environment down and then runs its loop once more, and uvccl's close
+// and completion callbacks arriving then must find it, and must not call
+// into JavaScript (`gone`).
 struct Addon {
   uv_loop_t *loop = nullptr;
   Napi::FunctionReference error_factory; // (code, message, failure) -> Error
   Napi::FunctionReference group_ctor, store_ctor, server_ctor;
   std::unique_ptr<Napi::AsyncContext> context; // settles run in its scope
+  bool gone = false;  // the environment is being torn down: no N-API
+  int refs = 1;       // the environment's, each box's, each operation's
+  std::vector<Box *> boxes; // every group, store and server of this env
+  napi_async_cleanup_hook_handle hook = nullptr;
+  int hook_closing = 0; // closes the cleanup hook started, not yet done
+
+  void ref() { refs++; }
+  void unref() {
+    if (--refs == 0) delete this;
+  }
 };
 
 Addon *addon_of(Napi::Env env);
+
+// What a group, store or server keeps beside uvccl's object (which comes
+// first in each, for the close callbacks' casts): memory that outlives its
+// JS object until uvccl's close callback. `live` once uvccl's object was
+// made; `closing` once its close began.
+struct Box {
+  Addon *addon;
+  napi_env env;
+  bool live = false, closing = false;
+  Napi::Promise::Deferred *closed = nullptr; // close()'s, if any
+  void *owner = nullptr; // the wrapper whose box this is (it forgets it at
+                         // teardown)
+  explicit Box(Napi::Env e);
+  virtual ~Box();
+  virtual void Close() = 0; // starts uvccl's close
+  // At teardown, before Close: a group aborts (this rank is leaving).
+  virtual void Leave() {}
+  // The wrapper has gone: it no longer points here.
+  virtual void Orphan() {}
+};
 
 // What a completed operation resolves its Promise with.
 enum Result {
@@ -67,9 +104,13 @@ struct Op {
   std::vector<std::string> keys;
   std::vector<const char *> key_ptrs;
 
+  Addon *addon;
+
   Op(Napi::Env e, Napi::Object own, Result r);
   explicit Op(Napi::Env e, Group *g, Result r); // g held until the op's end
   ~Op();
+  // At teardown: its references are let go without N-API.
+  void Abandon();
 };
 
 // The uvccl_pg_t of the owner, for the failure an error carries.
@@ -112,22 +153,12 @@ uvccl_redop_t redop_of(Napi::Env env, Napi::Value v, const char *opname);
 uint64_t timeout_of(Napi::Value v); // ms; undefined/0: the default
 std::string str_or(Napi::Value v, const char *dflt);
 
-// A close callback's end (groups, stores, servers): the box (memory that
-// outlived its JS object) is freed and the Promise of the close call, if
-// any, settles, in a callback scope.
-template <typename Box> void close_done(Box *box) {
-  if (box->closing == nullptr) {
-    delete box;
-    return;
-  }
-  Napi::Env env(box->env);
-  Napi::HandleScope hs(env);
-  Napi::CallbackScope cs(env, *addon_of(env)->context);
-  Napi::Promise::Deferred d = *box->closing;
-  delete box->closing;
-  delete box;
-  d.Resolve(env.Undefined());
-}
+// A close callback's end (groups, stores, servers): the box is freed
+// and the Promise of the close call, if any, settles, in a callback scope
+// (none at teardown).
+void close_done(Box *box);
+// Starts closing a live box (once).
+void close_box(Box *box);
 
 void init_group(Napi::Env env, Napi::Object exports);
 void init_store(Napi::Env env, Napi::Object exports);

@@ -43,7 +43,17 @@ static const struct {
 static bool absent(Napi::Value v) { return v.IsNull() || v.IsUndefined(); }
 
 static void pg_closed(uvccl_pg_t *pg) {
-  close_done(reinterpret_cast<PgBox *>(pg));
+  close_done(static_cast<Box *>(pg->data));
+}
+
+void PgBox::Close() { uvccl_pg_destroy(&pg, pg_closed); }
+void PgBox::Leave() { uvccl_pg_abort(&pg, "its Node.js environment ended"); }
+
+// (the wrapper forgets its group: at teardown, or when the group closes)
+void PgBox::Orphan() {
+  Group *g = static_cast<Group *>(owner);
+  g->box = nullptr;
+  g->state = Group::GONE;
 }
 
 Napi::Function Group::Define(Napi::Env env) {
@@ -91,21 +101,33 @@ Napi::Object Group::Make(Napi::Env env, Group **out) {
 }
 
 Group::Group(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Group>(info) {
-  box = new PgBox();
-  box->env = info.Env();
+  addon = addon_of(info.Env());
+  addon->ref();
+  box = new PgBox(info.Env());
+  box->owner = this;
 }
 
 // The wrapper was collected: a group still open is destroyed (its handles
-// would otherwise keep the loop, and the process, alive for nothing).
+// would otherwise keep the loop, and the process, alive for nothing). A
+// wrapper with operations in flight is collected only when its
+// environment is torn down.
 Group::~Group() {
-  if (box != nullptr && state == READY)
-    uvccl_pg_destroy(&box->pg, pg_closed);
-  else if (box != nullptr && state == GONE)
-    delete box;
-  // CREATING: the operation holds this wrapper; not collected then
+  if (pending > 0) addon->gone = true;
+  if (box != nullptr) {
+    box->owner = nullptr;
+    if (box->live)
+      close_box(box);
+    else
+      delete box;
+  }
+  addon->unref();
 }
 
 void Group::Created(int status) {
+  if (box == nullptr) { // closed at teardown meanwhile
+    state = GONE;
+    return;
+  }
   if (status == 0) {
     state = READY;
     return;
@@ -113,11 +135,13 @@ void Group::Created(int status) {
   state = GONE;
   // A failed creation still holds resources; one that never started, or a
   // split that leaves this rank out, made nothing.
-  if (status == UVCCL_ENOTMEMBER)
-    delete box;
-  else
-    uvccl_pg_destroy(&box->pg, pg_closed);
+  PgBox *b = box;
   box = nullptr;
+  b->owner = nullptr;
+  if (!b->live || status == UVCCL_ENOTMEMBER)
+    delete b;
+  else
+    close_box(b);
 }
 
 uvccl_pg_t *Group::Ready(Napi::Env env, const char *opname) {
@@ -695,6 +719,7 @@ Napi::Value Group::NewGroup(const Napi::CallbackInfo &info) {
     g->Created(UVCCL_ENOTMEMBER); // nothing was made
     throw_status(env, rc, "newGroup", nullptr, pg);
   }
+  g->box->live = true;
   g->Created(0);
   return made;
 }
@@ -725,9 +750,11 @@ Napi::Value Group::Destroy(const Napi::CallbackInfo &info) {
     return d.Promise();
   }
   state = GONE;
-  box->closing = new Napi::Promise::Deferred(d);
-  uvccl_pg_destroy(&box->pg, pg_closed);
+  PgBox *b = box;
+  b->closed = new Napi::Promise::Deferred(d);
   box = nullptr;
+  b->owner = nullptr;
+  close_box(b);
   return d.Promise();
 }
 

@@ -6,12 +6,16 @@
 
 namespace uvccl_node {
 
+class Group;
+
 // The group's memory outlives the JS object until uvccl_pg_destroy's
 // callback; the Promise of destroy(), if any, settles there.
-struct PgBox {
+struct PgBox : Box {
   uvccl_pg_t pg{};
-  napi_env env = nullptr;
-  Napi::Promise::Deferred *closing = nullptr;
+  explicit PgBox(Napi::Env e) : Box(e) { pg.data = static_cast<Box *>(this); }
+  void Close() override;
+  void Orphan() override;
+  void Leave() override;
 };
 
 class Group : public Napi::ObjectWrap<Group> {
@@ -24,6 +28,7 @@ public:
   explicit Group(const Napi::CallbackInfo &info);
   ~Group() override;
 
+  Addon *addon;
   PgBox *box = nullptr;
   State state = CREATING;
   int pending = 0; // operations in flight: the wrapper is held while > 0

@@ -1,5 +1,7 @@
 // The addon's entry: per-environment state on Node's own loop, group
 // creation, the flight recorder, error codes.
+#include <dlfcn.h>
+
 #include "addon.h"
 #include "group.h"
 #include "store.h"
@@ -91,9 +93,57 @@ static Napi::Value TraceJson(const Napi::CallbackInfo &info) {
   return s;
 }
 
+// Node unloads an addon with the worker thread that loaded it, while the
+// thread's loop may still run close callbacks of uvccl's: the addon stays
+// loaded to the end of the process instead.
+static void stay_loaded() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&stay_loaded), &info) != 0 && info.dli_fname != nullptr)
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+// The environment is being torn down (a worker thread ends): every group,
+// store and server still open closes (a group aborts first: this rank is
+// leaving), and the teardown waits for their close callbacks. Nothing
+// calls into JavaScript from here on.
+static void teardown(napi_async_cleanup_hook_handle hook, void *arg) {
+  Addon *a = static_cast<Addon *>(arg);
+  std::vector<Box *> live;
+  a->gone = true;
+  a->hook = hook;
+  for (Box *b : a->boxes)
+    if (b->live) live.push_back(b);
+  a->hook_closing = static_cast<int>(live.size());
+  if (live.empty()) {
+    napi_remove_async_cleanup_hook(hook);
+    a->hook = nullptr;
+    a->unref();
+    return;
+  }
+  for (Box *b : live) {
+    if (!b->closing) b->Leave();
+    close_box(b);
+  }
+}
+
+// The instance data's end: the environment's own reference goes (the
+// addon lives on while uvccl holds boxes or operations of it).
+static void addon_finalize(Napi::Env env, Addon *a) {
+  a->gone = true;
+  a->error_factory.Reset();
+  a->group_ctor.Reset();
+  a->store_ctor.Reset();
+  a->server_ctor.Reset();
+  a->context.reset();
+  a->unref();
+}
+
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  stay_loaded();
   Addon *a = new Addon();
-  env.SetInstanceData(a);
+  env.SetInstanceData<Addon, addon_finalize>(a);
+  a->ref(); // the cleanup hook's
+  if (getenv("NOHOOK") || napi_add_async_cleanup_hook(env, teardown, a, nullptr) != napi_ok) a->unref();
   if (napi_get_uv_event_loop(env, &a->loop) != napi_ok || a->loop == nullptr)
     throw Napi::Error::New(env, "uvccl: no uv loop in this environment");
   a->context.reset(new Napi::AsyncContext(env, "uvccl"));

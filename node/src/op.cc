@@ -9,19 +9,84 @@ namespace uvccl_node {
 Addon *addon_of(Napi::Env env) { return env.GetInstanceData<Addon>(); }
 
 Op::Op(Napi::Env e, Napi::Object own, Result r)
-    : env(e), deferred(Napi::Promise::Deferred::New(e)), result(r) {
+    : env(e), deferred(Napi::Promise::Deferred::New(e)), result(r), addon(addon_of(e)) {
   work.data = this;
   if (!own.IsEmpty()) owner = Napi::Persistent(own);
+  addon->ref();
 }
 
 Op::Op(Napi::Env e, Group *g, Result r)
-    : env(e), deferred(Napi::Promise::Deferred::New(e)), group(g), result(r) {
+    : env(e), deferred(Napi::Promise::Deferred::New(e)), group(g), result(r),
+      addon(addon_of(e)) {
   work.data = this;
   g->Hold();
+  addon->ref();
 }
 
 Op::~Op() {
-  if (group != nullptr) group->Release();
+  if (group != nullptr && !addon->gone) group->Release();
+  addon->unref();
+}
+
+void Op::Abandon() {
+  owner.SuppressDestruct();
+  made.SuppressDestruct();
+  for (auto &h : held) h.SuppressDestruct();
+  group = nullptr;
+  made_group = nullptr;
+}
+
+// ---- boxes -----------------------------------------------------------------
+
+Box::Box(Napi::Env e) : addon(addon_of(e)), env(e) {
+  addon->ref();
+  addon->boxes.push_back(this);
+}
+
+Box::~Box() {
+  for (size_t i = 0; i < addon->boxes.size(); i++)
+    if (addon->boxes[i] == this) {
+      addon->boxes[i] = addon->boxes.back();
+      addon->boxes.pop_back();
+      break;
+    }
+  addon->unref();
+}
+
+void close_box(Box *box) {
+  if (!box->live || box->closing) return;
+  box->closing = true;
+  if (box->owner != nullptr) {
+    box->Orphan();
+    box->owner = nullptr;
+  }
+  box->Close();
+}
+
+void close_done(Box *box) {
+  Addon *a = box->addon;
+  Napi::Promise::Deferred *d = box->closed;
+  bool counted = a->hook != nullptr;
+  a->ref();
+  delete box;
+  if (d != nullptr) {
+    if (!a->gone) {
+      Napi::Env env(d->Env());
+      Napi::HandleScope hs(env);
+      Napi::CallbackScope cs(env, *a->context);
+      Napi::Promise::Deferred settle = *d;
+      delete d;
+      settle.Resolve(env.Undefined());
+    } else {
+      delete d; // (its promise is gone with the environment)
+    }
+  }
+  if (counted && --a->hook_closing == 0) {
+    napi_remove_async_cleanup_hook(a->hook);
+    a->hook = nullptr;
+    a->refs--; // the hook's (this call holds one more)
+  }
+  a->unref();
 }
 
 // ---- errors ----------------------------------------------------------------
@@ -88,6 +153,13 @@ static const uvccl_pg_t *owner_pg(Op *op) {
 // scope of its own (its microtasks, the awaiting code, run as it closes).
 void op_done(uvccl_work_t *w, int status) {
   Op *op = static_cast<Op *>(w->data);
+  if (op->addon->gone) { // the environment is being torn down: no N-API
+    // (a group it made is in the addon's boxes: the teardown closes it)
+    uvccl_work_cleanup(w);
+    op->Abandon();
+    delete op;
+    return;
+  }
   Napi::Env env(op->env);
   Napi::HandleScope hs(env);
   Addon *a = addon_of(env);
@@ -179,6 +251,11 @@ void op_done(uvccl_work_t *w, int status) {
 Napi::Value started(Op *op, int rc, const char *name) {
   Napi::Env env(op->env);
   Napi::Promise promise = op->deferred.Promise();
+  if (rc >= 0 && op->made_group != nullptr && op->made_group->box != nullptr) {
+    PgBox *b = op->made_group->box;
+    b->pg.data = static_cast<Box *>(b);
+    b->live = true; // destroyable from here on, creation or not
+  }
   if (rc < 0) {
     if (op->made_group != nullptr) op->made_group->Created(UVCCL_ENOTMEMBER);
     op->work.state = UVCCL_WORK_IDLE;

@@ -4,25 +4,38 @@
 
 namespace uvccl_node {
 
-static void store_closed(uvccl_store_t *st) {
-  close_done(reinterpret_cast<StoreBox *>(st));
-}
+static void store_closed(uvccl_store_t *st) { close_done(static_cast<Box *>(st->data)); }
 
 static void server_closed(uvccl_store_server_t *sv) {
-  close_done(reinterpret_cast<ServerBox *>(sv));
+  close_done(static_cast<Box *>(sv->data));
 }
 
-// Begins a close: the Promise settles in the close callback, at once where
-// there is nothing left to close. Returns whether the caller is to close.
-template <typename Box>
-static Napi::Value close_begin(Napi::Env env, Box *box, bool *go) {
+void StoreBox::Close() { uvccl_store_close(&store, store_closed); }
+void StoreBox::Orphan() { static_cast<Store *>(owner)->box = nullptr; }
+void ServerBox::Close() { uvccl_store_server_close(&server, server_closed); }
+void ServerBox::Orphan() { static_cast<Server *>(owner)->box = nullptr; }
+
+// close(): the Promise settles in the close callback, at once where there
+// is nothing left to close.
+template <typename B> static Napi::Value close_wrapper(Napi::Env env, B **slot) {
   Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
-  *go = box != nullptr;
-  if (box == nullptr)
+  B *box = *slot;
+  if (box == nullptr) {
     d.Resolve(env.Undefined());
-  else
-    box->closing = new Napi::Promise::Deferred(d);
+    return d.Promise();
+  }
+  *slot = nullptr;
+  box->owner = nullptr;
+  box->closed = new Napi::Promise::Deferred(d);
+  close_box(box);
   return d.Promise();
+}
+
+// A collected wrapper closes what it had.
+template <typename B> static void wrapper_gone(B *box) {
+  if (box == nullptr) return;
+  box->owner = nullptr;
+  close_box(box);
 }
 
 // ---- Store -----------------------------------------------------------------
@@ -64,8 +77,7 @@ Napi::Function Store::Define(Napi::Env env) {
 Store::Store(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Store>(info) {
   Napi::Env env = info.Env();
   std::string kind = str_or(info[0], "");
-  std::unique_ptr<StoreBox> b(new StoreBox());
-  b->env = env;
+  std::unique_ptr<StoreBox> b(new StoreBox(env));
   int rc;
   if (kind == "tcp") {
     if (!info[1].IsString() || !info[2].IsNumber())
@@ -84,12 +96,13 @@ Store::Store(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Store>(info) {
   }
   if (rc < 0) throw_status(env, rc, kind == "tcp" ? "TCPStore" : "HashStore",
                            nullptr, nullptr);
+  b->store.data = static_cast<Box *>(b.get());
+  b->live = true;
+  b->owner = this;
   box = b.release();
 }
 
-Store::~Store() {
-  if (box != nullptr) uvccl_store_close(&box->store, store_closed);
-}
+Store::~Store() { wrapper_gone(box); }
 
 uvccl_store_t *Store::Open(Napi::Env env, const char *opname) {
   if (box == nullptr) throw_status(env, UVCCL_ECLOSING, opname, "the store is closed",
@@ -316,13 +329,7 @@ Napi::Value Store::SetTimeout(const Napi::CallbackInfo &info) {
 }
 
 Napi::Value Store::Close(const Napi::CallbackInfo &info) {
-  bool go;
-  Napi::Value p = close_begin(info.Env(), box, &go);
-  if (go) {
-    uvccl_store_close(&box->store, store_closed);
-    box = nullptr;
-  }
-  return p;
+  return close_wrapper(info.Env(), &box);
 }
 
 // ---- Server ----------------------------------------------------------------
@@ -336,8 +343,7 @@ Napi::Function Server::Define(Napi::Env env) {
 // new CoreServer(host or null, port): serving when constructed
 Server::Server(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Server>(info) {
   Napi::Env env = info.Env();
-  std::unique_ptr<ServerBox> b(new ServerBox());
-  b->env = env;
+  std::unique_ptr<ServerBox> b(new ServerBox(env));
   std::string host = str_or(info[0], "");
   uvccl_store_server_options_t o{};
   o.host = host.empty() ? nullptr : host.c_str();
@@ -345,25 +351,20 @@ Server::Server(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Server>(info) 
   o.listen_fd = -1;
   int rc = uvccl_store_server_init(addon_of(env)->loop, &b->server, &o);
   if (rc < 0) throw_status(env, rc, "StoreServer", nullptr, nullptr);
+  b->server.data = static_cast<Box *>(b.get());
+  b->live = true;
+  b->owner = this;
   box = b.release();
 }
 
-Server::~Server() {
-  if (box != nullptr) uvccl_store_server_close(&box->server, server_closed);
-}
+Server::~Server() { wrapper_gone(box); }
 
 Napi::Value Server::GetPort(const Napi::CallbackInfo &info) {
   return Napi::Number::New(info.Env(), box ? box->server.port : -1);
 }
 
 Napi::Value Server::Close(const Napi::CallbackInfo &info) {
-  bool go;
-  Napi::Value p = close_begin(info.Env(), box, &go);
-  if (go) {
-    uvccl_store_server_close(&box->server, server_closed);
-    box = nullptr;
-  }
-  return p;
+  return close_wrapper(info.Env(), &box);
 }
 
 void init_store(Napi::Env env, Napi::Object exports) {

@@ -6,19 +6,20 @@
 
 namespace uvccl_node {
 
-// Memory that outlives its JS object until uvccl's close callback; the
-// Promise of close(), if any, settles there.
-struct StoreBox {
+// uvccl's store or server, beside what Box keeps (addon.h).
+struct StoreBox : Box {
   uvccl_store_t store{};
-  napi_env env = nullptr;
-  Napi::Promise::Deferred *closing = nullptr;
   std::string host;
+  explicit StoreBox(Napi::Env e) : Box(e) { store.data = static_cast<Box *>(this); }
+  void Close() override;
+  void Orphan() override;
 };
 
-struct ServerBox {
+struct ServerBox : Box {
   uvccl_store_server_t server{};
-  napi_env env = nullptr;
-  Napi::Promise::Deferred *closing = nullptr;
+  explicit ServerBox(Napi::Env e) : Box(e) { server.data = static_cast<Box *>(this); }
+  void Close() override;
+  void Orphan() override;
 };
 
 class Store : public Napi::ObjectWrap<Store> {

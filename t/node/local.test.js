@@ -204,6 +204,50 @@ test('worker threads: a group on each thread\'s own loop', async () => {
   assert.deepStrictEqual(results, [[7, 8], [7, 8]]);
 });
 
+test('a worker thread ended with its group, store and operations open: the rest lives on', { timeout: 60000 }, async () => {
+  // rank 1 on a worker, rank 0 here, over a store server here; the worker is
+  // terminated while an allreduce waits for rank 0
+  const server = new uvccl.StoreServer({ host: '127.0.0.1', port: 0 });
+  const code = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    const uvccl = require(${JSON.stringify(path.join(ROOT, 'node'))});
+    (async () => {
+      const st = await uvccl.TCPStore.connect('127.0.0.1', workerData.port);
+      const pg = await uvccl.initProcessGroup({ store: st, rank: 1, worldSize: 2, prefix: 'w' });
+      await pg.allreduce(new Float32Array(4));
+      const hs = new uvccl.HashStore();
+      hs.get('never').catch(() => {});
+      pg.allreduce(new Float32Array(4));
+      parentPort.postMessage('waiting');
+      setInterval(() => {}, 1000);
+    })().catch((e) => parentPort.postMessage(String(e)));`;
+  const w = new Worker(code, { eval: true, workerData: { port: server.port } });
+  const st = await uvccl.TCPStore.connect('127.0.0.1', server.port);
+  const pg = await uvccl.initProcessGroup({ store: st, rank: 0, worldSize: 2, prefix: 'w' });
+  await pg.allreduce(new Float32Array(4));
+  assert.strictEqual(await new Promise((res) => w.once('message', res)), 'waiting');
+  await w.terminate();
+  // the worker's rank left (aborted): this rank's next allreduce says so
+  const e = await pg.allreduce(new Float32Array(4), { timeout: 20000 }).catch((err) => err);
+  assert.ok(e instanceof uvccl.PeerError && e.rank === 1, `${e && e.name}: ${e && e.message}`);
+  assert.match(e.message, /Node\.js environment ended|rank 1/);
+  await pg.destroy();
+  await st.close();
+  await server.close();
+  // and workers terminated alone, five times over
+  for (let i = 0; i < 5; i++) {
+    const lone = new Worker(`
+      const uvccl = require(${JSON.stringify(path.join(ROOT, 'node'))});
+      uvccl.initProcessGroup({ store: new uvccl.HashStore(), rank: 0, worldSize: 1 }).then((pg) => {
+        pg.allreduce(new Float32Array(2));
+        require('node:worker_threads').parentPort.postMessage('up');
+        setInterval(() => {}, 1000);
+      });`, { eval: true });
+    await new Promise((res) => lone.once('message', res));
+    await lone.terminate();
+  }
+});
+
 test('the process ends by itself once its group is destroyed', () => {
   const script = `
     const uvccl = require('./node');
