@@ -181,12 +181,15 @@ static void test_two_kills(double sweep_s) {
      "shrinks)", t.shrinks);
   ok(strstr(p.obuf, "[1] shrunk to 4 ranks") != NULL,
      "b: world rank 1, the new rank 0, carries the table on");
-  ok(t.rows >= 20 && t.bad_rows == 0 && t.order_ok && t.w_first == 5 &&
-         t.w_last == 3,
+  /* On a loaded machine both kills may land before the first row of W=5
+   * (5 ranks on few CPUs): the rows then start at W=3; the order is what
+   * matters (rows of W=n only between the shrink lines that say n). */
+  ok(t.rows >= 20 && t.bad_rows == 0 && t.order_ok && t.w_first >= 3 &&
+         t.w_first <= 5 && t.w_last == 3,
      "b: %d rows, %d not 'yes', W from 5 down to 3 in order (first W=%d)",
      t.rows, t.bad_rows, t.w_first);
   if (p.status != 0 || t.shrinks != 2 || t.bad_rows || !t.order_ok ||
-      t.rows < 20 || t.w_first != 5 || t.w_last != 3)
+      t.rows < 20 || t.w_last != 3)
     show(&p);
   procs_free(&p, 1);
 }
