@@ -129,11 +129,12 @@ py: deps $(STATIC)
 py-ext: $(PY_EXT)
 
 ifneq ($(PY_EXT),)
-$(PY_EXT): python/uvccl/_core.c include/uvccl.h $(STATIC)
+PY_SRCS   := $(sort $(wildcard python/uvccl/*.c))
+$(PY_EXT): $(PY_SRCS) python/uvccl/core.h include/uvccl.h $(STATIC)
 	@$(if $(Q),echo "  PYEXT   $@")
 	$(Q)$(CC) -std=gnu11 -O2 -g -fPIC -shared -Wall -Wextra \
-	  -Wno-unused-parameter -Wno-missing-field-initializers -Iinclude \
-	  -I$(PY_INC) $(UV_CFLAGS) -o $@ python/uvccl/_core.c $(STATIC) $(LIBS_ALL)
+	  -Wno-unused-parameter -Wno-missing-field-initializers -fvisibility=hidden \
+	  -Iinclude -I$(PY_INC) $(UV_CFLAGS) -o $@ $(PY_SRCS) $(STATIC) $(LIBS_ALL)
 endif
 
 # The Node.js addon, from a make of its own (node and npm may arrive with

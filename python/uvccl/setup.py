@@ -1,6 +1,6 @@
 """The build of `pip install ./python/uvccl` (pyproject.toml): this folder is
 the package itself (so PYTHONPATH=python imports it from the repository
-after `make`); its extension is _core.c compiled against the python that
+after `make`); its extension is _core.c (with op.c, group.c, store.c) compiled against the python that
 runs pip, with the repository's libuvccl.a (`make build/libuvccl.a` in the
 repository root) linked in and Debian's libuv, OpenSSL dynamically."""
 import os
@@ -49,11 +49,13 @@ setup(
     package_dir={"uvccl": "."},
     package_data={"uvccl": ["py.typed", "*.pyi"]},
     ext_modules=[Extension(
-        "uvccl._core", sources=["_core.c"],
+        "uvccl._core", sources=["_core.c", "op.c", "group.c", "store.c"],
+        depends=["core.h"],
         include_dirs=[os.path.join(ROOT, "include")],
         extra_objects=[STATIC],
         libraries=["uv", "ssl", "crypto", "dl", "m"],
-        extra_compile_args=["-std=gnu11", "-Wno-missing-field-initializers"],
+        extra_compile_args=["-std=gnu11", "-fvisibility=hidden",
+                            "-Wno-missing-field-initializers"],
     )],
     cmdclass={"build_ext": BuildWithRepository, "build_py": PackageOnly},
 )
