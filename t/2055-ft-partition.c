@@ -23,7 +23,7 @@
 #define N 4
 
 static int role_part(void) {
-  int64_t v[16], want;
+  int64_t v[16];
   int iter = 0, rc = 0, i, bad = 0;
   uvccl_work_t w = {0};
   uvccl_pg_t next;
@@ -51,21 +51,7 @@ static int role_part(void) {
   if (R != 2) {
     rep(rc == 0 && next.size == 3, "shrink", "%s %s: size %d", ename(rc),
         w.msg, rc == 0 ? next.size : -1);
-    if (rc == 0) {
-      want = 0;
-      for (i = 0; i < next.size; i++)
-        want += uvccl_pg_global_rank(&next, i) + 1;
-      for (iter = 0; iter < 10 && rc == 0; iter++) {
-        uvccl_work_t w2 = {0};
-        for (i = 0; i < 16; i++) v[i] = R + 1;
-        rc = uvccl_allreduce(&next, &w2, v, v, 16, UVCCL_INT64, UVCCL_SUM,
-                             NULL);
-        if (rc == 0) rc = uvccl_work_wait(&w2);
-        for (i = 0; rc == 0 && i < 16; i++) bad += v[i] != want;
-      }
-      rep(rc == 0 && bad == 0, "after", "10 allreduces on the shrunk group: "
-          "%s, %d wrong", ename(rc), bad);
-    }
+    if (rc == 0) rc = ft_check_shrunk(&next, R);
   } else {
     rep(1, "shrink", "(the cut-off rank) %s %s", ename(rc), w.msg);
   }

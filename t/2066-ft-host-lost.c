@@ -32,7 +32,7 @@
 static int on_lost_host(int r) { return r / 2 == LOST; }
 
 static int role_host(void) {
-  int64_t v[16], want;
+  int64_t v[16];
   int iter, rc = 0, i, bad = 0, nf, failed[N], k;
   uvccl_work_t w = {0};
   uvccl_pg_failure_t f;
@@ -92,21 +92,7 @@ static int role_host(void) {
     rep(rc == 0 && next.size == N - 2 && w.result == 2, "shrink",
         "%s %s: size %d, %lld removed", ename(rc), w.msg,
         rc == 0 ? next.size : -1, (long long)w.result);
-    if (rc == 0) {
-      want = 0;
-      for (i = 0; i < next.size; i++)
-        want += uvccl_pg_global_rank(&next, i) + 1;
-      for (iter = 0; iter < 10 && rc == 0; iter++) {
-        uvccl_work_t w2 = {0};
-        for (i = 0; i < 16; i++) v[i] = R + 1;
-        rc = uvccl_allreduce(&next, &w2, v, v, 16, UVCCL_INT64, UVCCL_SUM,
-                             NULL);
-        if (rc == 0) rc = uvccl_work_wait(&w2);
-        for (i = 0; rc == 0 && i < 16; i++) bad += v[i] != want;
-      }
-      rep(rc == 0 && bad == 0, "after", "10 allreduces on the shrunk group: "
-          "%s, %d wrong", ename(rc), bad);
-    }
+    if (rc == 0) rc = ft_check_shrunk(&next, R);
   } else {
     rep(1, "shrink", "(cut off) %s %s", ename(rc), w.msg);
   }

@@ -180,4 +180,23 @@ static inline int ft_rank(void) {
   return rc;
 }
 
+/* The group a shrink made works: 10 allreduces of every rank's global
+ * rank + 1 (me is this rank's), each checked; reports "after". Returns
+ * the last status. */
+static inline int ft_check_shrunk(uvccl_pg_t *next, int me) {
+  int64_t v[16], want = 0;
+  int iter, i, rc = 0, bad = 0;
+  for (i = 0; i < next->size; i++) want += uvccl_pg_global_rank(next, i) + 1;
+  for (iter = 0; iter < 10 && rc == 0; iter++) {
+    uvccl_work_t w = {0};
+    for (i = 0; i < 16; i++) v[i] = me + 1;
+    rc = uvccl_allreduce(next, &w, v, v, 16, UVCCL_INT64, UVCCL_SUM, NULL);
+    if (rc == 0) rc = uvccl_work_wait(&w);
+    for (i = 0; rc == 0 && i < 16; i++) bad += v[i] != want;
+  }
+  rep(rc == 0 && bad == 0, "after", "10 allreduces on the shrunk group: "
+      "%s, %d wrong", ename(rc), bad);
+  return rc;
+}
+
 #endif

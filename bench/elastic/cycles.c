@@ -8,12 +8,15 @@
  * find out at their next barrier, shrink, grow back by one, and the
  * replacement (started with UVCCL_JOIN=1) joins; the new world checks its
  * allreduce. Ranks 0 .. n-2 live through every cycle: rank 0 prints its
- * resident memory and open descriptors at cycles 1, 10, 100, 1000 ...
- * (they must stay flat) and, at the end, how long a cycle took from the
+ * resident memory, the heap in use and open descriptors at cycles 1, 10,
+ * 100, 1000 ... (or every N with --every N; they must stay flat: the
+ * flight recorder's ring, calloc'ed whole, is resident only as it fills)
+ * and, at the end, how long a cycle took from the
  * death to the grown world's first allreduce (median, 90th percentile,
  * worst). Exit status 0 only if every result was right. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +57,16 @@ static int check_allreduce(uvccl_pg_t *g) {
                                   NULL), &w, NULL);
   if (rc != 0) return rc;
   return sum == (int64_t)g->size * (g->size - 1) / 2 ? 0 : 1;
+}
+
+/* The allocator's bytes in use (glibc's count; -1 elsewhere): RSS that
+ * grows while this stays flat is pages touched, not memory held. */
+static long heap_kib(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  return (long)(mallinfo2().uordblks / 1024);
+#else
+  return -1;
+#endif
 }
 
 static long rss_kib(void) {
@@ -100,7 +113,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  int cycles = 100, k, joiner, rc, bad = 0;
+  int cycles = 100, every = 0, k, joiner, rc, bad = 0;
   const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT"),
              *join = getenv("UVCCL_JOIN"), *count = getenv("UVCCL_RESPAWN_COUNT");
   uvccl_tcp_store_options_t so;
@@ -111,8 +124,11 @@ int main(int argc, char **argv) {
   for (k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--cycles") == 0 && k + 1 < argc) {
       cycles = atoi(argv[++k]);
+    } else if (strcmp(argv[k], "--every") == 0 && k + 1 < argc) {
+      every = atoi(argv[++k]);
     } else {
-      fprintf(stderr, "usage: %s [--cycles N] (under uvccl-run --respawn=N)\n",
+      fprintf(stderr, "usage: %s [--cycles N] [--every N] (under uvccl-run "
+              "--respawn=N)\n",
               argv[0]);
       return 2;
     }
@@ -175,11 +191,14 @@ int main(int argc, char **argv) {
       cur = grown;
       took[k] = now_s() - t0;
     }
-    if (cur->rank == 0 && (k + 1 == 1 || k + 1 == 10 || k + 1 == 100 ||
-                           k + 1 == 1000 || k + 1 == 10000 ||
-                           k + 1 == cycles))
-      printf("cycle %d: world of %d, rank 0: RSS %ld KiB, %d open "
-             "descriptors\n", k + 1, cur->size, rss_kib(), open_fds());
+    if (cur->rank == 0 &&
+        (every > 0 ? (k + 1) % every == 0
+                   : (k + 1 == 1 || k + 1 == 10 || k + 1 == 100 ||
+                      k + 1 == 1000 || k + 1 == 10000) ||
+         k + 1 == cycles))
+      printf("cycle %d: world of %d, rank 0: RSS %ld KiB, heap in use %ld "
+             "KiB, %d open descriptors\n", k + 1, cur->size, rss_kib(),
+             heap_kib(), open_fds());
   }
   if (cur->rank == 0 && !joiner && cycles > 0) {
     qsort(took, (size_t)cycles, sizeof(double), cmp_d);

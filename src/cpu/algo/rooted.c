@@ -161,7 +161,7 @@ static uint32_t reduce_tree_on(sched_t *s, const ring_t *x, int rp, char *w,
 static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
                         size_t n, int root) {
   group_t *g = s->g;
-  int P = g->size, r = g->rank, vr = mod(r - root, P);
+  int P = g->size, r = g->rank, vr;
   char *w = r == root ? recvbuf : uvccl__sched_tmp(s, n);
   int scale = s->divisor > 1 || s->scale != 1.0;
   if (w == NULL) return UV_ENOMEM;

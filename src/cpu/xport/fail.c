@@ -207,7 +207,6 @@ static void hosts_check(net_t *net, int r) {
   for (q = 0; q < net->size; q++)
     if (net->hosts[q] == h && net->fails[q].rank < 0) return;
   net->lost[net->nlost++] = h;
-  host_name(net, h, name, sizeof(name));
   for (q = 0; q < net->size; q++)
     if (net->hosts[q] != mine && net->fails[q].rank < 0) others++;
   if (others == 0 && !net->cut_off) {
@@ -222,6 +221,7 @@ static void hosts_check(net_t *net, int r) {
     return;
   }
   if (net->cut_off) return;
+  host_name(net, h, name, sizeof(name));
   LOG_WARN("coll", "rank %d: host %s lost: every rank on it failed",
            net->rank, name);
   snprintf(head, sizeof(head), "host %s lost", name);
