@@ -94,6 +94,11 @@ static void world(int n) {
       "ranks; PyTorch's own split_group refuses a CPU world (PyTorch 2.14+)",
       n);
   agg(ps, n, "subgroup", mask, "%d ranks: a new_group of uvccl works", n);
+  agg(ps, n, "undriven", mask, "%d ranks: an allreduce nobody waits for "
+      "ends (the loop thread takes over from the thread that drove the "
+      "last one)", n);
+  agg(ps, n, "threads", mask, "%d ranks: two threads waiting on two groups "
+      "at once, 300 allreduces each, every result right", n);
   agg(ps, n, "destroy", mask, "%d ranks: destroy_process_group", n);
   for (r = 0; r < n; r++)
     if (ps[r].status != 0) scenario_failed = 1;
@@ -199,7 +204,7 @@ int main(void) {
     skip_all("the extension is not built (make builds it where "
              "libtorch-dev is installed)");
   atexit(kill_live);
-  plan(2 * 21 + 4 + 3 + 5);
+  plan(2 * 23 + 4 + 3 + 5);
   world(2);
   world(4);
   killed(3, 0);

@@ -12,6 +12,7 @@
  * a collective that completes while the caller waits costs no loop turn. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,25 +82,48 @@ int uvccl__work_is_live(const uvccl_work_t *w) {
  * loop keeps its completing works in a FIFO, and a close callback delivers
  * from the head for as long as the head's timer is closed. The earliest
  * work of a batch closes last, so the whole batch goes out in order then.
- * One FIFO per loop (a loop runs on one thread: the table is per thread). */
+ * One FIFO per loop, in a table of the process's: a loop may be run by
+ * one thread and then another (never two at once: a binding hands the
+ * loop to the thread that waits, see python/uvccl_torch/csrc/loop.h), and
+ * its FIFO goes with it. The lock guards which slot is whose; a FIFO's
+ * contents are touched only by the thread running its loop. A slot is
+ * given back when its FIFO runs empty. */
 typedef struct {
   uv_loop_t *loop;
   uvccl_work_t *head;
   uvccl_work_t *tail;
 } done_fifo_t;
 
-#define DONE_FIFOS 16
-static __thread done_fifo_t done_fifos[DONE_FIFOS];
+#define DONE_FIFOS 64
+static done_fifo_t done_fifos[DONE_FIFOS];
+static pthread_mutex_t fifos_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static done_fifo_t *done_fifo(uv_loop_t *loop) {
-  int i, free_slot = -1;
+/* The loop's FIFO; with claim, a free slot becomes its FIFO when it has
+ * none. NULL: none (too many loops: then unordered). */
+static done_fifo_t *done_fifo(uv_loop_t *loop, int claim) {
+  done_fifo_t *f = NULL, *spare = NULL;
+  int i;
+  pthread_mutex_lock(&fifos_lock);
   for (i = 0; i < DONE_FIFOS; i++) {
-    if (done_fifos[i].loop == loop) return &done_fifos[i];
-    if (free_slot < 0 && done_fifos[i].head == NULL) free_slot = i;
+    if (done_fifos[i].loop == loop) {
+      f = &done_fifos[i];
+      break;
+    }
+    if (spare == NULL && done_fifos[i].loop == NULL) spare = &done_fifos[i];
   }
-  if (free_slot < 0) return NULL; /* too many loops: unordered */
-  done_fifos[free_slot].loop = loop;
-  return &done_fifos[free_slot];
+  if (f == NULL && claim && spare != NULL) {
+    spare->loop = loop;
+    f = spare;
+  }
+  pthread_mutex_unlock(&fifos_lock);
+  return f;
+}
+
+/* An empty FIFO gives its slot back. */
+static void done_fifo_release(done_fifo_t *f) {
+  pthread_mutex_lock(&fifos_lock);
+  if (f->head == NULL) f->loop = NULL;
+  pthread_mutex_unlock(&fifos_lock);
 }
 
 void uvccl__work_complete(uvccl_work_t *w, int status) {
@@ -108,7 +132,7 @@ void uvccl__work_complete(uvccl_work_t *w, int status) {
   w->flags_ |= UVCCL__WORK_COMPLETING;
   w->pending_status_ = status;
   w->done_next_ = NULL;
-  f = done_fifo(w->loop_);
+  f = done_fifo(w->loop_, 1);
   if (f != NULL) {
     if (f->tail) f->tail->done_next_ = w;
     else f->head = w;
@@ -141,15 +165,12 @@ static void fifo_drain(done_fifo_t *f) {
     if (f->head == NULL) f->tail = NULL;
     work_deliver(x); /* may free x, or start new works on this loop */
   }
+  if (f->head == NULL) done_fifo_release(f);
 }
 
 void uvccl__work_drain(uv_loop_t *loop) {
-  int i;
-  for (i = 0; i < DONE_FIFOS; i++)
-    if (done_fifos[i].loop == loop) {
-      fifo_drain(&done_fifos[i]);
-      return;
-    }
+  done_fifo_t *f = done_fifo(loop, 0);
+  if (f != NULL) fifo_drain(f);
 }
 
 void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
@@ -165,7 +186,7 @@ static void work_closed(uv_handle_t *h) {
   uvccl_work_t *w = h->data;
   done_fifo_t *f;
   w->flags_ |= UVCCL__WORK_CLOSED;
-  f = (w->flags_ & UVCCL__WORK_QUEUED) ? done_fifo(w->loop_) : NULL;
+  f = (w->flags_ & UVCCL__WORK_QUEUED) ? done_fifo(w->loop_, 0) : NULL;
   if (f == NULL) {
     work_deliver(w);
     return;

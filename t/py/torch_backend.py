@@ -483,8 +483,45 @@ def main():
     dist.all_reduce(t, group=sub)
     check(torch.equal(t, torch.full((4,), float(sum(range(world))))), "subgroup",
           f"new_group allreduce: {t.tolist()}")
+    drivers(sub)
     dist.destroy_process_group()
     check(True, "destroy", "destroy_process_group returned")
+
+
+def drivers(sub):
+    """The thread that waits runs the backend's loop for a while (loop.h,
+    drive): an operation nobody waits for still ends (the loop thread takes
+    over), and two threads waiting on two groups at once both finish, every
+    result right."""
+    import threading
+    import time
+    t = torch.ones(4)
+    dist.all_reduce(t)  # this thread drives
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    until = time.time() + 10
+    while not w.is_completed() and time.time() < until:
+        time.sleep(0.0005)
+    want = float(sum(range(1, world + 1)))
+    check(w.is_completed() and torch.equal(t, torch.full((4,), want)),
+          "undriven", f"an allreduce not waited for ended: {t.tolist()}")
+    bad = {}
+
+    def loop(name, group, n):
+        wrong = 0
+        for i in range(n):
+            x = torch.full((8,), float(rank + i))
+            dist.all_reduce(x, group=group)
+            wrong += not torch.equal(
+                x, torch.full((8,), float(sum(r + i for r in range(world)))))
+        bad[name] = wrong
+
+    other = threading.Thread(target=loop, args=("sub", sub, 300))
+    other.start()
+    loop("world", None, 300)
+    other.join(60)
+    check(bad == {"sub": 0, "world": 0}, "threads",
+          f"two threads, 300 allreduces each on their own group: wrong {bad}")
 
 
 def tcpinit_main():

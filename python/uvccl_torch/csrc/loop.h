@@ -8,9 +8,21 @@
 // loop turns without blocking, its I/O served) for the next task, which
 // then needs no uv_async_send; a waiter looks at its Work before it blocks
 // (WorkUVCCL::wait). Both only while there are CPUs for them (see spin_us).
+//
+// Better still, the waiter runs the loop itself for that while (drive):
+// whoever holds run_mu_ runs the loop, one thread at a time, so the tasks
+// posted and the operation's I/O and callbacks run on the waiting thread,
+// and a small operation ends with no hand-off at all (where a rank's two
+// threads share a CPU, each hand-off costs a context switch). The loop
+// thread gives run_mu_ up between its turns when a waiter wants it (want_),
+// and is woken out of a blocking turn for it (in_once_, idle_polls_).
 #pragma once
 
 #include <sched.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
 
 #include "c10d.h"
 
@@ -33,6 +45,7 @@ class Loop {
   ~Loop() {
     // the last task: with the handles closed the loop runs dry
     post([this] {
+      idle_polls_.store(false);
       uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
       uv_close(reinterpret_cast<uv_handle_t*>(&spin_), nullptr);
       spin_us_.store(0);
@@ -53,6 +66,21 @@ class Loop {
       queued_.store(true, std::memory_order_release);
     }
     if (wake) uv_async_send(&async_);
+    // the loop thread, parked (see run), resumes at once for a task of
+    // another thread's, or of the last driver's once the park it was given
+    // is over; before that, the last driver's own is likelier to be driven
+    // by its wait
+    if (parked_.load()) {
+      uint64_t at = resume_ns_.load();
+      if (last_driver_.load() != std::this_thread::get_id() || at == 0 ||
+          uv_hrtime() >= at) {
+        {
+          std::lock_guard<std::mutex> pk(park_mu_);
+          resume_ns_.store(0);
+        }
+        park_cv_.notify_one();
+      }
+    }
   }
 
   // How long either side of a hand-off looks for the other's news before
@@ -76,8 +104,8 @@ class Loop {
     set_spin(local_ranks_);
   }
 
-  // On the loop thread: a task ran or an operation ended; its caller may
-  // hand over the next one soon.
+  // On the loop (whichever thread runs it): a task ran or an operation
+  // ended; its caller may hand over the next one soon.
   void kick() {
     uint32_t us = spin_us();
     if (us == 0) return;
@@ -87,8 +115,47 @@ class Loop {
         std::lock_guard<std::mutex> g(mu_);
         spinning_ = true;
       }
+      idle_polls_.store(true);
       uv_idle_start(&spin_, on_spin);
     }
+  }
+
+  // Runs the loop on the calling thread until done() or the spin budget is
+  // spent (whichever first), the tasks posted before included. Not where
+  // nobody spins, nor on the thread running the loop already (a callback
+  // waiting: that waits as before). When done, the loop thread stays
+  // parked for another spin budget unless a task comes from another
+  // thread: a caller whose next operation follows soon (a loop of
+  // blocking collectives) drives that one too, without a hand-off.
+  template <typename Done>
+  void drive(Done done) {
+    uint32_t us = spin_us();
+    std::thread::id me = std::this_thread::get_id();
+    if (us == 0 || done() || driver_.load() == me) return;
+    want_.fetch_add(1);
+    // a turn that may block in the kernel is woken (one that polls ends
+    // by itself; on_spin looks at want_ when it stops polling)
+    if (in_once_.load() && !idle_polls_.load()) uv_async_send(&async_);
+    bool ended;
+    {
+      std::lock_guard<std::mutex> lk(run_mu_);
+      driver_.store(me);
+      uint64_t until = uv_hrtime() + (uint64_t)us * 1000;
+      bool yields = spin_yields();
+      run_tasks();
+      while (!(ended = done()) && uv_hrtime() < until) {
+        uv_run(&loop_, UV_RUN_NOWAIT);
+        if (yields && !done()) sched_yield();
+      }
+      driver_.store(std::thread::id());
+      last_driver_.store(me);
+    }
+    {
+      std::lock_guard<std::mutex> pk(park_mu_);
+      resume_ns_.store(ended ? uv_hrtime() + (uint64_t)us * 1000 : 0);
+      want_.fetch_sub(1);
+    }
+    if (!ended) park_cv_.notify_one();
   }
 
   // Runs fn there and waits for it.
@@ -114,7 +181,45 @@ class Loop {
     uv_idle_init(&loop_, &spin_);
     spin_.data = this;
     set_spin(1);
-    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    thread_ = std::thread([this] { run(); });
+  }
+
+  // The loop thread: turns of the loop, each with run_mu_, parked while a
+  // waiter drives or wants to and for a while after a drive (see drive).
+  // It never sleeps on run_mu_ itself, so a driver's release wakes
+  // nobody. Parked for a waiter, it looks again after a millisecond at
+  // most (a post or a drive that did not finish wakes it sooner).
+  void run() {
+    std::thread::id me = std::this_thread::get_id();
+    for (;;) {
+      for (;;) {
+        std::unique_lock<std::mutex> pk(park_mu_);
+        uint64_t now = uv_hrtime(), at = resume_ns_.load();
+        uint64_t look = now + 1000000;
+        if (want_.load() == 0) {
+          if (at == 0 || now >= at) {
+            pk.unlock();
+            if (run_mu_.try_lock()) break;
+            pk.lock();
+          } else {
+            look = at;
+          }
+        }
+        parked_.store(true);
+        park_cv_.wait_for(pk, std::chrono::nanoseconds(look - now));
+        parked_.store(false);
+      }
+      resume_ns_.store(0);
+      driver_.store(me);
+      in_once_.store(true);
+      int alive = 1;
+      if (want_.load() == 0)  // (else a waiter that saw in_once_ false)
+        alive = uv_run(&loop_, UV_RUN_ONCE);
+      in_once_.store(false);
+      driver_.store(std::thread::id());
+      run_mu_.unlock();
+      if (!alive) break;
+    }
   }
 
   // Sets the spin budget for `local_ranks` ranks on this host.
@@ -169,6 +274,10 @@ class Loop {
       if (self->tasks_.empty()) {
         self->spinning_ = false;
         uv_idle_stop(h);
+        // this turn may now block: a waiter that saw it polling sent no
+        // wake-up (the seq_cst pair with drive's)
+        self->idle_polls_.store(false);
+        if (self->want_.load() > 0) uv_stop(&self->loop_);
         return;
       }
     }
@@ -183,10 +292,27 @@ class Loop {
   std::deque<std::function<void()>> tasks_;
   std::atomic<bool> queued_{false};  // tasks_ is not empty (a hint)
   bool spinning_ = false;            // (mu_) the loop polls: no wake-up
-  uint64_t spin_until_ = 0;          // (loop thread) when the window ends
+  uint64_t spin_until_ = 0;          // (run_mu_) when the window ends
   int local_ranks_ = 1;              // (mu_)
   std::atomic<uint32_t> spin_us_{0};
   std::atomic<bool> spin_yields_{false};
+  // Who runs the loop (see drive and run): the holder of run_mu_; waiters
+  // that want it (changed under park_mu_ as they leave); whether the loop
+  // thread is in a turn, and whether that turn polls (the idle handle)
+  // rather than blocks.
+  std::mutex run_mu_;
+  std::mutex park_mu_;  // the loop thread's park (want_, resume_ns_)
+  std::condition_variable park_cv_;
+  std::atomic<int> want_{0};
+  std::atomic<bool> in_once_{false};
+  std::atomic<bool> idle_polls_{false};
+  std::atomic<std::thread::id> driver_{};
+  // After a drive that ended its operation: the loop thread stays parked
+  // until resume_ns_ (0: not), unless a task comes from a thread other
+  // than last_driver_.
+  std::atomic<uint64_t> resume_ns_{0};
+  std::atomic<bool> parked_{false};
+  std::atomic<std::thread::id> last_driver_{};
 };
 
 }  // namespace uvccl_torch

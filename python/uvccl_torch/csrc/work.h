@@ -65,6 +65,11 @@ class WorkUVCCL : public c10d::Work {
 
   bool wait(std::chrono::milliseconds timeout =
                 std::chrono::milliseconds(0)) override {  // 0: no limit
+    // host tensors: this thread runs the loop for a while (see loop.h);
+    // CUDA tensors' works leave it to the loop thread (their steps and
+    // copies back set devices and streams there)
+    if (loop != nullptr && cuda_dev < 0)
+      loop->drive([this] { return ended_.load(std::memory_order_acquire); });
     look_for_end();
 #ifdef UVCCL_TORCH_CUDA
     if (stream_wait) return wait_ordered(timeout);
