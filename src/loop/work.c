@@ -12,7 +12,7 @@
  * a collective that completes while the caller waits costs no loop turn. */
 #include "internal.h"
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,45 +85,44 @@ int uvccl__work_is_live(const uvccl_work_t *w) {
  * One FIFO per loop, in a table of the process's: a loop may be run by
  * one thread and then another (never two at once: a binding hands the
  * loop to the thread that waits, see python/uvccl_torch/csrc/loop.h), and
- * its FIFO goes with it. The lock guards which slot is whose; a FIFO's
- * contents are touched only by the thread running its loop. A slot is
- * given back when its FIFO runs empty. */
+ * its FIFO goes with it. A slot is claimed with a compare-and-swap and
+ * given back when its FIFO runs empty, both by the thread running the
+ * loop, the only one that touches the FIFO's contents; so a slot found
+ * naming the loop stays its own for as long as this thread runs it. */
 typedef struct {
-  uv_loop_t *loop;
+  _Atomic(uv_loop_t *) loop;
   uvccl_work_t *head;
   uvccl_work_t *tail;
 } done_fifo_t;
 
 #define DONE_FIFOS 64
 static done_fifo_t done_fifos[DONE_FIFOS];
-static pthread_mutex_t fifos_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread done_fifo_t *fifo_hint; /* this thread's last */
 
 /* The loop's FIFO; with claim, a free slot becomes its FIFO when it has
  * none. NULL: none (too many loops: then unordered). */
 static done_fifo_t *done_fifo(uv_loop_t *loop, int claim) {
-  done_fifo_t *f = NULL, *spare = NULL;
   int i;
-  pthread_mutex_lock(&fifos_lock);
+  if (fifo_hint != NULL &&
+      atomic_load_explicit(&fifo_hint->loop, memory_order_acquire) == loop)
+    return fifo_hint;
+  for (i = 0; i < DONE_FIFOS; i++)
+    if (atomic_load_explicit(&done_fifos[i].loop, memory_order_acquire) ==
+        loop)
+      return fifo_hint = &done_fifos[i];
+  if (!claim) return NULL;
   for (i = 0; i < DONE_FIFOS; i++) {
-    if (done_fifos[i].loop == loop) {
-      f = &done_fifos[i];
-      break;
-    }
-    if (spare == NULL && done_fifos[i].loop == NULL) spare = &done_fifos[i];
+    uv_loop_t *none = NULL;
+    if (atomic_compare_exchange_strong(&done_fifos[i].loop, &none, loop))
+      return fifo_hint = &done_fifos[i];
   }
-  if (f == NULL && claim && spare != NULL) {
-    spare->loop = loop;
-    f = spare;
-  }
-  pthread_mutex_unlock(&fifos_lock);
-  return f;
+  return NULL;
 }
 
 /* An empty FIFO gives its slot back. */
 static void done_fifo_release(done_fifo_t *f) {
-  pthread_mutex_lock(&fifos_lock);
-  if (f->head == NULL) f->loop = NULL;
-  pthread_mutex_unlock(&fifos_lock);
+  if (f->head == NULL)
+    atomic_store_explicit(&f->loop, NULL, memory_order_release);
 }
 
 void uvccl__work_complete(uvccl_work_t *w, int status) {
