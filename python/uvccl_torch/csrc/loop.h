@@ -187,15 +187,19 @@ class Loop {
   // The loop thread: turns of the loop, each with run_mu_, parked while a
   // waiter drives or wants to and for a while after a drive (see drive).
   // It never sleeps on run_mu_ itself, so a driver's release wakes
-  // nobody. Parked for a waiter, it looks again after a millisecond at
-  // most (a post or a drive that did not finish wakes it sooner).
+  // nobody. Parked for a waiter, it looks again after kParkLookNs at most
+  // (a post or a drive that did not finish wakes it sooner): that bounds
+  // how long an operation the last driver posts right after its drive
+  // (an asynchronous one, waited for later) waits for the loop thread,
+  // and costs the loop thread a wake-up that often while waiters drive.
+  static constexpr uint64_t kParkLookNs = 200000;
   void run() {
     std::thread::id me = std::this_thread::get_id();
     for (;;) {
       for (;;) {
         std::unique_lock<std::mutex> pk(park_mu_);
         uint64_t now = uv_hrtime(), at = resume_ns_.load();
-        uint64_t look = now + 1000000;
+        uint64_t look = now + kParkLookNs;
         if (want_.load() == 0) {
           if (at == 0 || now >= at) {
             pk.unlock();
