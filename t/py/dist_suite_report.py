@@ -21,8 +21,10 @@ GLOO_ONLY = {
         "PyTorch 2.x's DDP logger records a plugin's backend name as "
         "\"custom\" (the plugin way: expected \"uvccl\"), and under Gloo's "
         "name it reads Gloo's own thread count from ProcessGroupGloo itself "
-        "(the as-Gloo way: gloo_num_threads 0, expected 2); 1.13 passes it "
-        "as Gloo's groups",
+        "(c10d/logger.cpp, set_env_variables: a static_cast of the GLOO "
+        "backend to ProcessGroupGloo and its non-virtual getNumThreads(), "
+        "which no other class can answer; the as-Gloo way: gloo_num_threads "
+        "0, expected 2); 1.13 passes it as Gloo's groups",
 }
 
 
