@@ -119,9 +119,16 @@ static done_fifo_t *done_fifo(uv_loop_t *loop, int claim) {
   return NULL;
 }
 
-/* An empty FIFO gives its slot back. */
-static void done_fifo_release(done_fifo_t *f) {
-  if (f->head == NULL)
+/* 1 while f is still loop's (a callback delivered from it may have
+ * emptied it in a drain of its own, and another loop's thread may have
+ * claimed it since). */
+static int done_fifo_mine(done_fifo_t *f, uv_loop_t *loop) {
+  return atomic_load_explicit(&f->loop, memory_order_acquire) == loop;
+}
+
+/* An empty FIFO of loop's gives its slot back. */
+static void done_fifo_release(done_fifo_t *f, uv_loop_t *loop) {
+  if (done_fifo_mine(f, loop) && f->head == NULL)
     atomic_store_explicit(&f->loop, NULL, memory_order_release);
 }
 
@@ -157,19 +164,20 @@ void uvccl__work_complete(uvccl_work_t *w, int status) {
 
 static void work_deliver(uvccl_work_t *w);
 
-static void fifo_drain(done_fifo_t *f) {
-  while (f->head != NULL && (f->head->flags_ & UVCCL__WORK_CLOSED)) {
+static void fifo_drain(done_fifo_t *f, uv_loop_t *loop) {
+  while (done_fifo_mine(f, loop) && f->head != NULL &&
+         (f->head->flags_ & UVCCL__WORK_CLOSED)) {
     uvccl_work_t *x = f->head;
     f->head = x->done_next_;
     if (f->head == NULL) f->tail = NULL;
     work_deliver(x); /* may free x, or start new works on this loop */
   }
-  if (f->head == NULL) done_fifo_release(f);
+  done_fifo_release(f, loop);
 }
 
 void uvccl__work_drain(uv_loop_t *loop) {
   done_fifo_t *f = done_fifo(loop, 0);
-  if (f != NULL) fifo_drain(f);
+  if (f != NULL) fifo_drain(f, loop);
 }
 
 void uvccl__work_fail(uvccl_work_t *w, int status, const char *fmt, ...) {
@@ -190,7 +198,7 @@ static void work_closed(uv_handle_t *h) {
     work_deliver(w);
     return;
   }
-  fifo_drain(f);
+  fifo_drain(f, w->loop_);
 }
 
 static void work_deliver(uvccl_work_t *w) {
