@@ -136,12 +136,29 @@ class Loop {
     // a turn that may block in the kernel is woken (one that polls ends
     // by itself; on_spin looks at want_ when it stops polling)
     if (in_once_.load() && !idle_polls_.load()) uv_async_send(&async_);
+    uint64_t until = uv_hrtime() + (uint64_t)us * 1000;
+    bool yields = spin_yields();
     bool ended;
+    // the loop thread's turn ends soon; never blocked on it, though: the
+    // operation may end in that turn, and a callback of that turn may
+    // wait for something this thread holds (the GIL)
+    std::unique_lock<std::mutex> lk(run_mu_, std::defer_lock);
+    while (!lk.try_lock()) {
+      if (done() || uv_hrtime() >= until) {
+        {
+          std::lock_guard<std::mutex> pk(park_mu_);
+          want_.fetch_sub(1);
+        }
+        park_cv_.notify_one();
+        return;
+      }
+      if (yields)
+        sched_yield();
+      else
+        cpu_relax();
+    }
     {
-      std::lock_guard<std::mutex> lk(run_mu_);
       driver_.store(me);
-      uint64_t until = uv_hrtime() + (uint64_t)us * 1000;
-      bool yields = spin_yields();
       run_tasks();
       while (!(ended = done()) && uv_hrtime() < until) {
         uv_run(&loop_, UV_RUN_NOWAIT);
@@ -149,6 +166,7 @@ class Loop {
       }
       driver_.store(std::thread::id());
       last_driver_.store(me);
+      lk.unlock();
     }
     {
       std::lock_guard<std::mutex> pk(park_mu_);
@@ -156,6 +174,14 @@ class Loop {
       want_.fetch_sub(1);
     }
     if (!ended) park_cv_.notify_one();
+  }
+
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
   }
 
   // Runs fn there and waits for it.

@@ -88,16 +88,8 @@ class WorkUVCCL : public c10d::Work {
       if (yields)
         sched_yield();
       else
-        cpu_relax();
+        Loop::cpu_relax();
     }
-  }
-
-  static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
   }
 
 #ifdef UVCCL_TORCH_CUDA
