@@ -64,7 +64,8 @@ UVCCL_EXTERN const char *uvccl_version_string(void);
   XX(EREVOKED, -20017, "the group was revoked")                                \
   XX(EMISMATCH, -20018, "ranks called mismatched collectives")              \
   XX(EAUTH, -20019, "authentication failed")                                   \
-  XX(ECHECKSUM, -20020, "data arrived corrupted (checksum mismatch)")
+  XX(ECHECKSUM, -20020, "data arrived corrupted (checksum mismatch)")        \
+  XX(ENOQUORUM, -20021, "this side of a divided world is not a quorum")
 
 typedef enum {
 #define UVCCL__ERR_ENUM(name, code, msg) UVCCL_##name = (code),
@@ -823,8 +824,14 @@ UVCCL_EXTERN int uvccl_pg_revoke(uvccl_pg_t *pg, const char *reason);
  * store). Works on failed, revoked and healthy groups alike (a healthy
  * group's shrink keeps everyone). work->result is the number of ranks
  * removed. Subgroups of pg can be made again from *newpg. pg stays
- * unusable: destroy it. NCCL groups: ncclCommShrink (NCCL 2.27+, else
- * UVCCL_ENOTSUP); NCCL does not say who failed, so the survivors agree
+ * unusable: destroy it. Across hosts, one side of a cut link goes on,
+ * never both: a shrink that leaves out ranks of other hosts gone silent
+ * (alive across the cut, perhaps) succeeds only on a side that keeps a
+ * majority of the ranks kept or silent, or the half with the lowest of
+ * them; the other side fails with UVCCL_ENOQUORUM (docs/failures.md;
+ * UVCCL_SHRINK_QUORUM=0 turns the rule off; TCP groups only). NCCL
+ * groups: ncclCommShrink (NCCL 2.27+, else UVCCL_ENOTSUP); NCCL does not
+ * say who failed, so the survivors agree
  * through the store the group was made over (it must still be open): a
  * rank that has not joined within the heartbeat timeout is left out.
  * Groups made by split or new_group cannot be shrunk (no store): shrink

@@ -24,8 +24,23 @@
  *    in the group, so it answers late coordinators even after the
  *    application destroyed the old group.
  * The messages are FRAME_AGREE frames on the data connections between
- * survivors (gid: the group shrunk, seq: the shrink's epoch, tag: kind). */
+ * survivors (gid: the group shrunk, seq: the shrink's epoch, tag: kind).
+ *
+ * A cut link looks like death from either side: each side's ranks fall
+ * silent to the other's, and each would shrink to itself and go on as the
+ * group (split brain: two worlds training apart, both checkpointing). So
+ * a coordinator that decides also rules whether its side may go on
+ * (quorum()): ranks removed for their silence while on another host may
+ * be alive over there, and its side goes on only as a majority of the
+ * ranks that are either kept or may be alive, or as the half holding the
+ * lowest of them. Both sides count the same ranks (each sees the other's
+ * as silent), so at most one side passes. Ranks proven gone (a process
+ * that exited, a reset, an abort: a live kernel or the rank itself said
+ * so), ranks of this host (nothing cuts one kernel in two) and ranks the
+ * caller excluded do not count. The verdict travels with the decision
+ * (flag 2), so every member of a side acts on its coordinator's. */
 #include "internal.h"
+#include "loop/config.h"
 
 #include <stdio.h>
 
@@ -40,7 +55,9 @@ typedef struct agree_s {
   unsigned char *failed;    /* known failed, by group rank */
   unsigned char *heard;     /* as coordinator: proposals received */
   unsigned char *decision;  /* once decided: excluded ranks */
+  unsigned char *excluded;  /* by this rank's caller */
   int decided;
+  int refused;              /* decided, but this side is no quorum */
   int joined;               /* this rank's application called shrink */
   int proposed_to;          /* the coordinator we proposed to (-1) */
   int announced;            /* as coordinator: DECIDE sent */
@@ -51,6 +68,8 @@ typedef struct agree_s {
 } agree_t;
 
 static void agree_progress(agree_t *a);
+static void agree_finish(agree_t *a, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- revoke ------------------------------------------------------------ */
 
@@ -113,12 +132,14 @@ static agree_t *agree_new(net_t *net, group_t *g, uint32_t epoch) {
   a->failed = uvccl__calloc((size_t)g->size, 1);
   a->heard = uvccl__calloc((size_t)g->size, 1);
   a->decision = uvccl__calloc((size_t)g->size, 1);
+  a->excluded = uvccl__calloc((size_t)g->size, 1);
   if (a->ranks == NULL || a->failed == NULL || a->heard == NULL ||
-      a->decision == NULL) {
+      a->decision == NULL || a->excluded == NULL) {
     uvccl__free(a->ranks);
     uvccl__free(a->failed);
     uvccl__free(a->heard);
     uvccl__free(a->decision);
+    uvccl__free(a->excluded);
     uvccl__free(a);
     return NULL;
   }
@@ -136,6 +157,7 @@ void uvccl__agree_free_all(net_t *net) {
     uvccl__free(a->failed);
     uvccl__free(a->heard);
     uvccl__free(a->decision);
+    uvccl__free(a->excluded);
     uvccl__free(a);
   }
   net->agrees = NULL;
@@ -164,13 +186,95 @@ static int coordinator(const agree_t *a) {
   return a->me;
 }
 
+/* ---- quorum ---------------------------------------------------------------- */
+
+/* Whether group rank i, removed, may be alive on the other side of a cut:
+ * removed for silence (heartbeats, the network's or an operation's
+ * timeout, or a member's word with no verdict here yet) and on another
+ * host. A host not known counts as another where the world spans several. */
+static int maybe_alive(const agree_t *a, int i) {
+  const net_t *net = a->net;
+  const uvccl__fail_t *f;
+  uint64_t mine = net->hosts[net->rank], h;
+  int r = a->ranks[i], q;
+  if (a->excluded[i] || r == net->rank) return 0;
+  f = &net->fails[r];
+  if (f->rank >= 0 && f->cause != UVCCL_FAIL_HEARTBEAT &&
+      f->cause != UVCCL_FAIL_UNREACHABLE && f->cause != UVCCL_FAIL_TIMEOUT)
+    return 0;
+  if (f->rank < 0 && member_gone((net_t *)net, r)) return 0; /* it left */
+  h = net->hosts[r];
+  if (h != 0 && mine != 0) return h != mine;
+  for (q = 0; q < net->size; q++)
+    if (net->hosts[q] != 0 && net->hosts[q] != mine) return 1;
+  return 0;
+}
+
+/* 1: the side that keeps the decision's ranks may go on. *kept, *silent:
+ * the ranks it keeps and those removed that may be alive; *lowest: the
+ * lowest group rank of either. */
+static int quorum(const agree_t *a, int *kept, int *silent, int *lowest) {
+  int i;
+  *kept = *silent = 0;
+  *lowest = -1;
+  for (i = 0; i < a->n; i++) {
+    if (!a->decision[i]) ++*kept;
+    else if (maybe_alive(a, i)) ++*silent;
+    else continue;
+    if (*lowest < 0) *lowest = i;
+  }
+  if (*kept > *silent) return 1;
+  return *kept == *silent && *lowest >= 0 && !a->decision[*lowest];
+}
+
+/* The coordinator's ruling on its own decision. */
+static void quorum_rule(agree_t *a) {
+  int on = 1, kept, silent, lowest;
+  uvccl__config_choice(UVCCL__CFG_SHRINK_QUORUM, &on);
+  a->refused = on && !quorum(a, &kept, &silent, &lowest);
+  if (a->refused)
+    LOG_ERROR("coll", "rank %d: shrink of group %u refused: this side keeps "
+              "%d ranks, %d others went silent on other hosts (no quorum)",
+              a->net->rank, a->gid, kept, silent);
+}
+
+/* Why this side may not go on (the work's message). */
+static void quorum_finish(agree_t *a) {
+  char list[64];
+  size_t off = 0;
+  int i, kept, silent, lowest, k = 0;
+  quorum(a, &kept, &silent, &lowest);
+  list[0] = '\0';
+  for (i = 0; i < a->n; i++) {
+    if (!a->decision[i] || !maybe_alive(a, i)) continue;
+    if (off > sizeof(list) - 16) {
+      snprintf(list + off, sizeof(list) - off, ", ...");
+      break;
+    }
+    off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d",
+                            k++ ? ", " : "", a->ranks[i]);
+  }
+  if (kept == silent && lowest >= 0)
+    agree_finish(a, UVCCL_ENOQUORUM, "shrink refused, no quorum: a half (%d "
+                 "of %d ranks) without the lowest, global %d, silent on "
+                 "another host and maybe going on; UVCCL_SHRINK_QUORUM=0 "
+                 "overrides", kept, kept + silent, a->ranks[lowest]);
+  else
+    agree_finish(a, UVCCL_ENOQUORUM, "shrink refused, no quorum: this side "
+                 "keeps %d of %d ranks; the others went silent on other "
+                 "hosts (global %s), maybe going on; UVCCL_SHRINK_QUORUM=0 "
+                 "overrides", kept, kept + silent, list);
+}
+
 /* ---- messages ------------------------------------------------------------- */
 
-/* [u32 n][u32 flags: 1 decided][n bytes failed][n bytes decision] */
+/* [u32 n][u32 flags: 1 decided, 2 refused][n bytes failed][n bytes
+ * decision] */
 static void agree_send(agree_t *a, int to, int kind) {
   size_t len = 8 + 2 * (size_t)a->n;
   unsigned char *p = uvccl__malloc(len);
-  uint32_t n = (uint32_t)a->n, flags = a->decided ? 1u : 0u;
+  uint32_t n = (uint32_t)a->n,
+           flags = (a->decided ? 1u : 0u) | (a->refused ? 2u : 0u);
   if (p == NULL) return; /* the work's timeout remains */
   memcpy(p, &n, 4);
   memcpy(p + 4, &flags, 4);
@@ -209,6 +313,10 @@ static void agree_complete(agree_t *a) {
   if (a->decision[a->me]) {
     agree_finish(a, UVCCL_EPEER, "shrink: this rank (global %d) was excluded: "
                  "the others declared it failed", a->net->rank);
+    return;
+  }
+  if (a->refused) {
+    quorum_finish(a);
     return;
   }
   keep = uvccl__malloc((size_t)a->n * sizeof(int));
@@ -257,6 +365,7 @@ static void agree_progress(agree_t *a) {
     if (!all) return;
     a->decided = 1;
     memcpy(a->decision, a->failed, (size_t)a->n);
+    quorum_rule(a);
   }
   if (!a->announced) {
     a->announced = 1;
@@ -297,11 +406,13 @@ static void agree_on_frame(net_t *net, int from, const frame_hdr_t *h,
     if ((flags & 1) && !a->decided) {
       /* Someone already decided: that is the decision. */
       a->decided = 1;
+      a->refused = (flags & 2) != 0;
       memcpy(a->decision, p + 8 + a->n, (size_t)a->n);
     }
     if (a->decided && a->announced) agree_send(a, gi, AG_DECIDE);
   } else if (h->tag == AG_DECIDE && (flags & 1) && !a->decided) {
     a->decided = 1;
+    a->refused = (flags & 2) != 0;
     memcpy(a->decision, p + 8 + a->n, (size_t)a->n);
   }
   agree_progress(a);
@@ -384,7 +495,8 @@ int uvccl__cpu_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
   if (rc != 0) return rc;
   /* The excluded count as failed in this rank's proposal: a coordinator
    * does not wait for them, and the decision (a union) leaves them out. */
-  for (i = 0; i < nexclude; i++) a->failed[exclude[i]] = 1;
+  for (i = 0; i < nexclude; i++)
+    a->failed[exclude[i]] = a->excluded[exclude[i]] = 1;
   a->joined = 1;
   a->g = g;
   a->newpg = newpg;

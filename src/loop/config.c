@@ -72,6 +72,11 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           NOMAX, 15000, "15000",
           "how long a silent rank or store server has before it is declared "
           "failed, ms (0: no heartbeats)"),
+    CHOICE(UVCCL__CFG_SHRINK_QUORUM, "UVCCL_SHRINK_QUORUM", "0|1", 1, "1",
+           "1: a shrink that leaves out ranks of other hosts gone silent "
+           "(who may be alive, cut off) goes on only on the side of a "
+           "majority, or of a half holding the lowest rank; 0: every side "
+           "shrinks to what it sees (split brain possible)"),
     UINTV(UVCCL__CFG_MESH_MAX, "UVCCL_MESH_MAX", 0, 1u << 30, 16, "16",
           "the largest world that connects its full mesh at creation (larger "
           "ones connect lazily)"),

@@ -137,6 +137,11 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt);
  * whose peer must be found gone within about timeout_ms (0: leave the
  * socket alone). */
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
+/* What a read's UV_EOF on tcp means: UV_EOF when the peer closed it (its
+ * kernel said so: the process exited), UV_ETIMEDOUT when this side's
+ * kernel gave up on it (a timeout, or a reset, whose error another call
+ * took first: a socket's error is reported once, then reads return 0). */
+int uvccl__eof_cause(const uv_tcp_t *tcp);
 /* "ip:port" or "[ip6]:port" for messages ("?" for another family). */
 void uvccl__addr_fmt(const struct sockaddr *sa, char *buf, size_t len);
 /* The connection's peer the same way; "?:0" when it is already gone. */

@@ -66,3 +66,19 @@ void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 }
 
+int uvccl__eof_cause(const uv_tcp_t *tcp) {
+#if defined(__linux__) && defined(TCP_INFO)
+  struct tcp_info ti;
+  socklen_t len = sizeof(ti);
+  uv_os_fd_t fd;
+  /* A FIN leaves the socket waiting for our close (CLOSE_WAIT); an abort
+   * closes it (CLOSE). */
+  if (uv_fileno((const uv_handle_t *)tcp, &fd) == 0 &&
+      getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+      ti.tcpi_state == TCP_CLOSE)
+    return UV_ETIMEDOUT;
+#else
+  (void)tcp;
+#endif
+  return UV_EOF;
+}

@@ -170,6 +170,7 @@ static void link_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   (void)b;
   if (n == 0) return;
   if (n < 0) {
+    if (n == UV_EOF) n = uvccl__eof_cause(&k->tcp);
     k->l->up->link_broken(k, (int)n);
     return;
   }

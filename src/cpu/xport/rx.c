@@ -873,6 +873,7 @@ static void peer_read(peer_t *p, ssize_t n) {
   if (n < 0) {
     p->reading = 0;
     uv_read_stop(s);
+    if (n == UV_EOF) n = uvccl__eof_cause(&p->tcp);
     if (n == UV_EOF) p->eof = 1;
     if (net->closing || p->state == PEER_CLOSING) {
       uvccl__net_peer_close(p);
