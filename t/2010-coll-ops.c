@@ -164,8 +164,9 @@ static void test_allreduce_oop(world_t *W) {
 
 static void test_reduce_bcast(world_t *W) {
   int P = W->n, r, root, bad = 0, rc = 0;
-  size_t sizes[] = {1, 5, 70000}, si, i;
-  for (si = 0; si < 3; si++)
+  /* 1000003: a chain cut in many uneven segments (chain_nseg) */
+  size_t sizes[] = {1, 5, 70000, 1000003}, si, i;
+  for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
     for (root = 0; root < P; root += (P > 2 ? P - 1 : 1)) {
       size_t n = sizes[si];
       int32_t *in[WORLD_MAX], *out[WORLD_MAX];

@@ -347,7 +347,7 @@ static int rank_main(void) {
   check_small();
   check_reduce_scatter();
   check_allgather();
-  check_rooted(N, "rooted");
+  check_rooted(N + 12345, "rooted"); /* uneven segments (chain_nseg) */
   check_rooted(1000, "rooted_small");
   return rank_destroy();
 }

@@ -123,6 +123,27 @@ int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across);
 /* After uvccl__ring_hosts said 1: the columns, L of H group ranks (column
  * i: the rank at place i of every host, hosts in ring order). */
 const int *uvccl__ring_columns(const group_t *g);
+/* 1: the group's ranks are on more than one host (all known); else 0. */
+int uvccl__ring_spans_hosts(const group_t *g);
+
+/* A chain of P ranks moves nseg segments in nseg + P - 2 segment times,
+ * so with few segments a link idles while the chain fills (1 MiB in two
+ * segments across 4 hosts: 43% over the link's time, bench/RESULTS.md).
+ * Across hosts, where links are what limits it, a chain cuts at least 8
+ * segments a hop, none under CHAIN_SEG_MIN; within a host (loopback or
+ * shared memory) each segment costs CPU and a wake-up and the fill is
+ * short, so the segment stays as configured. Alike on every rank: the
+ * hosts are known to all (ring.c). */
+#define CHAIN_SEG_MIN 32768
+static inline uint32_t chain_nseg(const group_t *g, size_t bytes) {
+  uint32_t n = nseg_for(bytes, g->segment);
+  size_t want = 8 * (size_t)(g->size > 1 ? g->size - 1 : 1),
+         most = bytes / CHAIN_SEG_MIN;
+  if (!uvccl__ring_spans_hosts(g)) return n;
+  if (want > most) want = most;
+  if (want > 65536) want = 65536;
+  return n > want ? n : (uint32_t)want;
+}
 
 /* Shared by the families (allreduce.c). */
 /* Hosts alike (uvccl__ring_hosts), small: through each host's leader and

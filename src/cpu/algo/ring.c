@@ -108,6 +108,19 @@ static void make_hier(group_t *g) {
   g->hier_me_h = me_h;
 }
 
+int uvccl__ring_spans_hosts(const group_t *g) {
+  const net_t *net = g->net;
+  uint64_t first;
+  int i;
+  if (net->sparse || g->size < 2) return 0;
+  first = net->hosts[g->ranks[0]];
+  for (i = 0; i < g->size; i++)
+    if (net->hosts[g->ranks[i]] == 0) return 0; /* not known */
+  for (i = 1; i < g->size; i++)
+    if (net->hosts[g->ranks[i]] != first) return 1;
+  return 0;
+}
+
 const int *uvccl__ring_columns(const group_t *g) {
   return g->hier + g->hier_L + g->hier_H;
 }

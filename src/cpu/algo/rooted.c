@@ -86,7 +86,7 @@ static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
   group_t *g = s->g;
   ring_t x;
   int P = g->size, vr;
-  uint32_t nseg = nseg_for(n, g->segment), k;
+  uint32_t nseg = chain_nseg(g, n), k;
   uvccl__ring_of(g, &x);
   vr = mod(x.q - ring_pos_of(&x, root), P);
   for (k = 0; k < nseg; k++) {
@@ -187,7 +187,7 @@ static int reduce_build(sched_t *s, const char *sendbuf, char *recvbuf,
   {
     /* Pipelined chain towards the root (virtual ranks P-1 .. 0), in the
      * ring's order. */
-    uint32_t nseg = nseg_for(n, g->segment), k;
+    uint32_t nseg = chain_nseg(g, n), k;
     size_t es = s->esize;
     ring_t x;
     uvccl__ring_of(g, &x);
