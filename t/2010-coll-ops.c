@@ -445,6 +445,24 @@ static void check_transport(world_t *W, const char *want) {
   is_int(bad, 0, "P=%d: every pair of ranks talks through %s", W->n, want);
 }
 
+/* A barrier ends on no rank before every rank entered it: each rank in
+ * turn enters last, after the others' loop has run a while. */
+static void test_barrier_waits(world_t *W) {
+  int P = W->n, r, late, i, early = 0, rc = 0;
+  if (P < 2) return;
+  for (late = 0; late < P; late++) {
+    for (r = 0; r < P; r++)
+      if (r != late) uvccl_barrier(&W->pg[r], &W->w[r], NULL);
+    for (i = 0; i < 300; i++) uv_run(W->loop, UV_RUN_NOWAIT);
+    for (r = 0; r < P; r++)
+      if (r != late) early += uvccl_work_done(&W->w[r]);
+    uvccl_barrier(&W->pg[late], &W->w[late], NULL);
+    rc |= world_wait(W);
+  }
+  is_int(early + (rc != 0), 0, "P=%d: a barrier ends on no rank before its "
+         "last rank enters it (each rank last in turn)", P);
+}
+
 int main(void) {
   world_t W;
   int P, t;
@@ -469,6 +487,7 @@ int main(void) {
     test_reduce_scatter(&W);
     test_alltoall(&W);
     test_inflight(&W);
+    test_barrier_waits(&W);
     world_destroy(&W);
   }
   is_int(uv_loop_close(&loop), 0, "loop closes cleanly");

@@ -18,6 +18,8 @@
 #   uvccl-ring  the same with UVCCL_RING_ORDER=ring (one ring in host order)
 #   uvccl-rank  the same with UVCCL_RING_ORDER=rank (one ring in rank
 #               order, as before hosts were known)
+#   uvccl-b     BENCH_B: another build's uvccl-bench, for a before/after
+#               in one run (not in the default IMPLS)
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -121,10 +123,14 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
     h=$(host_of "$r" "$place")
     local env=(RANK=$r WORLD_SIZE=$W MASTER_ADDR=10.215.0.1 MASTER_PORT=$port)
     case $impl in
-      uvccl | uvccl-ring | uvccl-rank)
+      uvccl | uvccl-ring | uvccl-rank | uvccl-b)
+        local bin=$ROOT/build/bin/uvccl-bench
         env+=(UVCCL_HOST_ID=h$h UVCCL_SOCKET_IFNAME=eth0)
-        [ "$impl" != uvccl ] && env+=(UVCCL_RING_ORDER=${impl#uvccl-})
-        cmd=("$ROOT/build/bin/uvccl-bench" --op "$op" -b "$bytes" -e "$bytes"
+        case $impl in
+          uvccl-ring | uvccl-rank) env+=(UVCCL_RING_ORDER=${impl#uvccl-}) ;;
+          uvccl-b) bin=${BENCH_B:?uvccl-b needs BENCH_B} ;;
+        esac
+        cmd=("$bin" --op "$op" -b "$bytes" -e "$bytes"
           "${N[@]}" --json --timeout 300) ;;
       gloo)
         env+=(GLOO_SOCKET_IFNAME=eth0)

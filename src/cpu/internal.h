@@ -388,7 +388,7 @@ struct net_s {
   uint32_t spin_us;      /* the window kick_spin asked for */
   int spin_kicked;       /* activity since on_spin last looked */
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed
-                            (shared memory spins yielding), 3 more so */
+                            (spins yielding), 3 more so */
   uint64_t inflight;     /* schedules pending on this net */
   struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
   /* Shared memory with the ranks of this host (shm.c); NULL: off. */

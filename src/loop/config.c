@@ -85,6 +85,10 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "flight, us"),
     CHOICE(UVCCL__CFG_BUSY_POLL_FORCE, "UVCCL_BUSY_POLL_FORCE", "0|1", 0, "0",
            "1: busy polling stays on with more ranks than CPUs"),
+    UINTV(UVCCL__CFG_TCP_SPIN_US, "UVCCL_TCP_SPIN_US", 0, 1000000, 100, "100",
+          "with more ranks than CPUs (up to 2 a CPU), how long a loop with "
+          "collectives in flight over TCP keeps polling, yielding the CPU "
+          "each turn, before it sleeps, us (0: sleep at once)"),
     UINTV(UVCCL__CFG_SMALL_MAX, "UVCCL_SMALL_MAX", 0, NOMAX, 65536, "65536",
           "the largest collective, in bytes, that takes the small-message "
           "algorithms"),

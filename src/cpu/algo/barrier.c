@@ -30,16 +30,21 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
   return uvccl__sched_start(s, work, cb);
 }
 
+/* Round k of a barrier of P ranks: pairs exchange (rank XOR 2^k) where P
+ * is a power of two, else dissemination (sends to rank + 2^k, hears from
+ * rank - 2^k). Both take log2 P rounds; pairs wait on one peer a round
+ * where dissemination waits on another than it woke, which halved a
+ * barrier of 4 ranks on 2 CPUs (bench/RESULTS.md, "Small messages
+ * across hosts"). */
 uint32_t uvccl__barrier_build(sched_t *s, uint32_t tag0, uint32_t after) {
   group_t *g = s->g;
   uint32_t last = after, k = 0;
-  int dist;
-  /* Dissemination: round k talks to rank +- 2^k. */
+  int dist, pairs = (g->size & (g->size - 1)) == 0;
   for (dist = 1; dist < g->size; dist <<= 1, k++) {
-    uint32_t snd = uvccl__sop_send(s, mod(g->rank + dist, g->size), tag0 + k,
-                                   NULL, 0);
-    uint32_t rcv = uvccl__sop_recv(s, mod(g->rank - dist, g->size), tag0 + k,
-                                   NULL, 0);
+    int to = pairs ? g->rank ^ dist : mod(g->rank + dist, g->size);
+    int from = pairs ? g->rank ^ dist : mod(g->rank - dist, g->size);
+    uint32_t snd = uvccl__sop_send(s, to, tag0 + k, NULL, 0);
+    uint32_t rcv = uvccl__sop_recv(s, from, tag0 + k, NULL, 0);
     uint32_t j = uvccl__sop_nop(s);
     uvccl__sop_dep(s, last, snd);
     uvccl__sop_dep(s, last, rcv);

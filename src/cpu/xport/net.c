@@ -285,10 +285,10 @@ static int spin_oversubscribed(net_t *net) {
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
            "CPUs (%s; UVCCL_BUSY_POLL_FORCE=1 spins anyway)", local, ncpu,
-           local <= 2 * ncpu ? "shared memory spins yielding the CPU, TCP "
-                               "does not spin"
+           local <= 2 * ncpu ? "loops spin only briefly, yielding the CPU "
+                               "each turn"
                              : "nobody spins");
-  /* up to 2 ranks a CPU, shared memory still spins, yielding (below) */
+  /* up to 2 ranks a CPU, loops still spin, yielding (below) */
   return local <= 2 * ncpu ? 1 : 2;
 }
 
@@ -310,6 +310,24 @@ static uint32_t shm_spin_us(void) {
   return us;
 }
 
+/* With more ranks than CPUs, a loop waiting on TCP sleeps in epoll, and
+ * each message then costs a wake-up: on a virtual machine an interrupt
+ * between CPUs, tens of microseconds. So there it too keeps polling a
+ * while, yielding the CPU each turn (on_spin), as shared memory does;
+ * the rank whose answer it awaits runs meanwhile ($UVCCL_TCP_SPIN_US,
+ * default 100; bench/RESULTS.md, "Small messages across hosts"). */
+static uint32_t tcp_spin_us(void) {
+  static int have;
+  static uint32_t us;
+  if (!have) {
+    uint64_t n;
+    uvccl__config_uint(UVCCL__CFG_TCP_SPIN_US, &n);
+    us = (uint32_t)n;
+    have = 1;
+  }
+  return us;
+}
+
 int uvccl__net_oversubscribed(net_t *net) {
   if (net->spin_check == 0) net->spin_check = 1 + spin_oversubscribed(net);
   return net->spin_check > 1;
@@ -320,16 +338,14 @@ void uvccl__net_kick_spin(net_t *net) {
   if (net->closing || net->inflight == 0) return;
   us = net_busy_us(net);
   if (us == 0 && net->local_xport->active(net)) us = shm_spin_us();
-  if (us == 0) return;
   uvccl__net_oversubscribed(net);
-  /* Oversubscribed: TCP does not spin (see above); shared memory spins
-   * yielding the CPU each turn (on_spin), so the rank whose answer is
-   * awaited runs at once: 4 ranks on 2 cores wait 14 us for a 4 B
-   * allreduce that way, 55 us sleeping in epoll. Past 2 ranks a CPU
-   * nobody spins (the spinners' turns then delay the ranks awaited). */
-  if (net->spin_check == 3 ||
-      (net->spin_check == 2 && !net->local_xport->active(net)))
-    return;
+  /* Oversubscribed: loops spin yielding the CPU each turn (on_spin), so
+   * the rank whose answer is awaited runs at once: 4 ranks on 2 cores
+   * wait 14 us for a 4 B allreduce over shared memory that way, 55 us
+   * sleeping in epoll. Past 2 ranks a CPU nobody spins (the spinners'
+   * turns then delay the ranks awaited). */
+  if (us == 0 && net->spin_check == 2) us = tcp_spin_us();
+  if (us == 0 || net->spin_check == 3) return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
   net->spin_us = us;
