@@ -32,10 +32,10 @@ int uvccl__host_barrier(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb) {
 
 /* Round k of a barrier of P ranks: pairs exchange (rank XOR 2^k) where P
  * is a power of two, else dissemination (sends to rank + 2^k, hears from
- * rank - 2^k). Both take log2 P rounds; pairs wait on one peer a round
- * where dissemination waits on another than it woke, which halved a
- * barrier of 4 ranks on 2 CPUs (bench/RESULTS.md, "Small messages
- * across hosts"). */
+ * rank - 2^k). Both take log2 P rounds; pairs wait on the peer they
+ * woke, dissemination on another one, which costs a wake-up more where
+ * ranks share CPUs (bench/RESULTS.md, "Across hosts", 2026-11-28
+ * evening). */
 uint32_t uvccl__barrier_build(sched_t *s, uint32_t tag0, uint32_t after) {
   group_t *g = s->g;
   uint32_t last = after, k = 0;

@@ -315,7 +315,7 @@ static uint32_t shm_spin_us(void) {
  * between CPUs, tens of microseconds. So there it too keeps polling a
  * while, yielding the CPU each turn (on_spin), as shared memory does;
  * the rank whose answer it awaits runs meanwhile ($UVCCL_TCP_SPIN_US,
- * default 100; bench/RESULTS.md, "Small messages across hosts"). */
+ * default 100; bench/RESULTS.md, "Across hosts", 2026-11-28 evening). */
 static uint32_t tcp_spin_us(void) {
   static int have;
   static uint32_t us;
