@@ -292,40 +292,34 @@ static int spin_oversubscribed(net_t *net) {
   return local <= 2 * ncpu ? 1 : 2;
 }
 
-/* Without busy polling, a loop whose peers talk through shared memory
- * still looks at its rings for a short while before it sleeps: an answer
- * due within microseconds then costs no wake-up (a sleeping loop takes
- * tens of microseconds to wake on a virtual machine). $UVCCL_SHM_SPIN_US
- * (default 100: longer than a wake-up takes here, so two ranks never
- * settle into waking each other turn by turn; 0: sleep at once). */
-static uint32_t shm_spin_us(void) {
-  static int have;
-  static uint32_t us;
-  if (!have) {
-    uint64_t n;
-    uvccl__config_uint(UVCCL__CFG_SHM_SPIN_US, &n);
-    us = (uint32_t)n;
-    have = 1;
-  }
-  return us;
-}
+/* How long a loop with collectives in flight keeps polling before it
+ * sleeps, when busy polling is off (read once each):
+ * - shm: a loop whose peers talk through shared memory looks at its rings
+ *   a while: an answer due within microseconds then costs no wake-up (a
+ *   sleeping loop takes tens of microseconds to wake on a virtual
+ *   machine). $UVCCL_SHM_SPIN_US (default 100: longer than a wake-up
+ *   takes here, so two ranks never settle into waking each other turn by
+ *   turn; 0: sleep at once).
+ * - tcp: with more ranks than CPUs, a loop waiting on TCP sleeps in epoll,
+ *   and each message then costs a wake-up (on a virtual machine an
+ *   interrupt between CPUs); there it too keeps polling, yielding the CPU
+ *   each turn (on_spin), so the rank whose answer it awaits runs
+ *   meanwhile. $UVCCL_TCP_SPIN_US (default 100; bench/RESULTS.md,
+ *   "Across hosts", 2026-11-28 evening). */
+enum { SPIN_SHM = 0, SPIN_TCP };
 
-/* With more ranks than CPUs, a loop waiting on TCP sleeps in epoll, and
- * each message then costs a wake-up: on a virtual machine an interrupt
- * between CPUs, tens of microseconds. So there it too keeps polling a
- * while, yielding the CPU each turn (on_spin), as shared memory does;
- * the rank whose answer it awaits runs meanwhile ($UVCCL_TCP_SPIN_US,
- * default 100; bench/RESULTS.md, "Across hosts", 2026-11-28 evening). */
-static uint32_t tcp_spin_us(void) {
-  static int have;
-  static uint32_t us;
-  if (!have) {
+static uint32_t spin_window_us(int which) {
+  static const uvccl__cfg_id_t ids[] = {UVCCL__CFG_SHM_SPIN_US,
+                                        UVCCL__CFG_TCP_SPIN_US};
+  static int have[2];
+  static uint32_t us[2];
+  if (!have[which]) {
     uint64_t n;
-    uvccl__config_uint(UVCCL__CFG_TCP_SPIN_US, &n);
-    us = (uint32_t)n;
-    have = 1;
+    uvccl__config_uint(ids[which], &n);
+    us[which] = (uint32_t)n;
+    have[which] = 1;
   }
-  return us;
+  return us[which];
 }
 
 int uvccl__net_oversubscribed(net_t *net) {
@@ -337,14 +331,14 @@ void uvccl__net_kick_spin(net_t *net) {
   uint32_t us;
   if (net->closing || net->inflight == 0) return;
   us = net_busy_us(net);
-  if (us == 0 && net->local_xport->active(net)) us = shm_spin_us();
+  if (us == 0 && net->local_xport->active(net)) us = spin_window_us(SPIN_SHM);
   uvccl__net_oversubscribed(net);
   /* Oversubscribed: loops spin yielding the CPU each turn (on_spin), so
    * the rank whose answer is awaited runs at once: 4 ranks on 2 cores
    * wait 14 us for a 4 B allreduce over shared memory that way, 55 us
    * sleeping in epoll. Past 2 ranks a CPU nobody spins (the spinners'
    * turns then delay the ranks awaited). */
-  if (us == 0 && net->spin_check == 2) us = tcp_spin_us();
+  if (us == 0 && net->spin_check == 2) us = spin_window_us(SPIN_TCP);
   if (us == 0 || net->spin_check == 3) return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
