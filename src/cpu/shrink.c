@@ -164,7 +164,7 @@ void uvccl__agree_free_all(net_t *net) {
 }
 
 /* What the monitor says: a member failed, was cut off or left. */
-static int member_gone(net_t *net, int world_rank) {
+static int member_gone(const net_t *net, int world_rank) {
   peer_t *p;
   if (world_rank == net->rank) return 0;
   if (net->fails[world_rank].rank >= 0) return 1;
@@ -202,7 +202,7 @@ static int maybe_alive(const agree_t *a, int i) {
   if (f->rank >= 0 && f->cause != UVCCL_FAIL_HEARTBEAT &&
       f->cause != UVCCL_FAIL_UNREACHABLE && f->cause != UVCCL_FAIL_TIMEOUT)
     return 0;
-  if (f->rank < 0 && member_gone((net_t *)net, r)) return 0; /* it left */
+  if (f->rank < 0 && member_gone(net, r)) return 0; /* it left */
   h = net->hosts[r];
   if (h != 0 && mine != 0) return h != mine;
   for (q = 0; q < net->size; q++)
