@@ -698,6 +698,16 @@ typedef struct {
   /* Time uvccl's callbacks (uvccl_pg_loop_stats): 1 on, -1 off, 0 =
    * $UVCCL_LOOP_STATS (off unless 1). About 0.5 us a callback. */
   int loop_stats;
+  /* Striped TCP: with a rank of another host, this many connections
+   * (at most 16), and a frame of tcp_stripe_min bytes or more is cut
+   * across them, received straight into place (one TCP stream loses much
+   * of a lossy or long link's rate). 0 = $UVCCL_TCP_STRIPES and
+   * $UVCCL_TCP_STRIPE_MIN, else 4 and 256 KiB; 1: one connection. Every
+   * rank of the world must have the same count (creation fails with
+   * UV_EINVAL, naming both, where two differ). The world's values hold for
+   * its subgroups. */
+  int tcp_stripes;
+  size_t tcp_stripe_min;
 } uvccl_pg_options_t;
 
 #define UVCCL_TURN_BYTES_DEFAULT ((size_t)512 << 10)

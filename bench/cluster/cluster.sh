@@ -20,6 +20,8 @@
 #               order, as before hosts were known)
 #   uvccl-b     BENCH_B: another build's uvccl-bench, for a before/after
 #               in one run (not in the default IMPLS)
+#   uvccl-sN    the same with UVCCL_TCP_STRIPES=N (N TCP connections to
+#               each rank of another host; uvccl-s1: one)
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -37,7 +39,13 @@
 #   untimed iterations of each run; every rank's last result is checked)
 #   ROWS=FILE (keep every run's JSON row there)
 #   LOSS=0 (percent of the packets host LOSS_HOST=0's link drops, each way,
-#   at random: nftables' numgen, since this kernel has no netem; needs nft)
+#   at random: nftables' numgen, since this kernel has no netem; needs nft;
+#   that host sends and receives packets of one segment each then, so that
+#   a drop is one packet's, not a large send's)
+#   DELAY_US=0 (every host's link holds what it sends this long: round
+#   trips of 2 x DELAY_US between hosts; bench/cluster/delay.c through
+#   iptables' NFQUEUE, since this kernel has no netem; needs iptables and
+#   libnetfilter-queue-dev)
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 H=${H:-2}
@@ -51,6 +59,7 @@ IMPLS=${IMPLS:-"uvccl uvccl-ring uvccl-rank gloo openmpi"}
 ITERS=${ITERS:-5}
 LOSS=${LOSS:-0}
 LOSS_HOST=${LOSS_HOST:-0}
+DELAY_US=${DELAY_US:-0}
 WARMUP=${WARMUP:-1}
 N=(-n "$ITERS" -w "$WARMUP")
 W=$((H * L))
@@ -62,10 +71,15 @@ LOSS_PM=$(awk -v l="$LOSS" 'BEGIN { printf "%d", l * 10 + 0.5 }')
 [ "$LOSS_PM" = 0 ] || command -v nft > /dev/null ||
   { echo "cluster.sh: LOSS needs nft (nftables)"; exit 1; }
 
+[ "$DELAY_US" = 0 ] || command -v iptables > /dev/null ||
+  { echo "cluster.sh: DELAY_US needs iptables"; exit 1; }
+
 TMP=$(mktemp -d)
 TAG=uvc$$
+delays=()
 cleanup() {
   local i
+  [ ${#delays[@]} = 0 ] || kill "${delays[@]}" 2> /dev/null || true
   for i in $(seq 0 "$H"); do ip netns del "$TAG$i" 2> /dev/null || true; done
   rm -rf "$TMP"
 }
@@ -102,7 +116,20 @@ for i in $(seq 0 $((H - 1))); do
   ip netns exec "$SW" tc qdisc add dev p$i root tbf rate "$RATE" \
     burst 256kb latency 100ms
 done
+if [ "$DELAY_US" != 0 ]; then
+  gcc -O2 -o "$TMP/delay" "$ROOT/bench/cluster/delay.c" -lnetfilter_queue ||
+    { echo "cluster.sh: DELAY_US needs libnetfilter-queue-dev"; exit 1; }
+  for i in $(seq 0 $((H - 1))); do
+    ip netns exec "$TAG$i" "$TMP/delay" 0 "$DELAY_US" &
+    delays+=($!)
+    # (iptables' NFQUEUE target: this kernel's nftables has no queue)
+    ip netns exec "$TAG$i" iptables -A OUTPUT -o eth0 -j NFQUEUE \
+      --queue-num 0 --queue-bypass
+  done
+fi
 if [ "$LOSS_PM" != 0 ]; then
+  ip -n "$TAG$LOSS_HOST" link set eth0 gso_max_segs 1 gro_max_size 1500 2> /dev/null ||
+    ip -n "$TAG$LOSS_HOST" link set eth0 gso_max_segs 1
   ip netns exec "$TAG$LOSS_HOST" nft -f - << NFT
 table inet loss {
   chain out { type filter hook output priority 0; oifname "eth0" numgen random mod 1000 < $LOSS_PM drop; }
@@ -123,11 +150,12 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
     h=$(host_of "$r" "$place")
     local env=(RANK=$r WORLD_SIZE=$W MASTER_ADDR=10.215.0.1 MASTER_PORT=$port)
     case $impl in
-      uvccl | uvccl-ring | uvccl-rank | uvccl-b)
+      uvccl | uvccl-ring | uvccl-rank | uvccl-b | uvccl-s*)
         local bin=$ROOT/build/bin/uvccl-bench
         env+=(UVCCL_HOST_ID=h$h UVCCL_SOCKET_IFNAME=eth0)
         case $impl in
           uvccl-ring | uvccl-rank) env+=(UVCCL_RING_ORDER=${impl#uvccl-}) ;;
+          uvccl-s*) env+=(UVCCL_TCP_STRIPES=${impl#uvccl-s}) ;;
           uvccl-b) bin=${BENCH_B:?uvccl-b needs BENCH_B} ;;
         esac
         cmd=("$bin" --op "$op" -b "$bytes" -e "$bytes"
@@ -201,6 +229,7 @@ done
 [ -n "${ROWS:-}" ] && cp "$TMP/rows.jsonl" "$ROWS"
 echo "# bench/cluster/cluster.sh: $H hosts x $L ranks, links $RATE each way (tc tbf),"
 [ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen)"
+[ "$DELAY_US" = 0 ] || echo "# every host's link holds what it sends $DELAY_US us (delay.c, NFQUEUE): round trips of $((2 * DELAY_US)) us and more"
 echo "# uvccl $(git -C "$ROOT" rev-parse --short HEAD); $PASSES passes of $ITERS timed iterations (median); $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs"
 python3 - "$TMP/rows.jsonl" "$H" "$RATE" "${impls[*]}" << 'PY'
 import json, statistics, sys

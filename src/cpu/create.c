@@ -76,6 +76,16 @@ static void apply_turn_options(net_t *net, const uvccl_pg_options_t *o) {
   uvccl__turn_init(&net->turn, (size_t)bytes, us * 1000, timing);
 }
 
+static void apply_stripe_options(net_t *net, const uvccl_pg_options_t *o) {
+  uint64_t n = o->tcp_stripes > 0 ? (uint64_t)o->tcp_stripes : 0,
+           min = o->tcp_stripe_min;
+  if (n == 0) uvccl__config_uint(UVCCL__CFG_TCP_STRIPES, &n);
+  if (n > 16) n = 16;
+  if (min == 0) uvccl__config_uint(UVCCL__CFG_TCP_STRIPE_MIN, &min);
+  net->stripes = (int)n;
+  net->stripe_min = min > SIZE_MAX ? SIZE_MAX : (size_t)min;
+}
+
 /* ---- creation over a store -------------------------------------------------- */
 
 typedef struct {
@@ -794,6 +804,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   }
   net->up = &uvccl__sched_upcalls;
   apply_turn_options(net, o);
+  apply_stripe_options(net, o);
   uvccl__shrink_attach(net);
   if (o->size > 1 && o->size > mesh_max()) {
     lookup_t *lk = NULL;

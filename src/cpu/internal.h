@@ -87,6 +87,8 @@ struct sop_s {
   uint8_t state;
   uint8_t p2p;          /* frame kind P2P, tag = user tag */
   uint8_t writing;      /* a uv_write is in flight */
+  uint8_t lane;         /* SEND/RECV: which of the peer's connections
+                           carries it (0: the first; see stripe.c) */
   uint32_t deps;        /* unfinished predecessors */
   uint32_t succ_off;    /* successors: s->succ[succ_off .. +nsucc] */
   uint32_t nsucc;
@@ -123,6 +125,9 @@ struct sched_s {
   uint32_t seq;
   int p2p;               /* point-to-point: no sequence, not ordered */
   int ordered;           /* barrier: completes after earlier ops */
+  int sizes_late;        /* some frames' sizes are set while it runs (a
+                            receiver cannot cut them as the sender does):
+                            never striped */
   int list_waiting;      /* timeouts name the missing ranks: 1 the first,
                             2 all (monitored_barrier) */
   sop_t *ops;
@@ -313,6 +318,16 @@ struct peer_s {
   struct ctl_s *ctlq, *ctlq_tail;
   int crossed;
   int looking;           /* its address is being read from the store */
+  /* Striped TCP (stripe.c): a rank on another host is reached through
+   * this connection and nlanes more (lanes[i] carries lane i + 1), each a
+   * peer_t whose owner is this one. */
+  peer_t *owner;         /* a lane's: the rank's first connection */
+  int lane;              /* a lane's number (1..); 0 for the first */
+  peer_t **lanes;
+  int nlanes;            /* lanes to this rank (set once both sides know
+                            it is on another host) */
+  int eof_waits;         /* it left and closed: its failure waits until
+                            every lane is read to the end */
 };
 
 struct net_s {
@@ -402,6 +417,12 @@ struct net_s {
                             learned (hosts' third part; fail.c) */
   int nlost;
   int cut_off;           /* every rank on another host failed */
+  /* Striped TCP (stripe.c): connections to each rank of another host
+   * (1: no stripes), the smallest frame cut across them, and the lanes
+   * creation waits for and has. */
+  int stripes;
+  size_t stripe_min;
+  int lanes_want, lanes_up;
   /* Local ops larger than a slice, or met when the turn is spent, run a
    * turn's worth of slices per loop iteration, so a 256 MiB copy or
    * reduction never blocks the loop for long. */
@@ -581,6 +602,15 @@ void uvccl__net_peer_ready(peer_t *p);
  * error (peer dead). */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq);
+/* Striped TCP (xport/stripe.c): how many pieces a frame of len bytes to
+ * world rank r is cut into (1: not cut), and the size of each but the
+ * last (*piece); the same at both ends. The connection that carries op
+ * (its lane of op->peer's), or NULL. Both ends of a rank's connection
+ * know its host: its lanes are dialed (shm.c calls this then). */
+uint32_t uvccl__net_stripe_parts(const net_t *net, int r, size_t len,
+                                 size_t *piece);
+peer_t *uvccl__net_conn(net_t *net, const sop_t *op);
+void uvccl__net_lanes_start(peer_t *o);
 /* Posts a receive: matched against early frames first. May complete op
  * synchronously (through uvccl__sched_op_done). */
 void uvccl__net_post_recv(net_t *net, sop_t *op);

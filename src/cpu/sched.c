@@ -565,6 +565,47 @@ static void sched_run(sched_t *s) {
   if (!s->completed) sched_maybe_finish(s);
 }
 
+/* Striped TCP: each send and receive of a large frame to a rank of
+ * another host becomes one op per piece (uvccl__net_stripe_parts), piece
+ * k on that rank's lane k, each with the op's predecessors and
+ * successors. The receiver cuts its receive as the sender its send: the
+ * pieces depend on the frame's size alone. */
+static void sched_stripe(sched_t *s) {
+  net_t *net = s->g->net;
+  uint32_t n0 = s->nops, i, k, e, parts;
+  size_t piece;
+  if (net->stripes < 2 || s->p2p || s->sizes_late) return;
+  for (i = 0; i < n0; i++) {
+    sop_t *op = &s->ops[i];
+    if ((op->type != SOP_SEND && op->type != SOP_RECV &&
+         op->type != SOP_RECV_RED) || op->peer < 0)
+      continue;
+    parts = uvccl__net_stripe_parts(net, op->peer, op->len, &piece);
+    for (k = 1; k < parts; k++) {
+      uint32_t j = sop_add(s, (sop_type_t)s->ops[i].type);
+      sop_t *x;
+      size_t off = (size_t)k * piece;
+      if (j == UINT32_MAX) return;
+      op = &s->ops[i];
+      x = &s->ops[j];
+      x->peer = op->peer;
+      x->tag = op->tag;
+      x->p2p = op->p2p;
+      x->lane = (uint8_t)k;
+      x->buf = op->buf + off;
+      x->src = op->src != NULL ? op->src + off : NULL;
+      x->len = k + 1 < parts ? piece : op->len - off;
+      /* (every edge, those of pieces added before too: a piece after a
+       * cut op waits for all of that op's pieces) */
+      for (e = 0; e < s->nedges; e++) {
+        if (s->edges[e].to == i) uvccl__sop_dep(s, s->edges[e].from, j);
+        else if (s->edges[e].from == i) uvccl__sop_dep(s, j, s->edges[e].to);
+      }
+    }
+    if (parts > 1) s->ops[i].len = piece;
+  }
+}
+
 /* Builds successor lists (CSR) from the edge list. */
 static int sched_link(sched_t *s) {
   uint32_t i, *pos;
@@ -715,7 +756,8 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
       return rc;
     }
   }
-  rc = sched_link(s);
+  sched_stripe(s);
+  rc = s->status != 0 ? s->status : sched_link(s);
   if (rc != 0) {
     uvccl__sched_free(s);
     return rc;

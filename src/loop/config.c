@@ -89,6 +89,13 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "with more ranks than CPUs (up to 2 a CPU), how long a loop with "
           "collectives in flight over TCP keeps polling, yielding the CPU "
           "each turn, before it sleeps, us (0: sleep at once)"),
+    UINTV(UVCCL__CFG_TCP_STRIPES, "UVCCL_TCP_STRIPES", 1, 16, 4, "4",
+          "TCP connections to each rank of another host; a large frame is "
+          "cut across them (1: one connection; every rank must have the "
+          "same)"),
+    UINTV(UVCCL__CFG_TCP_STRIPE_MIN, "UVCCL_TCP_STRIPE_MIN", 8192, NOMAX,
+          262144, "262144",
+          "the smallest frame, bytes, cut across a rank's TCP connections"),
     UINTV(UVCCL__CFG_SMALL_MAX, "UVCCL_SMALL_MAX", 0, NOMAX, 65536, "65536",
           "the largest collective, in bytes, that takes the small-message "
           "algorithms"),

@@ -43,6 +43,7 @@ static bytes_t *bytes_new(sched_t *s, int P) {
     return NULL;
   }
   b->own = NONE;
+  s->sizes_late = 1; /* values' sizes are learned as it runs */
   s->user = b;
   s->release = bytes_release;
   return b;

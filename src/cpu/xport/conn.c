@@ -203,6 +203,7 @@ static void peer_connected(peer_t *p) {
   hello.to = (uint32_t)p->rank;
   hello.to_nonce = p->nonce;
   hello.world = (uint32_t)net->size;
+  hello.lanes = uvccl__hello_lanes(p->lane, net->stripes);
   snprintf(hello.addr, sizeof(hello.addr), "%s", net->selfstr);
   uvccl__frame_encode(p->hello_buf, &h);
   memcpy(p->hello_buf + UVCCL__FRAME_HDR, &hello, sizeof(hello));
@@ -234,6 +235,9 @@ static void connect_start(peer_t *p) {
                       on_connect);
   if (rc != 0) p->net->hooks->peer_fail(p->net, p, rc, "connect failed");
 }
+
+/* A lane's dial (stripe.c), as a rank's. */
+void uvccl__net_peer_connect(peer_t *p) { connect_start(p); }
 
 int uvccl__net_connect(net_t *net, int rank, const struct sockaddr *addr,
                        uint64_t nonce, int live_port, uint64_t deadline_ms) {

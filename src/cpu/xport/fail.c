@@ -41,11 +41,54 @@ static void net_apply_left(net_t *net, int r) {
   if (net->on_failed != NULL) net->on_failed(net, r);
 }
 
+/* A lane (stripe.c) broke: its rank failed, unless the rank said
+ * goodbye on it and closed it (read to its end: the rank's leave, which
+ * waited for that, may go on). */
+static void lane_fail(net_t *net, peer_t *l, int err, const char *why) {
+  peer_t *o = l->owner;
+  char m[160];
+  if (l->state == PEER_DEAD || l->state == PEER_CLOSING) return;
+  if (l->tls_hs != NULL) {
+    uvccl__tls_cancel(l->tls_hs);
+    l->tls_hs = NULL;
+  }
+  if (l->state == PEER_UP) net->lanes_up--;
+  l->state = PEER_DEAD;
+  l->err = err;
+  uvccl__net_peer_close_tcp(l);
+  l->rx.cur_op = NULL;
+  l->rx.rstate = RS_HDR;
+  l->rlen = 0;
+  if (l->left && err == UVCCL_EPEER) {
+    if (o->eof_waits && !uvccl__net_lanes_open(o)) {
+      o->eof_waits = 0;
+      uvccl__net_peer_fail(net, o, UVCCL_EPEER, "closed the connection");
+    }
+    return;
+  }
+  snprintf(m, sizeof(m), "stripe connection %d: %s", l->lane, why);
+  if (net->mesh_cb != NULL)
+    uvccl__net_creation_failed(net, UVCCL_EPEER, "process group creation "
+                               "failed: rank %d (%s): %s: %s", o->rank,
+                               o->addrstr, m, uvccl_strerror(err));
+  uvccl__net_peer_fail(net, o, err, m);
+}
+
 void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   int r = p->rank, was_up = p->state == PEER_UP, cause;
   char detail[UVCCL__DETAIL_LEN];
 
+  if (p->owner != NULL) {
+    lane_fail(net, p, err, why);
+    return;
+  }
   if (p->state == PEER_DEAD || p->state == PEER_CLOSING) return;
+  if (p->left && err == UVCCL_EPEER && uvccl__net_lanes_open(p)) {
+    /* It left and closed this connection: its lanes may still hold what
+     * it sent before (the last lane's end goes on, in lane_fail). */
+    p->eof_waits = 1;
+    return;
+  }
   if (p->tls_hs != NULL) {
     uvccl__tls_cancel(p->tls_hs);
     p->tls_hs = NULL;
@@ -66,6 +109,7 @@ void uvccl__net_peer_fail(net_t *net, peer_t *p, int err, const char *why) {
   LOG_DEBUG("coll", "rank %d: rank %d (%s): %s (%s)", net->rank, r,
             p->addrstr, why, uvccl_strerror(err));
   uvccl__net_peer_close_tcp(p);
+  uvccl__net_lanes_down(p);
   p->net->local_xport->peer_down(p);
   p->rx.cur_op = NULL;
   p->rx.rstate = RS_HDR;
@@ -267,6 +311,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
       if (p->state == PEER_UP) net->nup--;
       p->state = PEER_DEAD;
       uvccl__net_peer_close_tcp(p);
+      uvccl__net_lanes_down(p);
     }
     uvccl__net_fail_msg(net, NULL, f, msg, sizeof(msg));
     uvccl__net_creation_failed(net, UVCCL_EPEER,
@@ -290,6 +335,7 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     p->state = PEER_DEAD;
     p->err = f->err;
     uvccl__net_peer_close_tcp(p);
+    uvccl__net_lanes_down(p);
     p->net->local_xport->peer_down(p);
     p->rx.cur_op = NULL;
     p->rx.rstate = RS_HDR;
@@ -462,25 +508,31 @@ void uvccl__net_abort(net_t *net, int err, const char *why) {
     p->err = err;
     p->rx.cur_op = NULL;
     uvccl__net_peer_close_tcp(p);
+    uvccl__net_lanes_down(p);
     p->net->local_xport->peer_down(p);
   }
 }
 
+static void forget_early(peer_t *p, uint32_t gid) {
+  early_t *st, *next;
+  for (st = p->early_head; st != NULL; st = next) {
+    next = st->next;
+    /* (a frame mid-transfer, from the socket or the ring, stays until
+     * it is complete: its reader still writes into it) */
+    if (st->gid == gid && st != p->rx.cur_early && st != p->srx.cur_early) {
+      uvccl__net_early_unlink(p, st);
+      uvccl__net_early_free(p->net, st);
+    }
+  }
+}
+
 void uvccl__net_forget_group(net_t *net, uint32_t gid) {
-  int r;
+  int r, i;
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    early_t *st, *next;
     if (p == NULL) continue;
-    for (st = p->early_head; st != NULL; st = next) {
-      next = st->next;
-      /* (a frame mid-transfer, from the socket or the ring, stays until
-       * it is complete: its reader still writes into it) */
-      if (st->gid == gid && st != p->rx.cur_early &&
-          st != p->srx.cur_early) {
-        uvccl__net_early_unlink(p, st);
-        uvccl__net_early_free(net, st);
-      }
-    }
+    forget_early(p, gid);
+    for (i = 0; p->lanes != NULL && i < net->stripes - 1; i++)
+      if (p->lanes[i] != NULL) forget_early(p->lanes[i], gid);
   }
 }

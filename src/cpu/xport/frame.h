@@ -67,9 +67,23 @@ typedef struct {
   uint32_t to;         /* the rank it believes it reached */
   uint64_t to_nonce;   /* the listener id the target published */
   uint32_t world;
-  uint32_t pad;
+  uint32_t lanes;      /* striped TCP (stripe.c): bits 0-7, the lane this
+                          connection is (0: the rank's first); bits 8-15,
+                          the dialer's stripes (0, from a peer that
+                          predates them: 1) */
   char addr[64];       /* the sender's advertised "host:port" */
 } hello_t;
+
+static inline uint32_t uvccl__hello_lanes(int lane, int stripes) {
+  return (uint32_t)lane | (uint32_t)stripes << 8;
+}
+static inline int uvccl__hello_lane(const hello_t *h) {
+  return (int)(h->lanes & 0xff);
+}
+static inline int uvccl__hello_stripes(const hello_t *h) {
+  int n = (int)(h->lanes >> 8 & 0xff);
+  return n ? n : 1;
+}
 
 /* The header's bytes (every frame's: inline). */
 static inline void uvccl__frame_encode(unsigned char *b,

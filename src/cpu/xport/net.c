@@ -96,6 +96,8 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   if (uv_random(NULL, NULL, &net->nonce, sizeof(net->nonce), 0, NULL) != 0)
     net->nonce = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
   net->early_limit = UVCCL__EARLY_LIMIT;
+  net->stripes = 1;
+  net->stripe_min = SIZE_MAX;
   uv_idle_init(loop, &net->spin);
   net->spin.data = net;
   net->spin_open = 1;
@@ -407,7 +409,7 @@ void uvccl__net_slice_remove(net_t *net, sop_t *op) {
 /* A collective's or point-to-point frame to op->peer. */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq) {
-  peer_t *p = net->peers[op->peer];
+  peer_t *p = uvccl__net_conn(net, op);
   frame_hdr_t h;
   memset(&h, 0, sizeof(h));
   h.kind = kind;
@@ -465,7 +467,7 @@ static void on_bye_written(uvccl__wreq_t *req, int status) {
 static void peer_teardown(peer_t *p) {
   net_t *net = p->net;
   uv_timer_stop(&p->retry);
-  p->net->local_xport->peer_down(p);
+  if (p->owner == NULL) p->net->local_xport->peer_down(p);
   if (p->tcp_open && p->state == PEER_UP && !p->eof) {
     /* Half-close after our queued writes, then read until the peer's EOF:
      * closing with unread data would send a reset. */
@@ -560,13 +562,19 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   }
   net->pending = NULL;
   uvccl__acceptor_cancel(&net->acceptor);
-  for (r = 0; r < net->size; r++)
-    if (net->peers[r] != NULL) {
-      if (net->peers[r]->tls_hs != NULL) {
-        uvccl__tls_cancel(net->peers[r]->tls_hs);
-        net->peers[r]->tls_hs = NULL;
+  for (r = 0; r < net->size; r++) {
+    peer_t *o = net->peers[r];
+    int i;
+    if (o == NULL) continue;
+    for (i = -1; i < (o->lanes != NULL ? net->stripes - 1 : 0); i++) {
+      peer_t *c = i < 0 ? o : o->lanes[i]; /* the rank's, then its lanes */
+      if (c == NULL) continue;
+      if (c->tls_hs != NULL) {
+        uvccl__tls_cancel(c->tls_hs);
+        c->tls_hs = NULL;
       }
-      peer_teardown(net->peers[r]);
+      peer_teardown(c);
     }
+  }
   net->local_xport->net_close(net);
 }

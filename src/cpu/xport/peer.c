@@ -23,6 +23,13 @@ const char *uvccl__net_addr(net_t *net, int r) {
   return net->addrs[r][0] ? net->addrs[r] : "?";
 }
 
+peer_t *uvccl__net_conn(net_t *net, const sop_t *op) {
+  peer_t *p = net->peers[op->peer];
+  if (p == NULL || op->lane == 0) return p;
+  return op->lane <= p->nlanes && p->lanes != NULL ? p->lanes[op->lane - 1]
+                                                   : NULL;
+}
+
 group_t *uvccl__net_group(net_t *net, uint32_t gid) {
   group_t *g;
   for (g = net->groups; g != NULL; g = g->next)
@@ -149,6 +156,21 @@ void uvccl__net_early_release(early_t *st) {
 
 /* ---- closing and freeing ------------------------------------------------- */
 
+static void peer_free(peer_t *p) {
+  early_t *st, *next;
+  int i;
+  for (st = p->early_head; st != NULL; st = next) {
+    next = st->next;
+    uvccl__net_early_release(st);
+  }
+  uvccl__net_ctl_drop(p);
+  for (i = 0; p->lanes != NULL && i < p->net->stripes - 1; i++)
+    if (p->lanes[i] != NULL) peer_free(p->lanes[i]);
+  uvccl__free(p->lanes);
+  uvccl__free(p->rbuf);
+  uvccl__free(p);
+}
+
 static void net_free(net_t *net) {
   int r;
   net->local_xport->net_free(net);
@@ -158,18 +180,8 @@ static void net_free(net_t *net) {
     uvccl__net_early_release(st);
   }
   uvccl__big_reap_all(&net->retired_mem);
-  for (r = 0; r < net->size; r++) {
-    peer_t *p = net->peers[r];
-    early_t *st, *next;
-    if (p == NULL) continue;
-    for (st = p->early_head; st != NULL; st = next) {
-      next = st->next;
-      uvccl__net_early_release(st);
-    }
-    uvccl__net_ctl_drop(p);
-    uvccl__free(p->rbuf);
-    uvccl__free(p);
-  }
+  for (r = 0; r < net->size; r++)
+    if (net->peers[r] != NULL) peer_free(net->peers[r]);
   while (net->early_small != NULL) {
     early_t *st = net->early_small;
     net->early_small = st->next;

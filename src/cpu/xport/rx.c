@@ -510,6 +510,21 @@ static void hello_accept(peer_t *p, hello_t *hello) {
     net_misconfigured(net, why);
     return;
   }
+  if (uvccl__hello_stripes(hello) != net->stripes) {
+    snprintf(why, sizeof(why), "striped TCP differs: rank %d (%s) has "
+             "UVCCL_TCP_STRIPES=%d, rank %u (%s) %d (every rank must have "
+             "the same)", net->rank, net->selfstr, net->stripes, hello->from,
+             hello->addr, uvccl__hello_stripes(hello));
+    peer_reject(p, "%s", why);
+    net_misconfigured(net, why);
+    return;
+  }
+  if (uvccl__hello_lane(hello) > 0) {
+    const char *no = uvccl__net_lane_accept(p, (int)hello->from,
+                                            uvccl__hello_lane(hello));
+    if (no != NULL) peer_reject(p, "%s", no);
+    return;
+  }
   if (net->sparse && (int)hello->from != net->rank &&
       net->peers[hello->from] != NULL) {
     peer_t *q = net->peers[hello->from];
@@ -657,7 +672,8 @@ static void handle_hello(peer_t *p, const frame_hdr_t *h,
     }
     if (h->kind == FRAME_HELLO_ACK && h->len == 0 &&
         (!net->auth.set || p->auth_step == 2)) {
-      uvccl__net_peer_up(p);
+      if (p->owner != NULL) uvccl__net_lane_up(p);
+      else uvccl__net_peer_up(p);
       return;
     }
     if (h->kind == FRAME_HELLO_ACK && net->auth.set) {
@@ -750,6 +766,14 @@ static void process_rbuf(peer_t *p) {
         return;
       }
       if (avail < UVCCL__FRAME_HDR + need) break;
+      if (p->owner != NULL && v != UVCCL__FRAME_DATA &&
+          v != UVCCL__FRAME_HANDSHAKE && v != UVCCL__FRAME_REJECTED &&
+          v != UVCCL__FRAME_LEAVING) {
+        /* A lane carries data and goodbyes only. */
+        p->net->hooks->peer_fail(p->net, p, UVCCL_EPROTO,
+                                 "a control frame on a stripe connection");
+        return;
+      }
       switch (v) {
       case UVCCL__FRAME_HANDSHAKE:
         pos += UVCCL__FRAME_HDR;
@@ -1001,8 +1025,8 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     sop_list_push(&g->p2p, op);
     return;
   }
-  p = net->peers[op->peer];
-  if (p == NULL)
+  p = uvccl__net_conn(net, op);
+  if (p == NULL && op->lane == 0)
     p = uvccl__net_peer_need(net, op->peer); /* sparse: it will dial */
   if (p == NULL) {
     net->up->op_fail(op->s, UV_ENOMEM, "out of memory");
@@ -1022,7 +1046,8 @@ int uvccl__net_left_early(net_t *net, const sop_t *op) {
   if (op->handoff != NULL)
     /* posted, its whole frame here and being handed over in slices */
     return op->handoff->got == op->handoff->len;
-  p = net->peers[op->peer];
+  p = uvccl__net_conn(net, op);
+  if (p == NULL) return 0;
   if (op->p2p)
     return early_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
   return early_find(p, FRAME_COLL, op->s->g->gid, op->s->seq, op->tag) != NULL;
@@ -1035,7 +1060,7 @@ size_t uvccl__net_queued(net_t *net, int r) {
 }
 
 int uvccl__net_orphan(net_t *net, sop_t *op) {
-  peer_t *p = op->peer >= 0 && op->peer < net->size ? net->peers[op->peer]
+  peer_t *p = op->peer >= 0 && op->peer < net->size ? uvccl__net_conn(net, op)
                                                      : NULL;
   int rc;
   if (!op->writing) return 0;
@@ -1061,30 +1086,38 @@ int uvccl__net_orphan(net_t *net, sop_t *op) {
   return rc;
 }
 
+/* op is no longer p's business: 1 when it was mid-transfer. */
+static int unpost_from(peer_t *p, sop_t *op) {
+  early_t *st;
+  if (p->rx.cur_op == op) {
+    /* Mid-transfer: the rest of the frame is read and dropped, so the
+     * stream stays in step and the user's buffer is not touched. */
+    p->rx.cur_op = NULL;
+    p->rx.rstate = RS_DISCARD;
+    return 1;
+  }
+  if (p->srx.cur_op == op) { /* the same, in the shared-memory ring */
+    p->srx.cur_op = NULL;
+    p->srx.rstate = RS_DISCARD;
+    return 1;
+  }
+  for (st = p->early_head; st != NULL; st = st->next)
+    if (st->claim == op) st->claim = NULL;
+  return 0;
+}
+
 int uvccl__net_unpost(net_t *net, sop_t *op) {
-  int r, rc = 0;
+  int r, i, rc = 0;
   if (op->handoff != NULL) {
     handoff_drop(net, op);
     rc = 1;
   }
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
-    early_t *st;
     if (p == NULL) continue;
-    if (p->rx.cur_op == op) {
-      /* Mid-transfer: the rest of the frame is read and dropped, so the
-       * stream stays in step and the user's buffer is not touched. */
-      p->rx.cur_op = NULL;
-      p->rx.rstate = RS_DISCARD;
-      return 1;
-    }
-    if (p->srx.cur_op == op) { /* the same, in the shared-memory ring */
-      p->srx.cur_op = NULL;
-      p->srx.rstate = RS_DISCARD;
-      return 1;
-    }
-    for (st = p->early_head; st != NULL; st = st->next)
-      if (st->claim == op) st->claim = NULL;
+    if (unpost_from(p, op)) return 1;
+    for (i = 0; p->lanes != NULL && i < net->stripes - 1; i++)
+      if (p->lanes[i] != NULL && unpost_from(p->lanes[i], op)) return 1;
   }
   if (op->list != NULL) sop_list_remove(op->list, op);
   return rc;

@@ -270,6 +270,8 @@ void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,
   if (p->shm_step == 3) {
     shm_link(p, p->shm_peer_attached);
     net->shm_done++;
+    uvccl__net_lanes_start(p); /* another host: striped TCP */
+    if (p->state != PEER_UP) return;
     uvccl__net_peer_ready(p); /* sparse worlds: what waited for it */
     if (p->state != PEER_UP) return;
     uvccl__net_check_ready(net);

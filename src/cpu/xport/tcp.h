@@ -1,7 +1,9 @@
 /* What the files of the TCP transport share. From the ground up: peer.c
  * (lookups, making a peer, closing, freeing), tx.c (output, sending,
  * control frames), conn.c (listening, accepting, TLS, dialing, lazy
- * connections), rx.c (reading frames, early frames, handing over,
+ * connections), stripe.c (the extra connections to a rank of another
+ * host, and how frames are cut across them), rx.c (reading frames,
+ * early frames, handing over,
  * posting receives), fail.c (a connection's failure, the monitor's
  * verdicts), net.c (the net's life, busy polling, works, slicing,
  * sending, teardown). A file calls the ones below it by name; what it
@@ -70,6 +72,11 @@ void uvccl__net_peer_close(peer_t *p);
 void uvccl__net_peer_close_tcp(peer_t *p);
 void uvccl__net_peer_crossed(peer_t *p);
 void uvccl__net_peer_dial(peer_t *p);
+void uvccl__net_peer_connect(peer_t *p);
+const char *uvccl__net_lane_accept(peer_t *l, int from, int lane);
+void uvccl__net_lane_up(peer_t *l);
+void uvccl__net_lanes_down(peer_t *o);
+int uvccl__net_lanes_open(const peer_t *o);
 peer_t *uvccl__net_peer_need(net_t *net, int r);
 peer_t *uvccl__net_peer_new(net_t *net, int rank);
 void uvccl__net_peer_start_read(peer_t *p);

@@ -43,6 +43,7 @@ void uvccl__net_check_ready(net_t *net) {
       (net->nup != net->size - 1 || net->shm_done != net->size - 1))
     return;
   if (net->live != NULL && net->links_up != net->want_links) return;
+  if (net->lanes_up < net->lanes_want) return;
   net->mesh_cb = NULL;
   cb(net, 0, NULL);
 }
@@ -90,7 +91,7 @@ static void on_write(uvccl__wreq_t *req, int status) {
   op->writing = 0;
   if (status < 0) {
     net_t *net = s->g->net;
-    peer_t *p = net->peers[op->peer];
+    peer_t *p = uvccl__net_conn(net, op);
     /* The peer's failure is settled by the monitor, whose verdict fails
      * this schedule with the right culprit; only the buffer is back. */
     if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)

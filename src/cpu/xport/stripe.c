@@ -1,0 +1,164 @@
+/* Striped TCP: a large frame to a rank on another host is cut into pieces
+ * that travel on several connections to it at once, each received
+ * straight into its place. One TCP stream cannot fill a lossy link (every
+ * loss halves its window, and a lost segment stalls what follows it until
+ * it is sent again) nor a long one (its window is one round trip's worth);
+ * streams that share the link each lose alone and together keep it busy.
+ *
+ * The connections: once both ends of a rank's connection know they are on
+ * different hosts (the shared-memory exchange tells each the other's
+ * host), each sets that peer's nlanes to stripes - 1, and the end that
+ * dialed it dials that many more to the same listener, each hello naming
+ * its lane. A lane is a peer_t of its own (reader, send queue, posted
+ * receives, early frames) whose owner is the rank's first connection;
+ * creation waits for every lane (net->lanes_want, net->lanes_up).
+ *
+ * The frames: a schedule cuts each send and receive of a large frame to
+ * such a rank into pieces of one size (uvccl__net_stripe_parts; sched.c
+ * adds the pieces as ops with the same predecessors and successors), piece
+ * k on lane k. A piece is an ordinary frame on its connection, matched
+ * there by (group, sequence, tag) like any other. Both ends cut alike: the
+ * pieces follow from the frame's size alone.
+ *
+ * Failures: a lane that breaks fails its rank (fail.c); a rank that
+ * leaves says goodbye on every lane, and its leave is taken only once
+ * every lane is read to its end, so nothing it sent before is lost. */
+#include "tcp.h"
+
+/* Pieces start at multiples of this: a multiple of every element size. */
+#define STRIPE_ALIGN ((size_t)4096)
+/* A lane not connected by then fails creation. */
+#define LANE_DIAL_MS 10000
+
+uint32_t uvccl__net_stripe_parts(const net_t *net, int r, size_t len,
+                                 size_t *piece) {
+  const peer_t *p;
+  size_t k, each;
+  *piece = len;
+  if (r < 0 || r >= net->size || len == 0 || len < net->stripe_min)
+    return 1;
+  p = net->peers[r];
+  if (p == NULL || p->nlanes == 0) return 1;
+  k = (size_t)p->nlanes + 1;
+  each = (len + k - 1) / k;
+  each = (each + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+  if (each >= len) return 1;
+  *piece = each;
+  return (uint32_t)((len + each - 1) / each);
+}
+
+static int lanes_alloc(peer_t *o) {
+  if (o->lanes != NULL) return 0;
+  o->lanes = uvccl__calloc((size_t)o->net->stripes - 1, sizeof(peer_t *));
+  return o->lanes != NULL ? 0 : UV_ENOMEM;
+}
+
+/* Both ends of o know where the other is (shm.c): on another host, o
+ * gets its lanes, dialed by the end that dialed o. */
+void uvccl__net_lanes_start(peer_t *o) {
+  net_t *net = o->net;
+  uint64_t mine = net->hosts[net->rank], theirs = net->hosts[o->rank];
+  int i;
+  if (net->stripes < 2 || net->sparse || o->owner != NULL || o->nlanes > 0 ||
+      mine == 0 || theirs == 0 || mine == theirs)
+    return;
+  if (lanes_alloc(o) != 0) {
+    net->hooks->peer_fail(net, o, UV_ENOMEM, "making its stripes");
+    return;
+  }
+  o->nlanes = net->stripes - 1;
+  net->lanes_want += o->nlanes;
+  if (!o->outgoing) return; /* they come to us */
+  for (i = 1; i <= o->nlanes && o->state == PEER_UP; i++) {
+    peer_t *l = uvccl__net_peer_new(net, o->rank);
+    if (l == NULL) {
+      net->hooks->peer_fail(net, o, UV_ENOMEM, "making its stripes");
+      return;
+    }
+    l->owner = o;
+    l->lane = i;
+    l->outgoing = 1;
+    l->nonce = o->nonce;
+    l->state = PEER_CONNECTING;
+    memcpy(&l->addr, &o->addr, sizeof(l->addr));
+    memcpy(l->addrstr, o->addrstr, sizeof(l->addrstr));
+    l->retry.timeout = uvccl__now_ms() + LANE_DIAL_MS;
+    o->lanes[i - 1] = l;
+    uvccl__net_peer_connect(l);
+  }
+}
+
+/* A lane is up (its hello answered, or ours sent): creation may be over. */
+void uvccl__net_lane_up(peer_t *l) {
+  net_t *net = l->net;
+  uv_os_fd_t fd;
+  l->state = PEER_UP;
+  net->lanes_up++;
+  if (uv_fileno((uv_handle_t *)&l->tcp, &fd) == 0)
+    uvccl__tune_socket(fd, net->hb_ms, 0);
+  LOG_DEBUG("coll", "rank %d: stripe %d to rank %d up", net->rank, l->lane,
+            l->rank);
+  uvccl__net_check_ready(net);
+}
+
+/* An incoming connection named itself lane `lane` of rank `from` (its
+ * hello checked as the rank's first connection's is). 0, or why it is
+ * refused. */
+const char *uvccl__net_lane_accept(peer_t *l, int from, int lane) {
+  net_t *net = l->net;
+  peer_t *o = net->peers[from];
+  frame_hdr_t ack;
+  if (net->sparse || net->stripes < 2 || lane >= net->stripes)
+    return "a stripe connection this world does not use";
+  if (o == NULL || o->state != PEER_UP || o->owner != NULL)
+    return "a stripe connection before the rank's first connection";
+  if (lanes_alloc(o) != 0) return "out of memory";
+  if (o->lanes[lane - 1] != NULL) return "a stripe connection made twice";
+  uvccl__net_pending_unlink(l);
+  uv_timer_stop(&l->retry); /* the handshake deadline */
+  l->rank = from;
+  l->owner = o;
+  l->lane = lane;
+  o->lanes[lane - 1] = l;
+  memset(&ack, 0, sizeof(ack));
+  ack.kind = FRAME_HELLO_ACK;
+  uvccl__frame_encode(l->hello_buf, &ack);
+  if (uvccl__net_peer_write_ctl(l, &l->hello_req, l->hello_buf,
+                                UVCCL__FRAME_HDR, NULL) != 0) {
+    net->hooks->peer_fail(net, l, UV_EPIPE, "sending hello ack failed");
+    return NULL;
+  }
+  uvccl__net_lane_up(l);
+  return NULL;
+}
+
+/* 1 while a lane of o may still carry something. */
+int uvccl__net_lanes_open(const peer_t *o) {
+  int i;
+  for (i = 0; o->lanes != NULL && i < o->net->stripes - 1; i++)
+    if (o->lanes[i] != NULL && (o->lanes[i]->state == PEER_UP ||
+                                o->lanes[i]->state == PEER_CONNECTING))
+      return 1;
+  return 0;
+}
+
+/* o failed: its lanes close with it (their work fails with o's). */
+void uvccl__net_lanes_down(peer_t *o) {
+  int i;
+  for (i = 0; o->lanes != NULL && i < o->net->stripes - 1; i++) {
+    peer_t *l = o->lanes[i];
+    if (l == NULL || l->state == PEER_DEAD || l->state == PEER_CLOSING)
+      continue;
+    if (l->tls_hs != NULL) {
+      uvccl__tls_cancel(l->tls_hs);
+      l->tls_hs = NULL;
+    }
+    if (l->state == PEER_UP) o->net->lanes_up--;
+    l->state = PEER_DEAD;
+    l->err = o->err;
+    uvccl__net_peer_close_tcp(l);
+    l->rx.cur_op = NULL;
+    l->rx.rstate = RS_HDR;
+    l->rlen = 0;
+  }
+}
