@@ -87,8 +87,9 @@ struct sop_s {
   uint8_t state;
   uint8_t p2p;          /* frame kind P2P, tag = user tag */
   uint8_t writing;      /* a uv_write is in flight */
-  uint8_t lane;         /* SEND/RECV: which of the peer's connections
-                           carries it (0: the first; see stripe.c) */
+  uint16_t piece;       /* SEND/RECV of a frame cut across the peer's
+                           connections (stripe.c): which piece, from 1;
+                           0: the frame is whole */
   uint32_t deps;        /* unfinished predecessors */
   uint32_t succ_off;    /* successors: s->succ[succ_off .. +nsucc] */
   uint32_t nsucc;
@@ -109,6 +110,7 @@ struct sop_s {
   uint64_t slot_t;      /* BOX: the world's box collective number */
   early_t *handoff;     /* RECV: an early frame still being handed over to
                            it (net.c, "handing over") */
+  peer_t *via;          /* SEND: the connection it went on */
   unsigned char hdr[UVCCL__FRAME_HDR];
   uvccl__wreq_t wreq;
 };
@@ -174,6 +176,7 @@ struct sched_s {
 struct early_s {
   uint8_t kind;
   uint8_t big;           /* from uvccl__big_alloc */
+  uint16_t piece;        /* frame_hdr_t.piece */
   uint32_t gid, seq, tag;
   int from;              /* world rank */
   uint64_t len, got;
@@ -328,6 +331,8 @@ struct peer_s {
                             it is on another host) */
   int eof_waits;         /* it left and closed: its failure waits until
                             every lane is read to the end */
+  sop_list_t stripeq;    /* pieces waiting for a connection with room */
+  int stripe_next;       /* the connection to look at first (0: this) */
 };
 
 struct net_s {
@@ -604,12 +609,10 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq);
 /* Striped TCP (xport/stripe.c): how many pieces a frame of len bytes to
  * world rank r is cut into (1: not cut), and the size of each but the
- * last (*piece); the same at both ends. The connection that carries op
- * (its lane of op->peer's), or NULL. Both ends of a rank's connection
+ * last (*piece); the same at both ends. Both ends of a rank's connection
  * know its host: its lanes are dialed (shm.c calls this then). */
 uint32_t uvccl__net_stripe_parts(const net_t *net, int r, size_t len,
                                  size_t *piece);
-peer_t *uvccl__net_conn(net_t *net, const sop_t *op);
 void uvccl__net_lanes_start(peer_t *o);
 /* Posts a receive: matched against early frames first. May complete op
  * synchronously (through uvccl__sched_op_done). */

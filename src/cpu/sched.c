@@ -566,44 +566,95 @@ static void sched_run(sched_t *s) {
 }
 
 /* Striped TCP: each send and receive of a large frame to a rank of
- * another host becomes one op per piece (uvccl__net_stripe_parts), piece
- * k on that rank's lane k, each with the op's predecessors and
- * successors. The receiver cuts its receive as the sender its send: the
- * pieces depend on the frame's size alone. */
+ * another host becomes one op per piece (uvccl__net_stripe_parts), each
+ * with the op's predecessors and successors (and a piece after a cut op
+ * waits for all of its pieces); a piece goes on whichever of that rank's
+ * connections has room (stripe.c) and is matched by its number. The
+ * receiver cuts its receive as the sender its send: the pieces depend on
+ * the frame's size alone. The pieces sit right after the op they come
+ * from, and each op's successors are in order, so the schedule starts
+ * them together (the ready queue follows the ops' order): not the first
+ * piece of every segment first and the rest after. */
+static int edge_order(const void *x, const void *y) {
+  const sedge_t *a = x, *b = y;
+  if (a->from != b->from) return a->from < b->from ? -1 : 1;
+  return a->to < b->to ? -1 : a->to > b->to;
+}
+
 static void sched_stripe(sched_t *s) {
   net_t *net = s->g->net;
-  uint32_t n0 = s->nops, i, k, e, parts;
-  size_t piece;
-  if (net->stripes < 2 || s->p2p || s->sizes_late) return;
+  uint32_t n0 = s->nops, e0 = s->nedges, i, k, e, pos, extra = 0, total;
+  uint32_t *at = NULL, *parts = NULL;
+  size_t *piece = NULL;
+  sop_t *ops = NULL;
+  if (net->stripes < 2 || s->p2p || s->sizes_late || n0 == 0) return;
+  at = uvccl__malloc(n0 * sizeof(*at));
+  parts = uvccl__malloc(n0 * sizeof(*parts));
+  piece = uvccl__malloc(n0 * sizeof(*piece));
+  if (at == NULL || parts == NULL || piece == NULL) goto nomem;
   for (i = 0; i < n0; i++) {
     sop_t *op = &s->ops[i];
-    if ((op->type != SOP_SEND && op->type != SOP_RECV &&
-         op->type != SOP_RECV_RED) || op->peer < 0)
-      continue;
-    parts = uvccl__net_stripe_parts(net, op->peer, op->len, &piece);
-    for (k = 1; k < parts; k++) {
-      uint32_t j = sop_add(s, (sop_type_t)s->ops[i].type);
-      sop_t *x;
-      size_t off = (size_t)k * piece;
-      if (j == UINT32_MAX) return;
-      op = &s->ops[i];
-      x = &s->ops[j];
-      x->peer = op->peer;
-      x->tag = op->tag;
-      x->p2p = op->p2p;
-      x->lane = (uint8_t)k;
+    parts[i] = 1;
+    if ((op->type == SOP_SEND || op->type == SOP_RECV ||
+         op->type == SOP_RECV_RED) && op->peer >= 0)
+      parts[i] = uvccl__net_stripe_parts(net, op->peer, op->len, &piece[i]);
+    extra += parts[i] - 1;
+  }
+  if (extra == 0) goto out;
+  total = n0 + extra;
+  /* (the array is kept with the schedule: opcap says what it holds) */
+  ops = uvccl__malloc((size_t)(total > s->opcap ? total : s->opcap) *
+                      sizeof(*ops));
+  if (ops == NULL) goto nomem;
+  if (s->opcap < total) s->opcap = total;
+  for (i = 0, pos = 0; i < n0; i++) {
+    const sop_t *op = &s->ops[i];
+    at[i] = pos;
+    ops[pos++] = *op;
+    for (k = 1; k < parts[i]; k++) {
+      sop_t *x = &ops[pos++];
+      size_t off = (size_t)k * piece[i];
+      *x = *op;
+      x->piece = (uint16_t)(k + 1);
       x->buf = op->buf + off;
       x->src = op->src != NULL ? op->src + off : NULL;
-      x->len = k + 1 < parts ? piece : op->len - off;
-      /* (every edge, those of pieces added before too: a piece after a
-       * cut op waits for all of that op's pieces) */
-      for (e = 0; e < s->nedges; e++) {
-        if (s->edges[e].to == i) uvccl__sop_dep(s, s->edges[e].from, j);
-        else if (s->edges[e].from == i) uvccl__sop_dep(s, j, s->edges[e].to);
-      }
+      x->len = k + 1 < parts[i] ? piece[i] : op->len - off;
     }
-    if (parts > 1) s->ops[i].len = piece;
+    if (parts[i] > 1) {
+      ops[at[i]].len = piece[i];
+      ops[at[i]].piece = 1;
+    }
   }
+  uvccl__free(s->ops);
+  s->ops = ops;
+  s->nops = total;
+  /* Every piece of a predecessor before every piece of a successor; but
+   * two ops on the same bytes, cut alike (a frame received, then sent on
+   * from where it landed), go piece by piece: piece k waits for piece k
+   * only, so a piece is passed on as soon as it is in. */
+  for (e = 0; e < e0; e++) {
+    uint32_t a = s->edges[e].from, b = s->edges[e].to, x, y;
+    const sop_t *pa = &s->ops[at[a]], *pb = &s->ops[at[b]];
+    int alike = parts[a] > 1 && parts[a] == parts[b] &&
+                piece[a] == piece[b] && pa->buf == pb->buf &&
+                s->ops[at[a] + parts[a] - 1].len ==
+                    s->ops[at[b] + parts[b] - 1].len;
+    s->edges[e].from = at[a];
+    s->edges[e].to = at[b];
+    for (x = 0; x < parts[a]; x++)
+      for (y = 0; y < parts[b]; y++)
+        if (x + y > 0 && (!alike || x == y))
+          uvccl__sop_dep(s, at[a] + x, at[b] + y);
+  }
+  if (s->status != 0) goto out;
+  qsort(s->edges, s->nedges, sizeof(*s->edges), edge_order);
+  goto out;
+nomem:
+  s->status = UV_ENOMEM;
+out:
+  uvccl__free(at);
+  uvccl__free(parts);
+  uvccl__free(piece);
 }
 
 /* Builds successor lists (CSR) from the edge list. */

@@ -53,7 +53,8 @@ enum {
 typedef struct {
   uint8_t kind;
   uint8_t flags;
-  uint16_t reserved;
+  uint16_t piece;      /* a data frame cut across a rank's connections
+                          (stripe.c): which piece, from 1; 0: whole */
   uint32_t gid;
   uint32_t seq;
   uint32_t tag;

@@ -61,6 +61,7 @@ static const uvccl__net_hooks_t tcp_hooks = {
     .kick_spin = uvccl__net_kick_spin,
     .slicer_start = uvccl__net_slicer_start,
     .start_read = uvccl__net_peer_start_read,
+    .stripe_pump = uvccl__net_stripe_pump,
 };
 
 net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
@@ -409,15 +410,17 @@ void uvccl__net_slice_remove(net_t *net, sop_t *op) {
 /* A collective's or point-to-point frame to op->peer. */
 int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
                     uint32_t seq) {
-  peer_t *p = uvccl__net_conn(net, op);
+  peer_t *p = net->peers[op->peer];
   frame_hdr_t h;
   memset(&h, 0, sizeof(h));
   h.kind = kind;
+  h.piece = op->piece;
   h.gid = gid;
   h.seq = seq;
   h.tag = op->tag;
   h.len = op->len;
   uvccl__frame_encode(op->hdr, &h);
+  op->via = NULL;
   if (uvccl__net_not_yet_connected(net, op->peer) ||
       (net->sparse && p != NULL && p->state == PEER_UP &&
        (p->shm_step != 3 || p->waitq.head))) {
@@ -432,6 +435,7 @@ int uvccl__net_send(net_t *net, sop_t *op, uint8_t kind, uint32_t gid,
   }
   if (p == NULL || p->state != PEER_UP)
     return uvccl__net_awaiting_verdict(net, op->peer) ? 2 : UVCCL_EPEER;
+  if (op->piece > 0) return uvccl__net_stripe_send(net, p, op);
   return uvccl__net_peer_transmit(net, p, op);
 }
 

@@ -23,13 +23,6 @@ const char *uvccl__net_addr(net_t *net, int r) {
   return net->addrs[r][0] ? net->addrs[r] : "?";
 }
 
-peer_t *uvccl__net_conn(net_t *net, const sop_t *op) {
-  peer_t *p = net->peers[op->peer];
-  if (p == NULL || op->lane == 0) return p;
-  return op->lane <= p->nlanes && p->lanes != NULL ? p->lanes[op->lane - 1]
-                                                   : NULL;
-}
-
 group_t *uvccl__net_group(net_t *net, uint32_t gid) {
   group_t *g;
   for (g = net->groups; g != NULL; g = g->next)

@@ -278,8 +278,12 @@ static sop_t *match_frame(peer_t *p, const frame_hdr_t *h, group_t **gp) {
   sop_t *op;
   *gp = NULL;
   if (h->kind == FRAME_COLL) {
-    for (op = p->posted.head; op != NULL; op = op->next)
-      if (op->tag == h->tag && op->s->seq == h->seq && op->s->g->gid == h->gid)
+    /* (a piece may come on any of the rank's connections: the receives
+     * are posted on its first) */
+    peer_t *o = p->owner != NULL ? p->owner : p;
+    for (op = o->posted.head; op != NULL; op = op->next)
+      if (op->tag == h->tag && op->s->seq == h->seq &&
+          op->piece == h->piece && op->s->g->gid == h->gid)
         return op;
     return NULL;
   }
@@ -361,6 +365,7 @@ int uvccl__net_frame_begin(peer_t *p, rx_t *rx, const frame_hdr_t *h) {
     return -1;
   }
   st->kind = h->kind;
+  st->piece = h->piece;
   st->gid = h->gid;
   st->seq = h->seq;
   st->tag = h->tag;
@@ -960,8 +965,28 @@ static early_t *early_find(peer_t *p, uint8_t kind, uint32_t gid,
   early_t *st;
   for (st = p->early_head; st != NULL; st = st->next)
     if (st->kind == kind && st->gid == gid && st->tag == tag &&
-        st->claim == NULL && (kind == FRAME_P2P || st->seq == seq))
+        st->claim == NULL && (kind == FRAME_P2P || st->seq == seq) &&
+        st->piece == 0)
       return st;
+  return NULL;
+}
+
+/* A collective receive's early frame: on the rank's first connection, or
+ * (a piece) on any of its connections; *holder: the one it came on. */
+static early_t *early_find_coll(peer_t *o, const sop_t *op, peer_t **holder) {
+  uint32_t gid = op->s->g->gid, seq = op->s->seq;
+  int i;
+  for (i = -1; i < (op->piece > 0 ? o->nlanes : 0); i++) {
+    peer_t *c = i < 0 ? o : o->lanes[i];
+    early_t *st;
+    if (c == NULL) continue;
+    for (st = c->early_head; st != NULL; st = st->next)
+      if (st->kind == FRAME_COLL && st->gid == gid && st->tag == op->tag &&
+          st->seq == seq && st->piece == op->piece && st->claim == NULL) {
+        *holder = c;
+        return st;
+      }
+  }
   return NULL;
 }
 
@@ -1025,17 +1050,20 @@ void uvccl__net_post_recv(net_t *net, sop_t *op) {
     sop_list_push(&g->p2p, op);
     return;
   }
-  p = uvccl__net_conn(net, op);
-  if (p == NULL && op->lane == 0)
+  p = net->peers[op->peer];
+  if (p == NULL)
     p = uvccl__net_peer_need(net, op->peer); /* sparse: it will dial */
   if (p == NULL) {
     net->up->op_fail(op->s, UV_ENOMEM, "out of memory");
     return;
   }
-  st = early_find(p, FRAME_COLL, g->gid, op->s->seq, op->tag);
-  if (st != NULL) {
-    early_take(net, p, st, op);
-    return;
+  {
+    peer_t *holder = p;
+    st = early_find_coll(p, op, &holder);
+    if (st != NULL) {
+      early_take(net, holder, st, op);
+      return;
+    }
   }
   sop_list_push(&p->posted, op);
 }
@@ -1046,11 +1074,13 @@ int uvccl__net_left_early(net_t *net, const sop_t *op) {
   if (op->handoff != NULL)
     /* posted, its whole frame here and being handed over in slices */
     return op->handoff->got == op->handoff->len;
-  p = uvccl__net_conn(net, op);
-  if (p == NULL) return 0;
+  p = net->peers[op->peer];
   if (op->p2p)
     return early_find(p, FRAME_P2P, op->s->g->gid, 0, op->tag) != NULL;
-  return early_find(p, FRAME_COLL, op->s->g->gid, op->s->seq, op->tag) != NULL;
+  {
+    peer_t *holder;
+    return early_find_coll(p, op, &holder) != NULL;
+  }
 }
 
 size_t uvccl__net_queued(net_t *net, int r) {
@@ -1060,15 +1090,16 @@ size_t uvccl__net_queued(net_t *net, int r) {
 }
 
 int uvccl__net_orphan(net_t *net, sop_t *op) {
-  peer_t *p = op->peer >= 0 && op->peer < net->size ? uvccl__net_conn(net, op)
+  peer_t *p = op->peer >= 0 && op->peer < net->size ? net->peers[op->peer]
                                                      : NULL;
   int rc;
   if (!op->writing) return 0;
-  if (p != NULL && op->list == &p->waitq) {
-    sop_list_remove(&p->waitq, op); /* never started: nothing to copy */
+  if (p != NULL && (op->list == &p->waitq || op->list == &p->stripeq)) {
+    sop_list_remove(op->list, op); /* never started: nothing to copy */
     op->writing = 0;
     return 0;
   }
+  if (op->via != NULL) p = op->via; /* (a piece: the connection it took) */
   if (p != NULL && (op->list == &p->shm_sendq || p->cma_op == op))
     rc = p->net->local_xport->orphan(p, op);
   else

@@ -15,18 +15,39 @@
  *
  * The frames: a schedule cuts each send and receive of a large frame to
  * such a rank into pieces of one size (uvccl__net_stripe_parts; sched.c
- * adds the pieces as ops with the same predecessors and successors), piece
- * k on lane k. A piece is an ordinary frame on its connection, matched
- * there by (group, sequence, tag) like any other. Both ends cut alike: the
- * pieces follow from the frame's size alone.
+ * adds the pieces as ops with the same predecessors and successors). Both
+ * ends cut alike: the pieces follow from the frame's size alone. A piece
+ * goes on whichever of the rank's connections has nothing queued, else
+ * waits in the rank's stripeq for the first that empties: a connection
+ * that is slower for a while (a loss, an unlucky share of a queue) carries
+ * fewer pieces instead of holding the frame back. Its header names the
+ * piece (frame_hdr_t.piece), and the receiver matches it, arriving on any
+ * of the rank's connections, against the receives posted on the rank's
+ * first one. So that "nothing queued" means something, a connection of a
+ * striped rank takes little more than it can send at once into the
+ * kernel (TCP_NOTSENT_LOWAT).
  *
  * Failures: a lane that breaks fails its rank (fail.c); a rank that
  * leaves says goodbye on every lane, and its leave is taken only once
  * every lane is read to its end, so nothing it sent before is lost. */
 #include "tcp.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 /* Pieces start at multiples of this: a multiple of every element size. */
 #define STRIPE_ALIGN ((size_t)4096)
+/* What a striped rank's connection holds unsent in the kernel at most
+ * (256 KiB cost a third of the throughput over a lossy link: the app
+ * could not refill it fast enough). */
+#define STRIPE_LOWAT (1024 * 1024)
+/* Pieces: each at most this large, so that when one connection stalls
+ * (a loss) the others carry more of the frame; but never more than
+ * STRIPE_PARTS_MAX a frame (each costs an op, and dependencies between
+ * the pieces of two cut ops may go to parts x parts). */
+#define STRIPE_PIECE_MAX ((size_t)1024 * 1024)
+#define STRIPE_PARTS_MAX ((size_t)64)
 /* A lane not connected by then fails creation. */
 #define LANE_DIAL_MS 10000
 
@@ -41,10 +62,20 @@ uint32_t uvccl__net_stripe_parts(const net_t *net, int r, size_t len,
   if (p == NULL || p->nlanes == 0) return 1;
   k = (size_t)p->nlanes + 1;
   each = (len + k - 1) / k;
+  if (each > STRIPE_PIECE_MAX) each = STRIPE_PIECE_MAX;
+  if (each < (len + STRIPE_PARTS_MAX - 1) / STRIPE_PARTS_MAX)
+    each = (len + STRIPE_PARTS_MAX - 1) / STRIPE_PARTS_MAX;
   each = (each + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
   if (each >= len) return 1;
   *piece = each;
   return (uint32_t)((len + each - 1) / each);
+}
+
+static void conn_tune(peer_t *c) {
+  uv_os_fd_t fd;
+  int v = STRIPE_LOWAT;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v));
 }
 
 static int lanes_alloc(peer_t *o) {
@@ -68,6 +99,7 @@ void uvccl__net_lanes_start(peer_t *o) {
   }
   o->nlanes = net->stripes - 1;
   net->lanes_want += o->nlanes;
+  conn_tune(o);
   if (!o->outgoing) return; /* they come to us */
   for (i = 1; i <= o->nlanes && o->state == PEER_UP; i++) {
     peer_t *l = uvccl__net_peer_new(net, o->rank);
@@ -96,6 +128,7 @@ void uvccl__net_lane_up(peer_t *l) {
   net->lanes_up++;
   if (uv_fileno((uv_handle_t *)&l->tcp, &fd) == 0)
     uvccl__tune_socket(fd, net->hb_ms, 0);
+  conn_tune(l);
   LOG_DEBUG("coll", "rank %d: stripe %d to rank %d up", net->rank, l->lane,
             l->rank);
   uvccl__net_check_ready(net);
@@ -119,6 +152,7 @@ const char *uvccl__net_lane_accept(peer_t *l, int from, int lane) {
   l->rank = from;
   l->owner = o;
   l->lane = lane;
+  memcpy(l->addrstr, o->addrstr, sizeof(l->addrstr)); /* for messages */
   o->lanes[lane - 1] = l;
   memset(&ack, 0, sizeof(ack));
   ack.kind = FRAME_HELLO_ACK;
@@ -160,5 +194,52 @@ void uvccl__net_lanes_down(peer_t *o) {
     l->rx.cur_op = NULL;
     l->rx.rstate = RS_HDR;
     l->rlen = 0;
+  }
+}
+
+/* ---- pieces ---------------------------------------------------------------- */
+
+/* A connection of o's with nothing queued, the next after the last one
+ * used (so pieces spread when several are free), or NULL. */
+static peer_t *conn_free(peer_t *o) {
+  int n = o->nlanes + 1, i;
+  for (i = 0; i < n; i++) {
+    int k = (o->stripe_next + i) % n;
+    peer_t *c = k == 0 ? o : o->lanes[k - 1];
+    if (c != NULL && c->state == PEER_UP && c->sendq_open &&
+        uvccl__sendq_queued(&c->sendq) == 0) {
+      o->stripe_next = (k + 1) % n;
+      return c;
+    }
+  }
+  return NULL;
+}
+
+/* A piece to rank o: on a free connection now (as uvccl__net_send
+ * returns), else queued (0) until one empties. */
+int uvccl__net_stripe_send(net_t *net, peer_t *o, sop_t *op) {
+  peer_t *c = o->stripeq.head == NULL ? conn_free(o) : NULL;
+  if (c != NULL) return uvccl__net_peer_transmit(net, c, op);
+  sop_list_push(&o->stripeq, op);
+  op->writing = 1;
+  return 0;
+}
+
+/* A connection of o's emptied: queued pieces go, while one is free. */
+void uvccl__net_stripe_pump(peer_t *o) {
+  net_t *net = o->net;
+  sop_t *op;
+  peer_t *c;
+  while ((op = o->stripeq.head) != NULL && (c = conn_free(o)) != NULL) {
+    int rc;
+    sop_list_remove(&o->stripeq, op);
+    op->writing = 0;
+    rc = uvccl__net_peer_transmit(net, c, op);
+    if (rc == 1) {
+      net->hooks->kick_spin(net);
+      net->up->op_done(op);
+    } else if (rc != 0) {
+      net->up->send_lost(op); /* the verdict on o fails the schedule */
+    }
   }
 }

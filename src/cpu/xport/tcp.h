@@ -27,6 +27,7 @@ typedef struct uvccl__net_hooks_s {
   void (*kick_spin)(net_t *net);
   void (*slicer_start)(net_t *net);
   void (*start_read)(peer_t *p);
+  void (*stripe_pump)(peer_t *o);
 } uvccl__net_hooks_t;
 
 /* A control frame, copied: written now, or queued on a peer not yet
@@ -77,6 +78,8 @@ const char *uvccl__net_lane_accept(peer_t *l, int from, int lane);
 void uvccl__net_lane_up(peer_t *l);
 void uvccl__net_lanes_down(peer_t *o);
 int uvccl__net_lanes_open(const peer_t *o);
+int uvccl__net_stripe_send(net_t *net, peer_t *o, sop_t *op);
+void uvccl__net_stripe_pump(peer_t *o);
 peer_t *uvccl__net_peer_need(net_t *net, int r);
 peer_t *uvccl__net_peer_new(net_t *net, int rank);
 void uvccl__net_peer_start_read(peer_t *p);

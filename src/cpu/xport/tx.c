@@ -91,7 +91,7 @@ static void on_write(uvccl__wreq_t *req, int status) {
   op->writing = 0;
   if (status < 0) {
     net_t *net = s->g->net;
-    peer_t *p = uvccl__net_conn(net, op);
+    peer_t *p = op->via;
     /* The peer's failure is settled by the monitor, whose verdict fails
      * this schedule with the right culprit; only the buffer is back. */
     if (status != UV_ECANCELED && p != NULL && p->state == PEER_UP)
@@ -99,14 +99,22 @@ static void on_write(uvccl__wreq_t *req, int status) {
     net->up->send_lost(op);
     return;
   }
-  s->g->net->hooks->kick_spin(s->g->net);
-  s->g->net->up->op_done(op);
+  {
+    net_t *net = s->g->net;
+    peer_t *p = op->via;
+    net->hooks->kick_spin(net);
+    net->up->op_done(op);
+    /* its connection has room: a piece waiting for one may go */
+    if (p != NULL && (p->owner != NULL || p->nlanes > 0))
+      net->hooks->stripe_pump(p->owner != NULL ? p->owner : p);
+  }
 }
 
 /* The frame (its header already in op->hdr) onto p's ring or socket. */
 int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op) {
   uv_buf_t b[2];
   int rc, nb;
+  op->via = p;
   if (p->shm_tx) {
     rc = p->net->local_xport->send(p, op);
     if (rc < 0)
