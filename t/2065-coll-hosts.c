@@ -14,7 +14,9 @@
  *   d) 4 ranks on hosts "a b a b": hosts alike, so large allreduces reduce
  *      in each host (rings 0 2 and 1 3), across the hosts (0 1 and 2 3),
  *      and gather back, and allgather(v) and reduce_scatter(v) go across
- *      and within the hosts in two rings; exact (b too).
+ *      and within the hosts in two rings; exact (b too); with 4 TCP
+ *      connections to each rank of the other host and frames of 8 KiB
+ *      or more cut across them (UVCCL_TCP_STRIPES, _STRIPE_MIN).
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
  * (1 to 16384 elements) and barriers, exact in every world: through the
@@ -404,6 +406,10 @@ int main(void) {
   world("b (by host)", "a a b b", "0 1 2 3", 4, NULL);
   world("c (scattered, UVCCL_RING_ORDER=rank)", "a b a b a", "0 1 2 3 4", 5,
         "rank");
-  world("d (2 hosts of 2, scattered)", "a b a b", "0 2 1 3", 4, NULL);
+  setenv("UVCCL_TCP_STRIPES", "4", 1);
+  setenv("UVCCL_TCP_STRIPE_MIN", "8192", 1);
+  world("d (2 hosts of 2, scattered, striped)", "a b a b", "0 2 1 3", 4, NULL);
+  unsetenv("UVCCL_TCP_STRIPES");
+  unsetenv("UVCCL_TCP_STRIPE_MIN");
   return done_testing();
 }

@@ -14,7 +14,9 @@
  * this rank's". Then all shrink: only one side goes on (split brain), the
  * majority, or on a tie the half holding rank 0; its allreduces are right;
  * the other side's shrink fails with UVCCL_ENOQUORUM saying why, and it
- * exits (never hangs). With the quorum off, both sides go on. Needs root
+ * exits (never hangs). With the quorum off, both sides go on. Every rank
+ * reaches the other hosts' over 3 connections (UVCCL_TCP_STRIPES): a
+ * host's ranks killed or its link down fail them all alike. Needs root
  * and iproute2; skips otherwise. */
 #define _GNU_SOURCE
 #include "tap.h"
@@ -257,6 +259,7 @@ int main(void) {
   if (ns_prepare(HOSTS, err, sizeof(err)) != 0) skip_all("%s", err);
   sigpipe_default();
   alarm(480);
+  setenv("UVCCL_TCP_STRIPES", "3", 1); /* (every rank's) */
   if (ns_setup(err, sizeof(err)) != 0) {
     ns_cleanup();
     skip_all("cannot build the network namespaces: %s", err);

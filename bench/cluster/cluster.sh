@@ -21,7 +21,8 @@
 #   uvccl-b     BENCH_B: another build's uvccl-bench, for a before/after
 #               in one run (not in the default IMPLS)
 #   uvccl-sN    the same with UVCCL_TCP_STRIPES=N (N TCP connections to
-#               each rank of another host; uvccl-s1: one)
+#               each rank of another host, large frames cut across them;
+#               uvccl-s1: one, the default)
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -42,6 +43,8 @@
 #   at random: nftables' numgen, since this kernel has no netem; needs nft;
 #   that host sends and receives packets of one segment each then, so that
 #   a drop is one packet's, not a large send's)
+#   QUEUE_MS=100 (how much a link queues before it drops, in time at RATE:
+#   tbf's latency)
 #   DELAY_US=0 (every host's link holds what it sends this long: round
 #   trips of 2 x DELAY_US between hosts; bench/cluster/delay.c through
 #   iptables' NFQUEUE, since this kernel has no netem; needs iptables and
@@ -60,6 +63,7 @@ ITERS=${ITERS:-5}
 LOSS=${LOSS:-0}
 LOSS_HOST=${LOSS_HOST:-0}
 DELAY_US=${DELAY_US:-0}
+QUEUE_MS=${QUEUE_MS:-100}
 WARMUP=${WARMUP:-1}
 N=(-n "$ITERS" -w "$WARMUP")
 W=$((H * L))
@@ -112,9 +116,9 @@ for i in $(seq 0 $((H - 1))); do
   # the host's link, both ways: out of the host, and out of the switch
   # towards it
   ip netns exec "$TAG$i" tc qdisc add dev eth0 root tbf rate "$RATE" \
-    burst 256kb latency 100ms
+    burst 256kb latency "${QUEUE_MS}ms"
   ip netns exec "$SW" tc qdisc add dev p$i root tbf rate "$RATE" \
-    burst 256kb latency 100ms
+    burst 256kb latency "${QUEUE_MS}ms"
 done
 if [ "$DELAY_US" != 0 ]; then
   gcc -O2 -o "$TMP/delay" "$ROOT/bench/cluster/delay.c" -lnetfilter_queue ||

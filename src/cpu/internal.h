@@ -332,7 +332,6 @@ struct peer_s {
   int eof_waits;         /* it left and closed: its failure waits until
                             every lane is read to the end */
   sop_list_t stripeq;    /* pieces waiting for a connection with room */
-  int stripe_next;       /* the connection to look at first (0: this) */
 };
 
 struct net_s {

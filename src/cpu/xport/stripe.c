@@ -34,6 +34,8 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 /* Pieces start at multiples of this: a multiple of every element size. */
@@ -199,20 +201,38 @@ void uvccl__net_lanes_down(peer_t *o) {
 
 /* ---- pieces ---------------------------------------------------------------- */
 
-/* A connection of o's with nothing queued, the next after the last one
- * used (so pieces spread when several are free), or NULL. */
+/* Bytes the kernel holds for c: not yet sent, or sent and not yet
+ * acknowledged (how far behind its stream is). */
+static size_t conn_behind(peer_t *c) {
+  uv_os_fd_t fd;
+  int n = 0;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 ||
+      ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0)
+    return 0;
+  return (size_t)n;
+}
+
+/* Of o's connections with nothing queued here, the one whose stream is
+ * least behind (the pieces of a frame, cut to travel side by side, then
+ * arrive close together; a stream slowed by a loss gets fewer), or NULL
+ * when every one has something queued. */
 static peer_t *conn_free(peer_t *o) {
   int n = o->nlanes + 1, i;
+  peer_t *best = NULL;
+  size_t least = SIZE_MAX;
   for (i = 0; i < n; i++) {
-    int k = (o->stripe_next + i) % n;
-    peer_t *c = k == 0 ? o : o->lanes[k - 1];
-    if (c != NULL && c->state == PEER_UP && c->sendq_open &&
-        uvccl__sendq_queued(&c->sendq) == 0) {
-      o->stripe_next = (k + 1) % n;
-      return c;
+    peer_t *c = i == 0 ? o : o->lanes[i - 1];
+    size_t b;
+    if (c == NULL || c->state != PEER_UP || !c->sendq_open ||
+        uvccl__sendq_queued(&c->sendq) != 0)
+      continue;
+    b = conn_behind(c);
+    if (b < least) {
+      least = b;
+      best = c;
     }
   }
-  return NULL;
+  return best;
 }
 
 /* A piece to rank o: on a free connection now (as uvccl__net_send
