@@ -64,8 +64,8 @@ static int sockets(void) {
 }
 
 static void check_allreduce(size_t n, const char *name) {
-  int32_t *a = malloc(n * 4), *b = malloc(n * 4);
-  float *f = malloc(n * 4);
+  int32_t *a = calloc(n, 4), *b = calloc(n, 4);
+  float *f = calloc(n, 4);
   size_t i, bad = 0, badf = 0;
   uvccl_work_t w = {0};
   int rc, rc2, q;

@@ -647,7 +647,8 @@ static void sched_stripe(sched_t *s) {
           uvccl__sop_dep(s, at[a] + x, at[b] + y);
   }
   if (s->status != 0) goto out;
-  qsort(s->edges, s->nedges, sizeof(*s->edges), edge_order);
+  if (s->nedges > 1)
+    qsort(s->edges, s->nedges, sizeof(*s->edges), edge_order);
   goto out;
 nomem:
   s->status = UV_ENOMEM;

@@ -471,15 +471,7 @@ void uvccl__net_peer_ready(peer_t *p) {
   net_t *net = p->net;
   sop_t *op;
   while ((op = p->waitq.head) != NULL && p->state == PEER_UP) {
-    int rc;
     sop_list_remove(&p->waitq, op);
-    op->writing = 0;
-    rc = uvccl__net_peer_transmit(net, p, op);
-    if (rc == 1) {
-      net->hooks->kick_spin(net);
-      net->up->op_done(op);
-    } else if (rc != 0) {
-      net->up->send_lost(op); /* the verdict on p fails the schedule */
-    }
+    uvccl__net_send_waited(net, p, op);
   }
 }

@@ -251,15 +251,7 @@ void uvccl__net_stripe_pump(peer_t *o) {
   sop_t *op;
   peer_t *c;
   while ((op = o->stripeq.head) != NULL && (c = conn_free(o)) != NULL) {
-    int rc;
     sop_list_remove(&o->stripeq, op);
-    op->writing = 0;
-    rc = uvccl__net_peer_transmit(net, c, op);
-    if (rc == 1) {
-      net->hooks->kick_spin(net);
-      net->up->op_done(op);
-    } else if (rc != 0) {
-      net->up->send_lost(op); /* the verdict on o fails the schedule */
-    }
+    uvccl__net_send_waited(net, c, op);
   }
 }

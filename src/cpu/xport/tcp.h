@@ -86,6 +86,7 @@ void uvccl__net_peer_start_read(peer_t *p);
 void uvccl__net_peer_stop_read(peer_t *p);
 void uvccl__net_peer_takeover(peer_t *p, peer_t *q);
 int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op);
+void uvccl__net_send_waited(net_t *net, peer_t *p, sop_t *op);
 void uvccl__net_peer_up(peer_t *p);
 void uvccl__net_peer_sendq_open(peer_t *p);
 int uvccl__net_peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,

@@ -153,6 +153,21 @@ int uvccl__net_peer_transmit(net_t *net, peer_t *p, sop_t *op) {
   return rc;
 }
 
+/* A send that waited (for its connection, or for a connection with room)
+ * goes on p now: done at once, or queued, or lost (the verdict on the
+ * peer then fails its schedule). */
+void uvccl__net_send_waited(net_t *net, peer_t *p, sop_t *op) {
+  int rc;
+  op->writing = 0;
+  rc = uvccl__net_peer_transmit(net, p, op);
+  if (rc == 1) {
+    net->hooks->kick_spin(net);
+    net->up->op_done(op);
+  } else if (rc != 0) {
+    net->up->send_lost(op);
+  }
+}
+
 /* ---- control frames ------------------------------------------------------ */
 
 void uvccl__net_ctl_flush(peer_t *p) {
