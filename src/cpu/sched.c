@@ -587,7 +587,7 @@ static void sched_stripe(sched_t *s) {
   uint32_t *at = NULL, *parts = NULL;
   size_t *piece = NULL;
   sop_t *ops = NULL;
-  if (net->stripes < 2 || s->p2p || s->sizes_late || n0 == 0) return;
+  if (net->lanes_want == 0 || s->p2p || s->sizes_late || n0 == 0) return;
   at = uvccl__malloc(n0 * sizeof(*at));
   parts = uvccl__malloc(n0 * sizeof(*parts));
   piece = uvccl__malloc(n0 * sizeof(*piece));
