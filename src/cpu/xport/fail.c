@@ -47,18 +47,7 @@ static void net_apply_left(net_t *net, int r) {
 static void lane_fail(net_t *net, peer_t *l, int err, const char *why) {
   peer_t *o = l->owner;
   char m[160];
-  if (l->state == PEER_DEAD || l->state == PEER_CLOSING) return;
-  if (l->tls_hs != NULL) {
-    uvccl__tls_cancel(l->tls_hs);
-    l->tls_hs = NULL;
-  }
-  if (l->state == PEER_UP) net->lanes_up--;
-  l->state = PEER_DEAD;
-  l->err = err;
-  uvccl__net_peer_close_tcp(l);
-  l->rx.cur_op = NULL;
-  l->rx.rstate = RS_HDR;
-  l->rlen = 0;
+  if (!uvccl__net_lane_down(l, err)) return;
   if (l->left && err == UVCCL_EPEER) {
     if (o->eof_waits && !uvccl__net_lanes_open(o)) {
       o->eof_waits = 0;

@@ -181,22 +181,26 @@ int uvccl__net_lanes_open(const peer_t *o) {
 /* o failed: its lanes close with it (their work fails with o's). */
 void uvccl__net_lanes_down(peer_t *o) {
   int i;
-  for (i = 0; o->lanes != NULL && i < o->net->stripes - 1; i++) {
-    peer_t *l = o->lanes[i];
-    if (l == NULL || l->state == PEER_DEAD || l->state == PEER_CLOSING)
-      continue;
-    if (l->tls_hs != NULL) {
-      uvccl__tls_cancel(l->tls_hs);
-      l->tls_hs = NULL;
-    }
-    if (l->state == PEER_UP) o->net->lanes_up--;
-    l->state = PEER_DEAD;
-    l->err = o->err;
-    uvccl__net_peer_close_tcp(l);
-    l->rx.cur_op = NULL;
-    l->rx.rstate = RS_HDR;
-    l->rlen = 0;
+  for (i = 0; o->lanes != NULL && i < o->net->stripes - 1; i++)
+    if (o->lanes[i] != NULL) uvccl__net_lane_down(o->lanes[i], o->err);
+}
+
+/* One lane is done (its own failure or its rank's): closed, err kept.
+ * 0 when it already was. */
+int uvccl__net_lane_down(peer_t *l, int err) {
+  if (l->state == PEER_DEAD || l->state == PEER_CLOSING) return 0;
+  if (l->tls_hs != NULL) {
+    uvccl__tls_cancel(l->tls_hs);
+    l->tls_hs = NULL;
   }
+  if (l->state == PEER_UP) l->net->lanes_up--;
+  l->state = PEER_DEAD;
+  l->err = err;
+  uvccl__net_peer_close_tcp(l);
+  l->rx.cur_op = NULL;
+  l->rx.rstate = RS_HDR;
+  l->rlen = 0;
+  return 1;
 }
 
 /* ---- pieces ---------------------------------------------------------------- */

@@ -77,6 +77,7 @@ void uvccl__net_peer_connect(peer_t *p);
 const char *uvccl__net_lane_accept(peer_t *l, int from, int lane);
 void uvccl__net_lane_up(peer_t *l);
 void uvccl__net_lanes_down(peer_t *o);
+int uvccl__net_lane_down(peer_t *l, int err);
 int uvccl__net_lanes_open(const peer_t *o);
 int uvccl__net_stripe_send(net_t *net, peer_t *o, sop_t *op);
 void uvccl__net_stripe_pump(peer_t *o);
