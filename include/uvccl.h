@@ -710,6 +710,15 @@ typedef struct {
    * its subgroups. */
   int tcp_stripes;
   size_t tcp_stripe_min;
+  /* GPU buffers (staged through pinned host memory): a collective of at
+   * least two chunks of stage_chunk bytes (allreduce, broadcast, reduce:
+   * the buffer; allgather, reduce_scatter: the ranks' blocks together)
+   * goes chunk by chunk (at most 64, so larger chunks in larger ones),
+   * so that the device copies of one chunk overlap the transfers of the
+   * others. 0 = $UVCCL_STAGE_CHUNK, else 1 MiB; SIZE_MAX: whole. Every rank must have the same value, and a chunked
+   * collective must be staged on every rank (GPU buffers everywhere): a
+   * rank with host buffers runs it whole. Subgroups inherit it. */
+  size_t stage_chunk;
 } uvccl_pg_options_t;
 
 #define UVCCL_TURN_BYTES_DEFAULT ((size_t)512 << 10)

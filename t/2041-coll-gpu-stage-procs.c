@@ -1,7 +1,8 @@
 /* GPU buffers staged through the TCP groups, ranks as separate processes
  * sharing one device: uvccl-bench --gpu under uvccl-run, every op, each
  * result checked by the bench itself (device buffers copied back and
- * compared). On a machine with a GPU the real CUDA runtime is used;
+ * compared), whole and in chunks (UVCCL_STAGE_CHUNK). On a machine with
+ * a GPU the real CUDA runtime is used;
  * elsewhere the fake one (t/fake/cudart.c) stands in. */
 #include "tap.h"
 #include "uvccl.h"
@@ -72,5 +73,9 @@ int main(void) {
              uvccl_gpu_unavailable_reason());
   run(2, "", "2 ranks on one device");
   run(3, "--inplace", "3 ranks on one device, allreduce in place");
+  /* 64 KiB chunks: from 64 KiB up, every cut collective in chunks */
+  setenv("UVCCL_STAGE_CHUNK", "65536", 1);
+  run(3, "", "3 ranks, staged in 64 KiB chunks");
+  unsetenv("UVCCL_STAGE_CHUNK");
   done_testing();
 }

@@ -23,6 +23,12 @@
 #   uvccl-sN    the same with UVCCL_TCP_STRIPES=N (N TCP connections to
 #               each rank of another host, large frames cut across them;
 #               uvccl-s1: one, the default)
+#   uvccl-gpu   uvccl-bench --gpu: buffers in GPU memory, staged through
+#               pinned memory in chunks (UVCCL_STAGE_CHUNK); without a GPU,
+#               set UVCCL_CUDART=build/fake/libcudart.so.13 and
+#               FAKE_CUDA_COPY_MBPS (the fake's copy rate)
+#   uvccl-gpuK  the same in chunks of K KiB (UVCCL_STAGE_CHUNK; uvccl-gpu0:
+#               whole)
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -154,15 +160,17 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
     h=$(host_of "$r" "$place")
     local env=(RANK=$r WORLD_SIZE=$W MASTER_ADDR=10.215.0.1 MASTER_PORT=$port)
     case $impl in
-      uvccl | uvccl-ring | uvccl-rank | uvccl-b | uvccl-s*)
-        local bin=$ROOT/build/bin/uvccl-bench
+      uvccl | uvccl-ring | uvccl-rank | uvccl-b | uvccl-s* | uvccl-gpu*)
+        local bin=$ROOT/build/bin/uvccl-bench gpu=()
         env+=(UVCCL_HOST_ID=h$h UVCCL_SOCKET_IFNAME=eth0)
         case $impl in
           uvccl-ring | uvccl-rank) env+=(UVCCL_RING_ORDER=${impl#uvccl-}) ;;
           uvccl-s*) env+=(UVCCL_TCP_STRIPES=${impl#uvccl-s}) ;;
           uvccl-b) bin=${BENCH_B:?uvccl-b needs BENCH_B} ;;
+          uvccl-gpu) gpu=(--gpu) ;;
+          uvccl-gpu*) gpu=(--gpu); env+=(UVCCL_STAGE_CHUNK=$((${impl#uvccl-gpu} * 1024))) ;;
         esac
-        cmd=("$bin" --op "$op" -b "$bytes" -e "$bytes"
+        cmd=("$bin" --op "$op" -b "$bytes" -e "$bytes" "${gpu[@]}"
           "${N[@]}" --json --timeout 300) ;;
       gloo)
         env+=(GLOO_SOCKET_IFNAME=eth0)

@@ -43,6 +43,9 @@ static void apply_options(group_t *g, const uvccl_pg_options_t *o) {
                                      : UVCCL_PG_DEFAULT_TIMEOUT_MS;
   g->small_max = o && o->small_max ? o->small_max : UVCCL__SMALL_MAX;
   g->segment = o && o->segment ? o->segment : UVCCL__SEGMENT;
+  x = o ? o->stage_chunk : 0;
+  if (x == 0) uvccl__config_uint(UVCCL__CFG_STAGE_CHUNK, &x);
+  g->stage_chunk = x >= SIZE_MAX ? 0 : (size_t)x;
   busy = o ? o->busy_poll_us : 0;
   if (busy == 0) uvccl__config_uint(UVCCL__CFG_BUSY_POLL_US, &busy);
   if (busy == UINT32_MAX) busy = 0;

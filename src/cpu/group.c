@@ -145,6 +145,7 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   g->small_max = parent->small_max;
   g->small_tree = parent->small_tree;
   g->segment = parent->segment;
+  g->stage_chunk = parent->stage_chunk;
   g->stream_min = parent->stream_min;
   if (tag != NULL) g->tag = uvccl__strdup(tag);
   g->trace_size = parent->trace_size;

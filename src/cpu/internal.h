@@ -487,6 +487,8 @@ struct group_s {
                              through shared-memory boxes (shm_box.c) */
   uint64_t box_seq;       /* the next box collective's number */
   size_t segment;
+  size_t stage_chunk;     /* GPU buffers: staged in chunks this large
+                             (stage.c; 0: whole) */
   size_t stream_min;      /* outputs this large are written around the
                              cache ($UVCCL_STREAM_MIN; 0: never) */
   char *tag;              /* find-or-create tag */

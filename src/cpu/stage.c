@@ -14,7 +14,22 @@
  *
  * Pinned buffers come from a per-group pool: allocated on the device thread
  * when none fits (cudaHostAlloc can take milliseconds, so never on the
- * loop), handed back after the copy out, freed with the group. */
+ * loop), handed back after the copy out, freed with the group.
+ *
+ * Large allreduces, broadcasts, reduces, allgathers and reduce_scatters go
+ * in chunks (the group's stage_chunk, larger where that would make more
+ * than STAGE_MAX_CHUNKS: the link waits for the first chunk's copy in and
+ * the caller for the last one's copy out, so a chunk stays a small part
+ * of the whole, while each costs a collective's start and two device
+ * round trips): every chunk's copy in is queued at
+ * once on one stream, chunk k's collective starts once its copy is in
+ * (at most STAGE_WINDOW collectives in flight, in chunk order, so every
+ * rank starts them alike), and its copy out goes on a second stream as
+ * soon as it ends. So the copies of one chunk overlap the transfers of the
+ * others, in both directions, instead of adding to them. An allgather's
+ * output (a reduce_scatter's input) is kept chunk by chunk in the pinned
+ * buffer, each chunk's blocks of every rank together, so each chunk's
+ * collective sees contiguous memory. */
 #include "internal.h"
 #include "stage.h"
 #include "cuda/cuda_api.h"
@@ -22,6 +37,8 @@
 
 #include <stdio.h>
 #include <string.h>
+
+typedef struct gstage_s gstage_t;
 
 typedef struct pinned_s {
   struct pinned_s *next;
@@ -34,11 +51,15 @@ struct uvccl__stager_s {
   int device;
   uvccl__gpu_t *gpu;
   uvccl__gpu_client_t *client;
-  void *stream;          /* (gpu) created by the first op */
+  void *stream;          /* (gpu) created by the first op: copies in,
+                            and every copy of an operation done whole */
+  void *stream_out;      /* (gpu) chunks' copies out */
   uv_mutex_t lock;       /* the pool: returned on the loop, taken on the
                             device thread */
   pinned_t *pool;
   int active;            /* stages not yet finished */
+  gstage_t *order;       /* stages that have collectives to start, in the
+                            order of the calls (order_run) */
   int closing;
   uvccl__gpu_op_t fin;   /* the last op: sync, free the pool and stream */
   void (*closed_cb)(void *arg);
@@ -52,9 +73,28 @@ typedef struct {
   int copy_in, copy_out;
   pinned_t *pin;         /* (gpu, then loop) the staging buffer */
   void *host;            /* what the TCP collective uses */
+  int blocks;            /* chunked: the ranks' blocks of count elements
+                            it holds (allgather's output, reduce_scatter's
+                            input), kept chunk by chunk in host; else 1 */
+  int on_device;         /* user is device memory (else host memory,
+                            staged only so that a chunk is contiguous) */
 } sbuf_t;
 
-typedef struct gstage_s gstage_t;
+/* One chunk of a chunked stage: elements [off, off + n) of count. */
+typedef struct {
+  gstage_t *st;
+  size_t off, n;
+  uvccl__gpu_op_t gin, gout;
+  uvccl_work_t w;        /* its collective on the host buffers */
+  int copied_in;
+  int running;           /* its collective is in flight */
+} chunk_t;
+
+/* Chunk collectives in flight at once: one moving, the next ready, so the
+ * links never wait for a start. */
+#define STAGE_WINDOW 2
+#define STAGE_MAX_CHUNKS 64
+
 struct gstage_s {
   uvccl__stager_t *sg;
   uvccl_pg_t *pg;
@@ -81,6 +121,15 @@ struct gstage_s {
   int phase;             /* 0 copy in, 1 collective, 2 copy out */
   int status;
   int user_done;
+  int in_ready;          /* whole: copied in, the collective may start */
+  gstage_t *order_next;  /* the stager's order list */
+  /* chunked (nchunk > 1) */
+  chunk_t *chunks;
+  int nchunk;
+  int next_coll;         /* the next chunk whose collective starts */
+  int colls;             /* chunk collectives in flight */
+  int outs_done;         /* chunks whose copy out is over */
+  int inflight;          /* device ops and collectives not yet done */
 };
 
 static const char *kind_name[] = {
@@ -158,25 +207,23 @@ static int cuda_fail(uvccl__gpu_op_t *op, const char *call,
   return uvccl__cuda_to_uvccl(e);
 }
 
-static int ensure_stream(uvccl__stager_t *sg, uvccl__gpu_op_t *op) {
+static int ensure_stream(void **stream, uvccl__gpu_op_t *op) {
   uvccl__cuda_err_t e;
-  if (sg->stream != NULL) return 0;
-  e = uvccl__cuda.StreamCreateWithFlags(&sg->stream,
+  if (*stream != NULL) return 0;
+  e = uvccl__cuda.StreamCreateWithFlags(stream,
                                         UVCCL__CUDA_STREAM_NON_BLOCKING);
   if (e != UVCCL__CUDA_SUCCESS) {
-    sg->stream = NULL;
+    *stream = NULL;
     return cuda_fail(op, "cudaStreamCreateWithFlags", e);
   }
   return 0;
 }
 
-static int issue_in(uvccl__gpu_op_t *op) {
-  gstage_t *st = op->data;
+/* Gives every staged buffer its pinned memory (b->host). */
+static int pin_bufs(gstage_t *st, uvccl__gpu_op_t *op) {
   uvccl__stager_t *sg = st->sg;
   uvccl__cuda_err_t e;
-  int i, rc = ensure_stream(sg, op);
-  if (rc != 0) return rc;
-  op->stream = sg->stream;
+  int i;
   for (i = 0; i < st->nb; i++) {
     sbuf_t *b = &st->b[i];
     if (!b->staged || b->len == 0) continue;
@@ -196,12 +243,77 @@ static int issue_in(uvccl__gpu_op_t *op) {
       b->pin = p;
     }
     b->host = b->pin->p;
-    if (!b->copy_in) continue;
+  }
+  return 0;
+}
+
+static int issue_in(uvccl__gpu_op_t *op) {
+  gstage_t *st = op->data;
+  uvccl__stager_t *sg = st->sg;
+  uvccl__cuda_err_t e;
+  int i, rc = ensure_stream(&sg->stream, op);
+  if (rc == 0) rc = pin_bufs(st, op);
+  if (rc != 0) return rc;
+  op->stream = sg->stream;
+  for (i = 0; i < st->nb; i++) {
+    sbuf_t *b = &st->b[i];
+    if (!b->staged || b->len == 0 || !b->copy_in) continue;
     e = uvccl__cuda.MemcpyAsync(b->host, b->user, b->len,
                                 UVCCL__CUDA_MEMCPY_DEVICE_TO_HOST, sg->stream);
     if (e != UVCCL__CUDA_SUCCESS) return cuda_fail(op, "cudaMemcpyAsync", e);
   }
   return 0;
+}
+
+/* Chunk c's bytes of every staged buffer, one way: a buffer of ranks'
+ * blocks is P pieces (block r's chunk, at r * count in the caller's
+ * buffer, at r * n within the chunk's run in the pinned one). */
+static int chunk_copy(uvccl__gpu_op_t *op, const chunk_t *c, int to_host,
+                      void *stream) {
+  gstage_t *st = c->st;
+  size_t es = uvccl_dtype_size(st->dtype);
+  int i;
+  for (i = 0; i < st->nb; i++) {
+    sbuf_t *b = &st->b[i];
+    size_t r, nblk = (size_t)b->blocks;
+    int kind = !b->on_device ? UVCCL__CUDA_MEMCPY_DEFAULT
+               : to_host     ? UVCCL__CUDA_MEMCPY_DEVICE_TO_HOST
+                             : UVCCL__CUDA_MEMCPY_HOST_TO_DEVICE;
+    if (!b->staged || b->len == 0 || !(to_host ? b->copy_in : b->copy_out))
+      continue;
+    if (b->host == NULL) { /* the first chunk's pinning failed */
+      snprintf(op->msg, sizeof(op->msg), "no pinned staging memory");
+      return UV_ENOMEM;
+    }
+    for (r = 0; r < nblk; r++) {
+      char *u = (char *)b->user + (r * st->count + c->off) * es;
+      char *h = (char *)b->host + (nblk * c->off + r * c->n) * es;
+      uvccl__cuda_err_t e =
+          to_host ? uvccl__cuda.MemcpyAsync(h, u, c->n * es, kind, stream)
+                  : uvccl__cuda.MemcpyAsync(u, h, c->n * es, kind, stream);
+      if (e != UVCCL__CUDA_SUCCESS) return cuda_fail(op, "cudaMemcpyAsync", e);
+    }
+  }
+  return 0;
+}
+
+static int issue_chunk_in(uvccl__gpu_op_t *op) {
+  chunk_t *c = op->data;
+  uvccl__stager_t *sg = c->st->sg;
+  int rc = ensure_stream(&sg->stream, op);
+  if (rc == 0 && c->off == 0) rc = pin_bufs(c->st, op);
+  if (rc != 0) return rc;
+  op->stream = sg->stream;
+  return chunk_copy(op, c, 1, sg->stream);
+}
+
+static int issue_chunk_out(uvccl__gpu_op_t *op) {
+  chunk_t *c = op->data;
+  uvccl__stager_t *sg = c->st->sg;
+  int rc = ensure_stream(&sg->stream_out, op);
+  if (rc != 0) return rc;
+  op->stream = sg->stream_out;
+  return chunk_copy(op, c, 0, sg->stream_out);
 }
 
 static int issue_out(uvccl__gpu_op_t *op) {
@@ -231,11 +343,16 @@ static int issue_out(uvccl__gpu_op_t *op) {
 static int issue_fin(uvccl__gpu_op_t *op) {
   uvccl__stager_t *sg = op->data;
   pinned_t *p;
-  if (sg->stream != NULL) {
+  void **streams[2];
+  int i;
+  streams[0] = &sg->stream;
+  streams[1] = &sg->stream_out;
+  for (i = 0; i < 2; i++) {
+    if (*streams[i] == NULL) continue;
     uvccl__gpu_in_call(op, "cudaStreamSynchronize");
-    (void)uvccl__cuda.StreamSynchronize(sg->stream);
-    (void)uvccl__cuda.StreamDestroy(sg->stream);
-    sg->stream = NULL;
+    (void)uvccl__cuda.StreamSynchronize(*streams[i]);
+    (void)uvccl__cuda.StreamDestroy(*streams[i]);
+    *streams[i] = NULL;
   }
   uvccl__gpu_in_call(op, "cudaFreeHost");
   while ((p = sg->pool) != NULL) {
@@ -286,10 +403,23 @@ void uvccl__stager_close(uvccl__stager_t *sg, void (*cb)(void *arg),
   stager_maybe_close(sg);
 }
 
+static void order_remove(uvccl__stager_t *sg, gstage_t *st) {
+  gstage_t **pp;
+  for (pp = &sg->order; *pp != NULL; pp = &(*pp)->order_next)
+    if (*pp == st) {
+      *pp = st->order_next;
+      st->order_next = NULL;
+      return;
+    }
+}
+
 static void stage_finish(gstage_t *st) {
   uvccl__stager_t *sg = st->sg;
   int i;
+  order_remove(sg, st);
   for (i = 0; i < st->nb; i++) pool_give(sg, st->b[i].pin);
+  for (i = 0; i < st->nchunk; i++) uvccl_work_cleanup(&st->chunks[i].w);
+  uvccl__free(st->chunks);
   uvccl_work_cleanup(&st->inner);
   uvccl__free(st->counts_a);
   uvccl__free(st->counts_b);
@@ -410,28 +540,254 @@ static int start_inner(gstage_t *st) {
   return UV_EINVAL;
 }
 
+static void order_run(uvccl__stager_t *sg);
+
 static void in_done(uvccl__gpu_op_t *op) {
   gstage_t *st = op->data;
-  int rc;
+  uvccl__stager_t *sg = st->sg;
   if (op->status != 0 || st->user_done) {
     user_complete(st, op->status ? op->status : UV_ECANCELED, op->msg);
     stage_finish(st);
-    return;
+  } else {
+    st->in_ready = 1;
   }
-  st->phase = 1;
-  rc = start_inner(st);
-  if (rc != 0) {
-    user_complete(st, rc, "starting the collective on the host buffers");
+  order_run(sg);
+}
+
+/* ---- chunks, the loop side ------------------------------------------------- */
+
+static void chunk_pump(gstage_t *st);
+static void chunk_coll_done(uvccl_work_t *w, int status);
+
+/* Chunk c's collective, on its part of the host buffers. */
+static int chunk_start(chunk_t *c) {
+  gstage_t *st = c->st;
+  size_t es = uvccl_dtype_size(st->dtype), P = (size_t)st->pg->size;
+  char *h0 = st->b[0].host, *h1 = st->nb > 1 ? st->b[1].host : NULL;
+  uvccl_pg_t *pg = st->pg;
+  uvccl_work_t *w = &c->w;
+  char *a = h0 + c->off * es, *b = h1 ? h1 + c->off * es : a;
+  w->data = c;
+  w->timeout_ms = st->user->timeout_ms;
+  switch (st->kind) {
+  case UVCCL__STAGE_ALLREDUCE:
+    return uvccl__host_allreduce(pg, w, a, b, c->n, st->dtype, st->op,
+                                 chunk_coll_done);
+  case UVCCL__STAGE_BROADCAST:
+    return uvccl__host_broadcast(pg, w, a, c->n, st->dtype, st->root,
+                                 chunk_coll_done);
+  case UVCCL__STAGE_REDUCE:
+    return uvccl__host_reduce(pg, w, a, b, c->n, st->dtype, st->op, st->root,
+                              chunk_coll_done);
+  case UVCCL__STAGE_ALLGATHER:
+    return uvccl__host_allgather(pg, w, a, h1 + P * c->off * es, c->n,
+                                 st->dtype, chunk_coll_done);
+  case UVCCL__STAGE_REDUCE_SCATTER:
+    return uvccl__host_reduce_scatter(pg, w, h0 + P * c->off * es, b, c->n,
+                                      st->dtype, st->op, chunk_coll_done);
+  default:
+    return UV_EINVAL;
+  }
+}
+
+static void chunk_in_done(uvccl__gpu_op_t *op) {
+  chunk_t *c = op->data;
+  gstage_t *st = c->st;
+  st->inflight--;
+  if (op->status != 0) user_complete(st, op->status, op->msg);
+  else c->copied_in = 1;
+  chunk_pump(st);
+}
+
+static void chunk_out_done(uvccl__gpu_op_t *op) {
+  chunk_t *c = op->data;
+  gstage_t *st = c->st;
+  st->inflight--;
+  if (op->status != 0) user_complete(st, op->status, op->msg);
+  else st->outs_done++;
+  chunk_pump(st);
+}
+
+static int chunk_has_out(const gstage_t *st) {
+  int i;
+  for (i = 0; i < st->nb; i++)
+    if (st->b[i].staged && st->b[i].copy_out && st->b[i].len > 0) return 1;
+  return 0;
+}
+
+static void chunk_coll_done(uvccl_work_t *w, int status) {
+  chunk_t *c = w->data;
+  gstage_t *st = c->st;
+  st->inflight--;
+  st->colls--;
+  c->running = 0;
+  if (status != 0) {
+    user_complete(st, status, w->msg);
+  } else if (st->user_done) {
+    /* abandoned: the buffers only wait for what is in flight */
+  } else if (!chunk_has_out(st)) {
+    st->outs_done++;
+  } else {
+    memset(&c->gout, 0, sizeof(c->gout));
+    c->gout.issue = issue_chunk_out;
+    c->gout.done = chunk_out_done;
+    c->gout.data = c;
+    if (uvccl__gpu_submit(st->sg->client, &c->gout) != 0)
+      user_complete(st, UVCCL_ENOGPU, "the device thread is gone");
+    else
+      st->inflight++;
+  }
+  chunk_pump(st);
+}
+
+/* Starts the collectives whose chunk is in, in chunk order, at most
+ * STAGE_WINDOW at once (st is the first of the order list). */
+static void chunk_starts(gstage_t *st) {
+  while (!st->user_done && st->next_coll < st->nchunk &&
+         st->colls < STAGE_WINDOW && st->chunks[st->next_coll].copied_in) {
+    chunk_t *c = &st->chunks[st->next_coll++];
+    int rc = chunk_start(c);
+    if (rc != 0) {
+      user_complete(st, rc, "starting a chunk's collective on the host "
+                            "buffers");
+      break;
+    }
+    c->running = 1;
+    st->colls++;
+    st->inflight++;
+  }
+}
+
+/* After each event of a chunked stage: it ends once nothing is in flight
+ * (every chunk copied out, or it failed or was abandoned); else what may
+ * start, starts. */
+static void chunk_pump(gstage_t *st) {
+  uvccl__stager_t *sg = st->sg;
+  if (st->inflight == 0 && (st->user_done || st->outs_done == st->nchunk)) {
+    if (!st->user_done) user_complete(st, 0, NULL);
     stage_finish(st);
   }
+  order_run(sg);
+}
+
+/* The stages start their collectives in the order of the calls, the same
+ * on every rank, whenever their copies come in: a stage leaves the list
+ * once its last collective started, or once it failed or was abandoned. */
+static void order_run(uvccl__stager_t *sg) {
+  gstage_t *st;
+  int rc;
+  while ((st = sg->order) != NULL) {
+    if (!st->user_done && st->nchunk > 1) {
+      chunk_starts(st);
+      if (!st->user_done && st->next_coll < st->nchunk) return;
+    }
+    if (st->user_done || st->nchunk > 1) {
+      sg->order = st->order_next;
+      st->order_next = NULL;
+      if (st->user_done &&
+          (st->nchunk > 1 ? st->inflight == 0 : st->in_ready))
+        stage_finish(st);
+      continue;
+    }
+    if (!st->in_ready) return;
+    sg->order = st->order_next;
+    st->order_next = NULL;
+    st->phase = 1;
+    if ((rc = start_inner(st)) != 0) {
+      user_complete(st, rc, "starting the collective on the host buffers");
+      stage_finish(st);
+    }
+  }
+}
+
+static void order_push(uvccl__stager_t *sg, gstage_t *st) {
+  gstage_t **pp = &sg->order;
+  while (*pp != NULL) pp = &(*pp)->order_next;
+  st->order_next = NULL;
+  *pp = st;
+}
+
+/* Cuts the stage in chunks where it is large enough (the same on every
+ * rank: the cut follows from the kind, the count, the element size, the
+ * group's size and stage_chunk). 0, or UV_ENOMEM. */
+static int chunk_plan(gstage_t *st) {
+  group_t *g = st->pg->impl_;
+  size_t es = uvccl_dtype_size(st->dtype), P = (size_t)st->pg->size;
+  size_t per, nchunk, k;
+  int blocked = 0, i;
+  switch (st->kind) {
+  case UVCCL__STAGE_ALLGATHER:
+  case UVCCL__STAGE_REDUCE_SCATTER:
+    if (st->nb != 2) return 0; /* one buffer for both: taken whole */
+    blocked = 1;
+    break;
+  case UVCCL__STAGE_ALLREDUCE:
+  case UVCCL__STAGE_BROADCAST:
+  case UVCCL__STAGE_REDUCE:
+    break;
+  default:
+    return 0;
+  }
+  if (g->stage_chunk == 0 || es == 0) return 0;
+  per = g->stage_chunk / (es * (blocked ? P : 1));
+  if (per == 0) per = 1;
+  if (st->count <= per) return 0;
+  nchunk = (st->count + per - 1) / per;
+  if (nchunk > STAGE_MAX_CHUNKS) {
+    per = (st->count + STAGE_MAX_CHUNKS - 1) / STAGE_MAX_CHUNKS;
+    nchunk = (st->count + per - 1) / per;
+  }
+  st->chunks = uvccl__calloc(nchunk, sizeof(chunk_t));
+  if (st->chunks == NULL) return UV_ENOMEM;
+  st->nchunk = (int)nchunk;
+  for (k = 0; k < nchunk; k++) {
+    chunk_t *c = &st->chunks[k];
+    c->st = st;
+    c->off = k * per;
+    c->n = st->count - c->off < per ? st->count - c->off : per;
+  }
+  if (blocked) {
+    /* the ranks' blocks go chunk by chunk through pinned memory, even
+     * from host memory: each chunk's collective needs them together */
+    st->b[st->kind == UVCCL__STAGE_ALLGATHER ? 1 : 0].blocks = (int)P;
+    for (i = 0; i < st->nb; i++)
+      if (st->b[i].len > 0 && st->b[i].user != NULL) {
+        st->b[i].staged = 1;
+        st->b[i].host = NULL;
+      }
+  }
+  return 0;
+}
+
+/* Queues every chunk's copy in; the collectives follow (chunk_pump). */
+static int chunk_go(gstage_t *st) {
+  int k;
+  for (k = 0; k < st->nchunk; k++) {
+    chunk_t *c = &st->chunks[k];
+    memset(&c->gin, 0, sizeof(c->gin));
+    c->gin.issue = issue_chunk_in;
+    c->gin.done = chunk_in_done;
+    c->gin.data = c;
+    if (uvccl__gpu_submit(st->sg->client, &c->gin) != 0) {
+      if (k == 0) return UVCCL_ENOGPU;
+      /* the earlier chunks are queued: the stage ends once they are back */
+      user_complete(st, UVCCL_ENOGPU, "the device thread is gone");
+      break;
+    }
+    st->inflight++;
+  }
+  return 0;
 }
 
 /* Timeout or cancel of the caller's work: it completes now; the stage
  * lives on until its copies and collective are over (buffers in use). */
 static void stage_abandon(uvccl_work_t *w, int status) {
   gstage_t *st = w->owner_;
+  int k;
   st->user_done = 1;
   if (st->phase == 1) uvccl_work_cancel(&st->inner);
+  for (k = 0; k < st->nchunk; k++)
+    if (st->chunks[k].running) uvccl_work_cancel(&st->chunks[k].w);
   (void)status;
 }
 
@@ -505,10 +861,13 @@ static void stage_buf(gstage_t *st, int i, void *p, size_t len, int in,
   b->copy_in = in;
   b->copy_out = out;
   b->staged = device_ptr(p, &dev);
+  b->on_device = b->staged;
+  b->blocks = 1;
   b->host = b->staged ? NULL : p;
 }
 
 static void stage_drop(gstage_t *st) {
+  uvccl__free(st->chunks);
   uvccl__free(st->counts_a);
   uvccl__free(st->counts_b);
   uvccl__free(st->hostv);
@@ -529,17 +888,25 @@ static int stage_go(gstage_t *st, uvccl_work_t *work, uvccl_work_cb cb) {
   st->user = work;
   st->cb = cb;
   timeout = work->timeout_ms ? work->timeout_ms : g->timeout_ms;
+  if ((rc = chunk_plan(st)) != 0) {
+    stage_drop(st);
+    return rc;
+  }
   rc = uvccl__work_start(work, st->pg->loop, kind_name[st->kind], &stage_ops,
                          st, timeout, cb);
   if (rc != 0) {
     stage_drop(st);
     return rc;
   }
-  memset(&st->gop, 0, sizeof(st->gop));
-  st->gop.issue = issue_in;
-  st->gop.done = in_done;
-  st->gop.data = st;
-  rc = uvccl__gpu_submit(st->sg->client, &st->gop);
+  if (st->nchunk > 1) {
+    rc = chunk_go(st);
+  } else {
+    memset(&st->gop, 0, sizeof(st->gop));
+    st->gop.issue = issue_in;
+    st->gop.done = in_done;
+    st->gop.data = st;
+    rc = uvccl__gpu_submit(st->sg->client, &st->gop);
+  }
   if (rc != 0) {
     /* the work was started: it fails through its callback */
     uvccl__work_fail(work, rc, "%s: the device thread refused the copy",
@@ -548,6 +915,7 @@ static int stage_go(gstage_t *st, uvccl_work_t *work, uvccl_work_cb cb) {
     return 0;
   }
   st->sg->active++;
+  order_push(st->sg, st);
   return 0;
 }
 
@@ -579,13 +947,17 @@ static int start_args(uvccl_pg_t *pg, uvccl_work_t *work, uvccl_work_cb cb,
   return uvccl__stage_start(pg, work, cb, a);
 }
 
-/* in-or-out pair: send (in) and recv (out), merged when the same */
+/* in-or-out pair: send (in) and recv (out), merged when the same buffer
+ * in place (allreduce, reduce); an allgather's input may be the start of
+ * its output (rank 0 in place), each then staged on its own */
 static void pair(uvccl__stage_args_t *a, void *send, size_t slen, int sin,
                  void *recv, size_t rlen, int rout) {
+  int merge = a->kind == UVCCL__STAGE_ALLREDUCE ||
+              a->kind == UVCCL__STAGE_REDUCE;
   a->buf[0] = send;
   a->len[0] = slen;
   a->in[0] = sin;
-  if (send == recv && recv != NULL) {
+  if (merge && send == recv && recv != NULL) {
     a->nb = 1;
     a->out[0] = rout;
     return;

@@ -150,6 +150,12 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
     UINTV(UVCCL__CFG_NCCL_WATCHDOG_MS, "UVCCL_NCCL_WATCHDOG_MS", 1, NOMAX, 100,
           "100", "how often an NCCL group checks its operations' timeouts, "
           "ms"),
+    UINTV(UVCCL__CFG_STAGE_CHUNK, "UVCCL_STAGE_CHUNK", 0, NOMAX, 1048576,
+          "1048576",
+          "GPU buffers in TCP groups: a collective staged through pinned "
+          "memory goes in chunks of this many bytes or more (at most 64 "
+          "chunks), each chunk's copies overlapping the others' transfers "
+          "(0: whole; every rank alike)"),
     CHOICE(UVCCL__CFG_TORCH_CUDA, "UVCCL_TORCH_CUDA", "auto|nccl|staged", 0,
            "auto",
            "the PyTorch backend's CUDA tensors: through NCCL, or staged over "

@@ -45,13 +45,21 @@ static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 static int g_ndevices;
 static int g_init_error;
 static volatile unsigned g_query_delay_us;
+/* FAKE_CUDA_COPY_MBPS: async copies take the time a copy engine of that
+ * rate would (0: instant), so that staging's overlap shows on a CPU. */
+static double g_copy_us_per_byte;
+/* fake_cuda_stall_copy: the next async copy from g_stall_src waits. */
+static const void *g_stall_src;
+static volatile uint32_t *g_stall_flag;
 static __thread int t_device;
 static __thread int t_last_error;
 
 static void init_once(void) {
   const char *n = getenv("FAKE_CUDA_DEVICES");
   const char *nd = getenv("FAKE_CUDA_NO_DRIVER");
+  const char *rate = getenv("FAKE_CUDA_COPY_MBPS");
   g_ndevices = n ? atoi(n) : 1;
+  if (rate && atof(rate) > 0) g_copy_us_per_byte = 1.0 / atof(rate);
   if (nd && atoi(nd)) g_init_error = E_INSUFFICIENT_DRIVER;
   else if (g_ndevices <= 0) g_init_error = E_NO_DEVICE;
 }
@@ -177,6 +185,8 @@ static void run_item(item_t *it) {
     break;
   case IT_COPY:
     memmove(it->dst, it->src, it->n);
+    if (g_copy_us_per_byte > 0 && it->n > 0)
+      usleep((useconds_t)((double)it->n * g_copy_us_per_byte));
     break;
   case IT_SET:
     memset(it->dst, it->byte, it->n);
@@ -395,8 +405,20 @@ EXPORT int cudaMemset(void *p, int value, size_t n) {
 EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
                            void *stream) {
   item_t it = {.type = IT_COPY, .dst = dst, .src = src, .n = n};
+  volatile uint32_t *stall = NULL;
   (void)kind;
   if (n && (!dst || !src)) return fail(E_INVALID_VALUE);
+  pthread_mutex_lock(&g_lock);
+  if (g_stall_src != NULL && src == g_stall_src) {
+    stall = g_stall_flag;
+    g_stall_src = NULL;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (stall != NULL) {
+    item_t w = {.type = IT_WAIT_VALUE, .addr = stall, .value = 1};
+    int r = push(stream, &w);
+    if (r) return r;
+  }
   return push(stream, &it);
 }
 
@@ -621,6 +643,15 @@ EXPORT int fake_cuda_stream_wait_flag(void *stream, volatile uint32_t *flag) {
   item_t it = {.type = IT_WAIT_VALUE, .addr = flag, .value = 1};
   if (!flag) return fail(E_INVALID_VALUE);
   return push(stream, &it);
+}
+
+EXPORT int fake_cuda_stall_copy(const void *src, volatile uint32_t *flag) {
+  if (!src || !flag) return fail(E_INVALID_VALUE);
+  pthread_mutex_lock(&g_lock);
+  g_stall_src = src;
+  g_stall_flag = flag;
+  pthread_mutex_unlock(&g_lock);
+  return E_SUCCESS;
 }
 
 EXPORT int fake_cuda_ptr_device(const void *p) {

@@ -21,6 +21,12 @@ int fake_cuda_ptr_device(const void *p);
 /* Makes every cudaEventQuery sleep us microseconds first (0: no delay), to
  * make the GPU thread look stuck to the heartbeat watchdog. */
 void fake_cuda_set_query_delay_us(unsigned us);
+/* The next cudaMemcpyAsync from src waits on its stream until *flag != 0
+ * (one copy, then the hook is spent). 0, or a cudaError_t value. */
+int fake_cuda_stall_copy(const void *src, volatile uint32_t *flag);
+/* FAKE_CUDA_COPY_MBPS=R (environment): every async copy takes as long as
+ * R MB/s would (each stream its own engine), so that what staging
+ * overlaps shows on a machine without a GPU. */
 
 /* Extras. */
 /* The device current on the calling thread (cudaSetDevice). */
@@ -41,18 +47,20 @@ typedef struct {
   void (*set_query_delay_us)(unsigned us);
   int (*current_device)(void);
   int (*live_allocations)(void);
+  int (*stall_copy)(const void *src, volatile uint32_t *flag);
 } fake_hooks_t;
 
 static inline int fake_hooks_load(const char *path, fake_hooks_t *h) {
   void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  void *syms[6];
-  static const char *const names[6] = {
+  void *syms[7];
+  static const char *const names[7] = {
       "fake_cuda_enqueue",           "fake_cuda_stream_wait_flag",
       "fake_cuda_ptr_device",        "fake_cuda_set_query_delay_us",
-      "fake_cuda_current_device",    "fake_cuda_live_allocations"};
+      "fake_cuda_current_device",    "fake_cuda_live_allocations",
+      "fake_cuda_stall_copy"};
   int i;
   if (lib == NULL) return -1;
-  for (i = 0; i < 6; i++)
+  for (i = 0; i < 7; i++)
     if ((syms[i] = dlsym(lib, names[i])) == NULL) return -1;
   dlclose(lib); /* drops only the reference taken here */
   memcpy(h, syms, sizeof(*h));
