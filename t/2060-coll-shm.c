@@ -48,6 +48,8 @@
  *      float32 the rank-order fold bitwise) and alltoall at 1, 7, 256 and
  *      257 int32 per part; 64 collectives started before any is waited
  *      for (sizes, broadcasts, barriers, a coalesced one) all exact;
+ *      an allgather on the last rank against the others' allreduces, 4 B:
+ *      every rank fails with UVCCL_EMISMATCH (parts say what they are);
  *      and at 4 with one rank saying UVCCL_SHM_BOXES=0: no rank takes
  *      boxes (the world agrees), the results are the same.
  * (Hostile bytes in a ring or a box: t/2061.)
@@ -715,6 +717,24 @@ static int role_boxes(void) {
         "one): %s (%s)",
         burst ? "exact" : "WRONG", ename(rc));
   }
+  if (boxes) {
+    /* the last rank calls an allgather where the others allreduce, both
+     * 4 B: parts matched by number only would reduce the allgather's in */
+    int32_t x = R + 1, y[MAXP];
+    uvccl_work_t w = {0};
+    cbres_t c = {0};
+    w.data = &c;
+    rc = finish_work(&c, R == P - 1
+                             ? uvccl_allgather(&pg, &w, &x, y, 1, UVCCL_INT32,
+                                               on_work)
+                             : uvccl_allreduce(&pg, &w, &x, &x, 1, UVCCL_INT32,
+                                               UVCCL_SUM, on_work),
+                     20000);
+    /* each rank says so itself, or relays the first that did */
+    rep(rc == UVCCL_EMISMATCH && strstr(w.msg, "box collective") != NULL,
+        "box_mismatch", "an allgather against allreduces of 4 B: %s (%s)",
+        ename(rc), w.msg);
+  }
   return rank_destroy();
 }
 
@@ -899,6 +919,9 @@ static void scenario_boxes(int n, int off_rank) {
       "alltoall, exact", tag);
   agg(&p, 1, "box_burst", all, "%s: 64 collectives started at once, exact",
       tag);
+  if (off_rank < 0)
+    agg(&p, 1, "box_mismatch", all, "%s: an allgather against the others' "
+        "allreduces fails every rank with UVCCL_EMISMATCH", tag);
   agg(&p, 1, "destroy", all, "%s: destroy completes in every rank", tag);
   if (!is_int(p.status, 0, "%s: every rank exits 0", tag)) scenario_failed = 1;
   if (scenario_failed) dump_procs(&p, 1);

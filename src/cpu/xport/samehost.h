@@ -35,6 +35,9 @@ typedef struct uvccl__shm_net_s {
   sop_list_t boxq;
   uint64_t box_next;
   int box_posted;
+  uint64_t *box_gone;    /* numbers of box collectives this rank abandoned
+                            before posting its part (shm_box.c) */
+  int nbox_gone, box_gone_cap;
   int box_pumping;
   char box_own[UVCCL__SHM_BOX_MAX];
 } shm_net_t;

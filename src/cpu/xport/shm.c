@@ -470,6 +470,7 @@ void uvccl__shm_net_free(net_t *net) {
   uvccl__shm_inbox_close(&sn->ib);
   uvccl__free(sn->scratch);
   uvccl__free(sn->rx);
+  uvccl__free(sn->box_gone);
   uvccl__free(sn);
   net->shm = NULL;
 }

@@ -16,9 +16,20 @@
  * links every peer here (and allows boxes: UVCCL_SHM_BOXES=0 does not);
  * after the barrier each reads every peer's word, and boxes are on only if
  * all said yes. A rank missing a link says no, and every rank either misses
- * a link itself or reads that no. */
+ * a link itself or reads that no.
+ *
+ * Parts are matched by number, so each also says what it is (box_desc):
+ * a part unlike this rank's fails the collective on every rank with
+ * UVCCL_EMISMATCH, never reduces in. A rank that abandons a box collective
+ * (its call timed out or was cancelled) leaves its number behind: posted,
+ * the others finish without it; not yet posted, a part saying "gone" goes
+ * out in its turn, and each rank that reads it fails that collective.
+ * Either way the numbers go on in step, and a failed number is passed
+ * without reading the others' parts: a rank posts t + 2 (into the same
+ * box) only after every rank posted t + 1, so none still reads its t. */
 #include "samehost.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Before creation's store barrier: whether this rank takes boxes. */
@@ -58,6 +69,60 @@ static int box_per_peer(const sop_t *op) {
   return op->tag == UVCCL__BOX_REDUCE_SCATTER || op->tag == UVCCL__BOX_ALLTOALL;
 }
 
+static int box_reduces(uint32_t kind) {
+  return kind == UVCCL__BOX_REDUCE || kind == UVCCL__BOX_REDUCE_SCATTER;
+}
+
+#define BOX_GONE UINT64_MAX /* the part of a collective its rank abandoned */
+
+/* What op's part is: its length (at most UVCCL__SHM_BOX_MAX), kind, and
+ * where they matter the element type and reduction, or the root. */
+static uint64_t box_desc(const sop_t *op) {
+  const sched_t *s = op->s;
+  uint64_t d = (uint64_t)op->len | (uint64_t)(op->tag & 0xff) << 32;
+  if (box_reduces(op->tag))
+    d |= (uint64_t)(s->dtype & 0xff) << 40 | (uint64_t)(s->op & 0xff) << 48;
+  if (op->tag == UVCCL__BOX_PICK) d |= (uint64_t)(op->source & 0xff) << 56;
+  return d;
+}
+
+static const char *const box_kind_name[] = {
+    "allreduce or barrier", "allgather", "broadcast", "reduce_scatter",
+    "alltoall"};
+
+static int box_desc_text(char *buf, size_t len, uint64_t d) {
+  uint32_t kind = (uint32_t)(d >> 32) & 0xff;
+  const char *name = kind < 5 ? box_kind_name[kind] : "unknown collective";
+  if (box_reduces(kind))
+    return snprintf(buf, len, "%s of %u bytes (%s, %s)", name,
+                    (unsigned)(d & 0xffffffffu),
+                    uvccl_dtype_name((uvccl_dtype_t)((d >> 40) & 0xff)),
+                    uvccl_redop_name((uvccl_redop_t)((d >> 48) & 0xff)));
+  if (kind == UVCCL__BOX_PICK)
+    return snprintf(buf, len, "%s of %u bytes from rank %u", name,
+                    (unsigned)(d & 0xffffffffu), (unsigned)(d >> 56));
+  return snprintf(buf, len, "%s of %u bytes", name,
+                  (unsigned)(d & 0xffffffffu));
+}
+
+/* Why rank r's part (desc theirs) does not go with op. */
+static void box_misfit(net_t *net, sop_t *op, int r, uint64_t theirs,
+                       char *why, size_t len) {
+  group_t *g = op->s->g;
+  char a[96], b[96];
+  if (theirs == BOX_GONE) {
+    snprintf(why, len, "%s: rank %d abandoned its part of box collective "
+             "%llu (its call timed out or was cancelled)", op->s->name,
+             g->inv[r], (unsigned long long)op->slot_t);
+    return;
+  }
+  box_desc_text(a, sizeof(a), theirs);
+  box_desc_text(b, sizeof(b), box_desc(op));
+  snprintf(why, len, "%s: rank %d's part of box collective %llu: %s; this "
+           "rank's: %s (mismatched collective or arguments across ranks?)",
+           op->s->name, g->inv[r], (unsigned long long)op->slot_t, a, b);
+}
+
 /* Our part of op into every peer's box (and our own, kept here: the
  * caller's buffers may be written before the others' parts are in). A
  * broadcast's other ranks post no bytes, only the number: every rank
@@ -76,10 +141,40 @@ static void box_post(net_t *net, sop_t *op) {
     if (r == net->rank || p == NULL || !p->shm_tx || p->shm_out == NULL ||
         p->shm_out->ring == NULL)
       continue; /* gone: the group fails for it */
-    uvccl__shm_box_put(p->shm_out, op->slot_t,
+    uvccl__shm_box_put(p->shm_out, op->slot_t, box_desc(op),
                        per_peer ? op->src + (size_t)r * len : op->src, len);
   }
   sn->box_posted = 1;
+}
+
+/* The part of number t, abandoned before it was posted: "gone". */
+static void box_post_gone(net_t *net, uint64_t t) {
+  int r;
+  for (r = 0; r < net->size; r++) {
+    peer_t *p = net->peers[r];
+    if (r == net->rank || p == NULL || !p->shm_tx || p->shm_out == NULL ||
+        p->shm_out->ring == NULL)
+      continue;
+    uvccl__shm_box_put(p->shm_out, t, BOX_GONE, NULL, 0);
+  }
+}
+
+/* 1 if t was abandoned before its turn (then no longer listed). */
+static int box_gone_take(shm_net_t *sn, uint64_t t) {
+  int i;
+  for (i = 0; i < sn->nbox_gone; i++)
+    if (sn->box_gone[i] == t) {
+      sn->box_gone[i] = sn->box_gone[--sn->nbox_gone];
+      return 1;
+    }
+  return 0;
+}
+
+static int box_gone_has(const shm_net_t *sn, uint64_t t) {
+  int i;
+  for (i = 0; i < sn->nbox_gone; i++)
+    if (sn->box_gone[i] == t) return 1;
+  return 0;
 }
 
 static int box_fold_half(sched_t *s, char *buf, const char **parts, int np,
@@ -112,9 +207,12 @@ static void box_finish(net_t *net, sop_t *op, const char **parts) {
 }
 
 /* Every peer's part of op (0: not all here; -1: a peer failed, or its
- * box lies). parts[r] points at rank r's part. */
-static int box_parts(net_t *net, sop_t *op, const char **parts) {
-  int r, rc;
+ * box lies; -2: a part that does not go with op, why says so). parts[r]
+ * points at rank r's part. */
+static int box_parts(net_t *net, sop_t *op, const char **parts, char *why,
+                     size_t whylen) {
+  uint64_t mine = box_desc(op), theirs;
+  int r, rc, all = 1;
   for (r = 0; r < net->size; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank) {
@@ -122,16 +220,23 @@ static int box_parts(net_t *net, sop_t *op, const char **parts) {
       continue;
     }
     if (p == NULL || p->shm_in.ring == NULL) return 0;
-    rc = uvccl__shm_box_get(&p->shm_in, op->slot_t, &parts[r]);
+    rc = uvccl__shm_box_get(&p->shm_in, op->slot_t, &parts[r], &theirs);
     if (rc < 0) {
       if (p->state == PEER_UP)
         uvccl__net_peer_fail(net, p, UVCCL_EPROTO, "its collective box in "
                              "shared memory holds an impossible number");
       return -1;
     }
-    if (rc == 0) return 0;
+    if (rc == 0) {
+      all = 0;
+      continue;
+    }
+    if (theirs != mine) {
+      if (why != NULL) box_misfit(net, op, r, theirs, why, whylen);
+      return -2;
+    }
   }
-  return 1;
+  return all;
 }
 
 /* 16-bit floats are folded in float32 and rounded once at the end: as
@@ -178,9 +283,26 @@ int uvccl__shm_box_pump(net_t *net) {
   sop_t *op;
   if (sn->box_pumping) return 0;
   sn->box_pumping = 1;
-  while (!net->closing && (op = box_due(sn)) != NULL) {
+  while (!net->closing) {
+    char why[UVCCL_WORK_MSG_LEN];
+    int rc;
+    if (!sn->box_posted && box_gone_take(sn, sn->box_next)) {
+      box_post_gone(net, sn->box_next++);
+      continue;
+    }
+    if ((op = box_due(sn)) == NULL) break;
     if (!sn->box_posted) box_post(net, op);
-    if (box_parts(net, op, parts) <= 0) break;
+    rc = box_parts(net, op, parts, why, sizeof(why));
+    if (rc == -2) {
+      /* passed without the others' parts: see the top of the file */
+      sop_list_remove(&sn->boxq, op);
+      sn->box_next++;
+      sn->box_posted = 0;
+      moved = 1;
+      net->up->op_fail(op->s, UVCCL_EMISMATCH, why);
+      continue;
+    }
+    if (rc <= 0) break;
     box_finish(net, op, parts);
     sop_list_remove(&sn->boxq, op);
     sn->box_next++;
@@ -196,10 +318,11 @@ int uvccl__shm_box_pump(net_t *net) {
 int uvccl__shm_box_ready(net_t *net) {
   shm_net_t *sn = net->shm;
   const char *parts[UVCCL__SHM_BOX_WORLD];
-  sop_t *op = box_due(sn);
-  if (op == NULL) return 0;
+  sop_t *op;
+  if (!sn->box_posted && box_gone_has(sn, sn->box_next)) return 1;
+  if ((op = box_due(sn)) == NULL) return 0;
   if (!sn->box_posted) return 1;
-  return box_parts(net, op, parts) != 0;
+  return box_parts(net, op, parts, NULL, 0) != 0;
 }
 
 void uvccl__shm_box_start(net_t *net, sop_t *op) {
@@ -207,15 +330,38 @@ void uvccl__shm_box_start(net_t *net, sop_t *op) {
   uvccl__shm_box_pump(net);
 }
 
+/* op abandoned (its call failed, timed out or was cancelled): its number
+ * is passed in turn, its part posted or said gone (the top of the file). */
 void uvccl__shm_box_remove(net_t *net, sop_t *op) {
   shm_net_t *sn = net->shm;
-  if (sn != NULL) sop_list_remove(&sn->boxq, op);
+  if (sn == NULL || !sop_list_remove(&sn->boxq, op)) return;
+  if (op->slot_t == sn->box_next && sn->box_posted) {
+    sn->box_next++;
+    sn->box_posted = 0;
+    return;
+  }
+  if (op->slot_t < sn->box_next) return;
+  if (sn->nbox_gone == sn->box_gone_cap) {
+    int cap = sn->box_gone_cap ? 2 * sn->box_gone_cap : 8;
+    uint64_t *v = uvccl__realloc(sn->box_gone, (size_t)cap * sizeof(*v));
+    if (v == NULL) {
+      /* its turn never comes: the others' calls time out, as before */
+      LOG_WARN("coll", "rank %d: box collective %llu abandoned, out of "
+               "memory to note it", net->rank,
+               (unsigned long long)op->slot_t);
+      return;
+    }
+    sn->box_gone = v;
+    sn->box_gone_cap = cap;
+  }
+  sn->box_gone[sn->nbox_gone++] = op->slot_t;
 }
 
 /* 1 while op still needs world rank r's part. */
 int uvccl__shm_box_needs(net_t *net, sop_t *op, int r) {
   const char *data;
+  uint64_t desc;
   peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
   if (r == net->rank || p == NULL || p->shm_in.ring == NULL) return 1;
-  return uvccl__shm_box_get(&p->shm_in, op->slot_t, &data) != 1;
+  return uvccl__shm_box_get(&p->shm_in, op->slot_t, &data, &desc) != 1;
 }

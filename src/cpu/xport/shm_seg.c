@@ -543,9 +543,10 @@ static uvccl__shm_box_t *box_at(uvccl__shm_ring_hdr_t *ring, uint64_t t) {
 /* The bytes, then the number that says they are there; a sleeping
  * consumer is woken as publish does (no dirty bit: a consumer with a box
  * to wait for looks at its boxes on every turn). */
-void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, const void *src,
-                        size_t n) {
+void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, uint64_t desc,
+                        const void *src, size_t n) {
   uvccl__shm_box_t *b = box_at(o->ring, t);
+  b->desc = desc;
   if (n > 0) memcpy(b->data, src, n);
   atomic_store_explicit(&b->seq, t + 1, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
@@ -556,11 +557,12 @@ void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, const void *src,
  * a number its producer cannot have written yet (it would need our part
  * of t first): the memory is not what the protocol wrote. */
 int uvccl__shm_box_get(const uvccl__shm_in_t *in, uint64_t t,
-                       const char **data) {
+                       const char **data, uint64_t *desc) {
   uvccl__shm_box_t *b = box_at(in->ring, t);
   uint64_t seq = atomic_load_explicit(&b->seq, memory_order_acquire);
   if (seq == t + 1) {
     *data = b->data;
+    *desc = b->desc;
     return 1;
   }
   if (seq > t + 1) return -1;

@@ -70,13 +70,16 @@ typedef struct {
 /* What a rank tells each peer (the FRAME_SHM payload). */
 /* Boxes: in each ring slot's first page, after the ring's header, two
  * boxes where that slot's producer leaves its part of the world's small
- * collectives (number t in box t % 2): the number t + 1, then the bytes
- * in the same and the following lines (shm_box.c). */
+ * collectives (number t in box t % 2): the number t + 1, what the part is
+ * (shm_box.c's box_desc: kind, type, reduction, root, length; every
+ * rank's must be alike), then the bytes in the same and the following
+ * lines (shm_box.c). */
 #define UVCCL__SHM_BOX_OFF 512u
 #define UVCCL__SHM_BOX_MAX 1024u
 #define UVCCL__SHM_BOX_STRIDE 1088u
 typedef struct {
   _Atomic uint64_t seq;
+  uint64_t desc;
   char data[UVCCL__SHM_BOX_MAX];
 } uvccl__shm_box_t;
 _Static_assert(sizeof(uvccl__shm_ring_hdr_t) <= UVCCL__SHM_BOX_OFF,
@@ -193,10 +196,10 @@ void uvccl__shm_nudge(uvccl__shm_out_t *o);
 
 void uvccl__shm_set_boxes_ok(uvccl__shm_inbox_t *ib, int ok);
 int uvccl__shm_boxes_ok(const uvccl__shm_inbox_hdr_t *h);
-void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, const void *src,
-                        size_t n);
+void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, uint64_t desc,
+                        const void *src, size_t n);
 int uvccl__shm_box_get(const uvccl__shm_in_t *in, uint64_t t,
-                       const char **data);
+                       const char **data, uint64_t *desc);
 
 /* Single copy. Reads n bytes at `remote` in process pid into dst: 0, or a
  * negative errno (a peer's bad address is an error, never a fault here). */
