@@ -10,6 +10,7 @@
  * rank with host buffers against the others' chunks: a clear error. */
 #include "tap.h"
 #include "world.h"
+#include "gpu.h"
 #include "fake/fake.h"
 
 #include <stdint.h>
@@ -22,26 +23,12 @@
 static uv_loop_t loop;
 static fake_hooks_t fake;
 
-static void *dev_alloc(size_t n) {
-  void *p = NULL;
-  if (uvccl_gpu_malloc(0, &p, n ? n : 1) != 0) abort();
-  return p;
-}
-
-static void to_dev(void *d, const void *h, size_t n) {
-  if (n && uvccl_gpu_memcpy(d, h, n) != 0) abort();
-}
-
-static void from_dev(void *h, const void *d, size_t n) {
-  if (n && uvccl_gpu_memcpy(h, d, n) != 0) abort();
-}
-
 static void *dev_fill_i32(size_t n, int r, int32_t (*f)(int r, size_t i)) {
   int32_t *h = malloc(n * 4 + 4);
-  void *d = dev_alloc(n * 4);
+  void *d = dev_on(0, n * 4);
   size_t i;
   for (i = 0; i < n; i++) h[i] = f(r, i);
-  to_dev(d, h, n * 4);
+  put(d, h, n * 4);
   free(h);
   return d;
 }
@@ -52,7 +39,7 @@ static int dev_bad_i32(const void *d, size_t n, int r,
   int32_t *h = malloc(n * 4 + 4);
   size_t i;
   int bad = 0;
-  from_dev(h, d, n * 4);
+  get(h, d, n * 4);
   for (i = 0; i < n; i++)
     if (h[i] != f(r, i)) bad++;
   free(h);
@@ -133,12 +120,12 @@ static void test_blocks(world_t *W) {
   int r, q, bad = 0, rc;
   for (r = 0; r < P; r++) {
     in[r] = dev_fill_i32(n, r, in_val);
-    out[r] = dev_alloc(n * P * 4);
+    out[r] = dev_on(0, n * P * 4);
     uvccl_allgather(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT32, NULL);
   }
   rc = world_wait(W);
   for (r = 0; r < P; r++) {
-    from_dev(h, out[r], n * P * 4);
+    get(h, out[r], n * P * 4);
     for (q = 0; q < P; q++)
       for (i = 0; i < n; i++)
         if (h[(size_t)q * n + i] != in_val(q, i)) bad++;
@@ -152,13 +139,13 @@ static void test_blocks(world_t *W) {
     for (q = 0; q < P; q++)
       for (i = 0; i < n; i++)
         h[(size_t)q * n + i] = q == r ? in_val(r, i) : -1;
-    to_dev(out[r], h, n * P * 4);
+    put(out[r], h, n * P * 4);
     uvccl_allgather(&W->pg[r], &W->w[r], (char *)out[r] + (size_t)r * n * 4,
                     out[r], n, UVCCL_INT32, NULL);
   }
   rc = world_wait(W);
   for (r = 0; r < P; r++) {
-    from_dev(h, out[r], n * P * 4);
+    get(h, out[r], n * P * 4);
     for (q = 0; q < P; q++)
       for (i = 0; i < n; i++)
         if (h[(size_t)q * n + i] != in_val(q, i)) bad++;
@@ -178,7 +165,7 @@ static void test_blocks(world_t *W) {
   rc = world_wait(W);
   for (r = 0; r < P; r++) {
     if (r == 1) memcpy(h, host_out, n * 4);
-    else from_dev(h, out[r], n * 4);
+    else get(h, out[r], n * 4);
     for (i = 0; i < n; i++)
       if (h[i] != sum_val(0, (size_t)r * n + i)) bad++;
     bad += dev_bad_i32(in[r], n * P, r, in_val);
@@ -202,14 +189,6 @@ static int run_until(int (*pred)(void *), void *arg) {
     uv_sleep(1);
   }
   return 1;
-}
-
-static void run_for_ms(int ms) {
-  uint64_t end = uv_hrtime() + (uint64_t)ms * 1000000;
-  while (uv_hrtime() < end) {
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_sleep(1);
-  }
 }
 
 typedef struct {
@@ -241,7 +220,7 @@ static void test_overlap(world_t *W) {
   pr.dev = out[1];
   pr.n = per;
   seen = run_until(first_chunk_out, &pr);
-  run_for_ms(100);
+  run_loop_for(&loop, 100);
   for (r = 0; r < P; r++)
     if (uvccl_work_done(&W->w[r])) seen = 0;
   ok(seen, "overlap: rank 1 has the first chunk's sums in device memory "
@@ -281,7 +260,7 @@ static void test_order(world_t *W) {
     uvccl_allreduce(&W->pg[r], &wc[r], c[r], c[r], n, UVCCL_INT32,
                     UVCCL_SUM, NULL);
   }
-  run_for_ms(300);
+  run_loop_for(&loop, 300);
   for (r = 0; r < P; r++)
     if (uvccl_work_done(&wb[r]) || uvccl_work_done(&wc[r])) early++;
   ok(early == 0, "order: with rank 0's first call held at its last chunk, "
@@ -321,7 +300,7 @@ static void test_cancel(int base) {
   for (r = 0; r < P; r++)
     uvccl_allreduce(&W.pg[r], &W.w[r], a[r], a[r], n, UVCCL_INT32, UVCCL_SUM,
                     NULL);
-  run_for_ms(100);
+  run_loop_for(&loop, 100);
   for (r = 0; r < P; r++) uvccl_work_cancel(&W.w[r]);
   world_wait(&W);
   for (r = 0; r < P; r++)
