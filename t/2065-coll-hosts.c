@@ -16,7 +16,12 @@
  *      and gather back, and allgather(v) and reduce_scatter(v) go across
  *      and within the hosts in two rings; exact (b too); with 4 TCP
  *      connections to each rank of the other host and frames of 8 KiB
- *      or more cut across them (UVCCL_TCP_STRIPES, _STRIPE_MIN).
+ *      or more cut across them (UVCCL_TCP_STRIPES, _STRIPE_MIN);
+ *   e) 6 ranks on hosts "a b c a b c" (3 hosts of 2, scattered) in
+ *      segments of 64 KiB (UVCCL_SEGMENT): the hierarchical allreduce
+ *      crosses the hosts segment by segment (32 crossings of 3 uneven
+ *      parts each, every rank's held back by its neighbour's), and the
+ *      allgather's crossings held back alike; exact.
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
  * (1 to 16384 elements) and barriers, exact in every world: through the
@@ -35,7 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAXP 5
+#define MAXP 6
 #include "ranks.h"
 
 #define N (1u << 20) /* 4 MiB of int32: rings, not the small algorithms */
@@ -399,7 +404,7 @@ int main(void) {
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(48);
+  plan(60);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);
@@ -411,5 +416,9 @@ int main(void) {
   world("d (2 hosts of 2, scattered, striped)", "a b a b", "0 2 1 3", 4, NULL);
   unsetenv("UVCCL_TCP_STRIPES");
   unsetenv("UVCCL_TCP_STRIPE_MIN");
+  setenv("UVCCL_SEGMENT", "65536", 1);
+  world("e (3 hosts of 2, scattered, 64 KiB segments)", "a b c a b c",
+        "0 3 1 4 2 5", 6, NULL);
+  unsetenv("UVCCL_SEGMENT");
   return done_testing();
 }

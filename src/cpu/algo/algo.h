@@ -117,6 +117,10 @@ static inline int ring_at(const ring_t *x, int pos) {
 }
 
 void uvccl__ring_of(group_t *g, ring_t *x);
+/* Hierarchical collectives (allreduce.c, gather.c): how many segments a
+ * rank's crossing of the hosts may run ahead of its left neighbour's in
+ * the host. */
+#define CROSS_AHEAD 2
 /* Hosts alike: 1 with the ring of this rank's host and the ring across
  * the hosts at its place (see ring.c); else 0. */
 int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across);

@@ -160,6 +160,13 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
   return fin;
 }
 
+/* Crossing by segment needs every segment to give each host a part. */
+static int cross_by_segment(size_t len, uint32_t nseg, int H) {
+  size_t o, l;
+  seg_range(len, nseg, nseg - 1, &o, &l);
+  return nseg > 1 && l >= (size_t)H;
+}
+
 /* Out of place costs no copy: the first step sends straight from src, and
  * every reducing receive computes buf = src op (what arrived), since each
  * chunk is reduced exactly once per rank. src may equal buf.
@@ -167,21 +174,23 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
  * Over the ring x (the whole group, or a host's ranks). With cross (the
  * ranks of every host at this rank's place in its host), the chunk this
  * rank finished reducing within its host is allreduced across the hosts
- * on that ring before the allgather spreads it in the host again: each
+ * on that ring (segment by segment where each segment gives every host a
+ * part) before the allgather spreads it in the host again: each
  * host's link then carries 2(H-1)/H of the buffer each way, where one
  * ring over all ranks carries 2(P-1)/P. The two rings share no pair of
  * ranks (one stays in a host, the other leaves it), so their tags cannot
  * meet. */
 static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
                                   const ring_t *cross, const char *src,
-                                  char *buf, size_t count, uint32_t dep0) {
+                                  char *buf, size_t count, uint32_t dep0,
+                                  uint32_t tag0) {
   group_t *g = s->g;
   ring_t x = *xr;
   int P = x.P, r, st, left, right;
   size_t es = s->esize, base = count / (size_t)P, extra = count % (size_t)P;
   size_t maxc = base + (extra ? 1 : 0);
   uint32_t nseg = nseg_for(maxc * es, g->segment), k;
-  uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, fin;
+  uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, *gate = NULL, fin;
   size_t nsteps = (size_t)(P - 1) * nseg;
 
   /* Chunks are numbered by ring position (any numbering every rank
@@ -207,7 +216,8 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
     int cs = mod(r - st, P), cr = mod(r - st - 1, P);
     for (k = 0; k < nseg; k++) {
       size_t so, sl, ro, rl;
-      uint32_t tag = (uint32_t)st * nseg + k, i = (uint32_t)st * nseg + k;
+      uint32_t tag = tag0 + (uint32_t)st * nseg + k,
+               i = (uint32_t)st * nseg + k;
       seg_range(CHUNK_LEN(cs), nseg, k, &so, &sl);
       seg_range(CHUNK_LEN(cr), nseg, k, &ro, &rl);
       rs_send[i] = uvccl__sop_send(s, right, tag,
@@ -223,7 +233,8 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
   }
   /* The chunk this rank finished reducing: r + 1. Across the hosts, then
    * (scaled there once); else scale it once here. */
-  if (cross != NULL) {
+  if (cross != NULL && !cross_by_segment(CHUNK_LEN(mod(r + 1, P)), nseg,
+                                          cross->P)) {
     int c = mod(r + 1, P);
     uint32_t all = uvccl__sop_nop(s), across;
     for (k = 0; k < nseg; k++)
@@ -232,7 +243,7 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
                  ? all
                  : allreduce_ring_on(s, cross, NULL, buf + CHUNK_OFF(c) * es,
                                      buf + CHUNK_OFF(c) * es, CHUNK_LEN(c),
-                                     all);
+                                     all, 0);
     if (across == NONE) {
       fin = NONE;
       goto out;
@@ -241,6 +252,41 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
       fin_k[k] = across;
     }
     uvccl__sop_dep(s, across, fin);
+  } else if (cross != NULL) {
+    /* Segment by segment: segment k crosses the hosts once this rank has
+     * reduced it within its host, and goes round the host again once it
+     * has crossed, so the host's copies overlap the link. Each crossing
+     * is a ring of its own (tags apart), gated on the left neighbour's
+     * crossing of segment k - CROSS_AHEAD: the L connections leaving a
+     * host then move alike, where each alone would finish when its TCP's
+     * share of the link let it, the last alone at its share. */
+    int c = mod(r + 1, P);
+    size_t o0, l0;
+    uint32_t stride;
+    seg_range(CHUNK_LEN(c), nseg, 0, &o0, &l0);
+    stride = 2u * (uint32_t)(cross->P - 1) *
+             nseg_for((l0 + (size_t)cross->P - 1) / (size_t)cross->P * es,
+                      g->segment);
+    gate = uvccl__malloc(nseg * sizeof(uint32_t));
+    if (gate == NULL) {
+      s->status = UV_ENOMEM;
+      fin = NONE;
+      goto out;
+    }
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      seg_range(CHUNK_LEN(c), nseg, k, &o, &l);
+      gate[k] = join(s, rs_recv[(uint32_t)(P - 2) * nseg + k]);
+      fin_k[k] = allreduce_ring_on(s, cross, NULL,
+                                   buf + (CHUNK_OFF(c) + o) * es,
+                                   buf + (CHUNK_OFF(c) + o) * es, l, gate[k],
+                                   k * stride);
+      if (fin_k[k] == NONE) {
+        fin = NONE;
+        goto out;
+      }
+      uvccl__sop_dep(s, fin_k[k], fin);
+    }
   }
   for (k = 0; cross == NULL && k < nseg; k++) {
     uint32_t last = rs_recv[(uint32_t)(P - 2) * nseg + k];
@@ -255,7 +301,7 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
     int cs = mod(r + 1 - st, P), cr = mod(r - st, P);
     for (k = 0; k < nseg; k++) {
       size_t so, sl, ro, rl;
-      uint32_t tag = (uint32_t)(P - 1 + st) * nseg + k,
+      uint32_t tag = tag0 + (uint32_t)(P - 1 + st) * nseg + k,
                i = (uint32_t)st * nseg + k, snd;
       seg_range(CHUNK_LEN(cs), nseg, k, &so, &sl);
       seg_range(CHUNK_LEN(cr), nseg, k, &ro, &rl);
@@ -270,9 +316,12 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
       uvccl__sop_dep(s, ag_recv[i], fin);
     }
   }
+  for (k = CROSS_AHEAD; gate != NULL && k < nseg; k++)
+    uvccl__sop_dep(s, ag_recv[k - CROSS_AHEAD], gate[k]);
 #undef CHUNK_OFF
 #undef CHUNK_LEN
 out:
+  uvccl__free(gate);
   uvccl__free(rs_send);
   uvccl__free(rs_recv);
   uvccl__free(ag_recv);
@@ -324,9 +373,10 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
     ring_t x, in_host, across;
     if (uvccl__ring_hosts(g, &in_host, &across) &&
         count >= (size_t)g->size)
-      return allreduce_ring_on(s, &in_host, &across, src, buf, count, dep0);
+      return allreduce_ring_on(s, &in_host, &across, src, buf, count, dep0,
+                               0);
     uvccl__ring_of(g, &x);
-    return allreduce_ring_on(s, &x, NULL, src, buf, count, dep0);
+    return allreduce_ring_on(s, &x, NULL, src, buf, count, dep0, 0);
   }
 }
 

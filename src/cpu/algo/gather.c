@@ -52,7 +52,7 @@ static int allgather_bruck(sched_t *s, const void *sendbuf, void *const *bufs,
 static void ring_gather_items(sched_t *s, const ring_t *x, const int *items,
                               int m, uint32_t nseg, const void *sendbuf,
                               void *const *bufs, const size_t *lens,
-                              uint32_t *have) {
+                              uint32_t *have, uint32_t *first) {
   int P = x->P, st, j;
   uint32_t k;
   for (st = 0; st < P - 1; st++) {
@@ -69,6 +69,7 @@ static void ring_gather_items(sched_t *s, const ring_t *x, const int *items,
         seg_range(lens[br], nseg, k, &ro, &rl);
         snd = uvccl__sop_send(s, x->right, tag, src + so, sl);
         uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+        if (first != NULL && st == 0 && j == 0) first[k] = snd;
         have[(size_t)br * nseg + k] =
             uvccl__sop_recv(s, x->left, tag, (char *)bufs[br] + ro, rl);
       }
@@ -80,25 +81,41 @@ static void ring_gather_items(sched_t *s, const ring_t *x, const int *items,
  * around the ring across the hosts at its place (each host's link then
  * carries (H-1)/H of the whole, the least it can), then each host's ring
  * passes the columns it gathered (H blocks a place) through shared
- * memory. */
+ * memory. A rank's segment k starts across once its left neighbour's
+ * segment k - CROSS_AHEAD came round the hosts (the last block that
+ * crossing brings, handed on in the host), so that the L connections
+ * leaving a host move alike (allreduce.c says why). */
 static int allgather_hosts(sched_t *s, const ring_t *in_host,
                            const ring_t *across, const void *sendbuf,
                            void *const *bufs, const size_t *lens) {
   group_t *g = s->g;
-  int P = g->size, p;
+  const int *cols = uvccl__ring_columns(g);
+  int P = g->size, H = across->P, p, last;
   size_t maxl = 0;
-  uint32_t nseg, *have;
+  uint32_t nseg, k, *have, *first;
   for (p = 0; p < P; p++)
     if (lens[p] > maxl) maxl = lens[p];
   nseg = nseg_for(maxl, g->segment);
   have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
-  if (have == NULL) return UV_ENOMEM;
+  first = uvccl__malloc(nseg * sizeof(uint32_t));
+  if (have == NULL || first == NULL) {
+    uvccl__free(have);
+    uvccl__free(first);
+    return UV_ENOMEM;
+  }
   for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
-  ring_gather_items(s, across, across->R, 1, nseg, sendbuf, bufs, lens, have);
+  ring_gather_items(s, across, across->R, 1, nseg, sendbuf, bufs, lens, have,
+                    first);
   /* the host ring's position p carries column p */
-  ring_gather_items(s, in_host, uvccl__ring_columns(g), across->P, nseg,
-                    sendbuf, bufs, lens, have);
+  ring_gather_items(s, in_host, cols, H, nseg, sendbuf, bufs, lens, have,
+                    NULL);
+  /* the block the left neighbour's crossing brings last: its column's,
+   * from the host after this one */
+  last = cols[mod(in_host->q - 1, in_host->P) * H + mod(across->q + 1, H)];
+  for (k = CROSS_AHEAD; k < nseg; k++)
+    uvccl__sop_dep(s, have[(size_t)last * nseg + k - CROSS_AHEAD], first[k]);
   uvccl__free(have);
+  uvccl__free(first);
   return 0;
 }
 
