@@ -21,7 +21,12 @@
  *      segments of 64 KiB (UVCCL_SEGMENT): the hierarchical allreduce
  *      crosses the hosts segment by segment (32 crossings of 3 uneven
  *      parts each, every rank's held back by its neighbour's), and the
- *      allgather's crossings held back alike; exact.
+ *      allgather's crossings held back alike; exact;
+ *   f), g) as root: 2 hosts of 2 and 3 hosts of 2 (64 KiB segments),
+ *      scattered, each host a network namespace of its own on a bridge
+ *      (t/netns.h): ranks of two hosts reach each other only through
+ *      their veth addresses; the same checks (skipped without root or
+ *      iproute2).
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
  * (1 to 16384 elements) and barriers, exact in every world: through the
@@ -42,6 +47,7 @@
 
 #define MAXP 6
 #include "ranks.h"
+#include "netns.h"
 
 #define N (1u << 20) /* 4 MiB of int32: rings, not the small algorithms */
 
@@ -95,14 +101,14 @@ static void check_allreduce(void) {
  * where hosts are alike, else recursive doubling) and barriers between
  * them. */
 static void check_small(void) {
-  static const size_t ns[3] = {1, 1000, 16384};
+  static const size_t counts_small[3] = {1, 1000, 16384};
   int32_t *a = malloc(16384 * 4), *b = malloc(16384 * 4);
   float *f = malloc(16384 * 4);
   size_t i, bad = 0, k;
   uvccl_work_t w = {0};
   int rc = 0, q, brc = 0;
   for (k = 0; k < 3; k++) {
-    size_t n = ns[k];
+    size_t n = counts_small[k];
     int r1, r2, r3, r4;
     for (i = 0; i < n; i++) {
       a[i] = v_of(R, i);
@@ -359,10 +365,12 @@ static int rank_main(void) {
   return rank_destroy();
 }
 
+static void report_world(proc_t *ps, int n, const char *name,
+                         const char *hosts, const char *ring);
+
 static void world(const char *name, const char *hosts, const char *ring,
                   int n, const char *order) {
   proc_t ps[MAXP];
-  unsigned all = (1u << n) - 1;
   static char e_hosts[64], e_ring[64];
   snprintf(e_hosts, sizeof(e_hosts), "UVCCL_T_HOSTS=%s", hosts);
   snprintf(e_ring, sizeof(e_ring), "UVCCL_T_RING=%s", ring);
@@ -372,6 +380,13 @@ static void world(const char *name, const char *hosts, const char *ring,
   scenario_failed = 0;
   spawn_world(ps, n, "hosts", 0);
   unsetenv("UVCCL_RING_ORDER");
+  report_world(ps, n, name, hosts, ring);
+}
+
+/* The world's 12 tests, once its ranks have ended. */
+static void report_world(proc_t *ps, int n, const char *name,
+                         const char *hosts, const char *ring) {
+  unsigned all = (1u << n) - 1;
   finish_all(ps, n, 90);
   agg(ps, n, "init", all, "%s: %d ranks on hosts \"%s\" make their world", name,
       n, hosts);
@@ -399,12 +414,49 @@ static void world(const char *name, const char *hosts, const char *ring,
   procs_free(ps, n);
 }
 
+/* world() with host k a network namespace of its own (t/netns.h). */
+static void ns_world(const char *name, const char *hosts, const char *ring,
+                     int n, const char *more) {
+  proc_t ps[MAXP];
+  static char e_hosts[64], e_ring[64];
+  int r;
+  snprintf(e_hosts, sizeof(e_hosts), "UVCCL_T_HOSTS=%s", hosts);
+  snprintf(e_ring, sizeof(e_ring), "UVCCL_T_RING=%s", ring);
+  scenario_failed = 0;
+  for (r = 0; r < n; r++) {
+    const char *extra[] = {e_hosts, e_ring, more, NULL};
+    if (ns_spawn_rank_in(&ps[r], r, n, hosts[2 * r] - 'a', "hosts", extra))
+      note("spawning rank %d in its namespace failed", r);
+  }
+  report_world(ps, n, name, hosts, ring);
+}
+
+#define NS_TESTS 24
+
+static void ns_worlds(void) {
+  char err[512];
+  if (ns_prepare(3, err, sizeof(err)) != 0) {
+    skip(NS_TESTS, "%s", err);
+    return;
+  }
+  if (ns_setup(err, sizeof(err)) != 0) {
+    ns_cleanup();
+    skip(NS_TESTS, "cannot build the network namespaces: %s", err);
+    return;
+  }
+  ns_world("f (netns: 2 hosts of 2, scattered)", "a b a b", "0 2 1 3", 4,
+           NULL);
+  ns_world("g (netns: 3 hosts of 2, scattered, 64 KiB segments)",
+           "a b c a b c", "0 3 1 4 2 5", 6, "UVCCL_SEGMENT=65536");
+  ns_cleanup();
+}
+
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(60);
+  plan(60 + NS_TESTS);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);
@@ -420,5 +472,6 @@ int main(void) {
   world("e (3 hosts of 2, scattered, 64 KiB segments)", "a b c a b c",
         "0 3 1 4 2 5", 6, NULL);
   unsetenv("UVCCL_SEGMENT");
+  ns_worlds();
   return done_testing();
 }
