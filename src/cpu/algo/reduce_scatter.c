@@ -15,7 +15,7 @@ static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
                               int m, uint32_t nseg, int from_input, int last,
                               const char *in, char *work, char *recvbuf,
                               const size_t *off, const size_t *counts,
-                              uint32_t *have) {
+                              uint32_t *have, uint32_t *first) {
   int P = x->P, st, j, me = s->g->rank;
   size_t es = s->esize;
   uint32_t k;
@@ -35,6 +35,7 @@ static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
                               (st == 0 ? mine : work) + (off[bs] + so) * es,
                               sl * es);
         uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+        if (first != NULL && st == 0 && j == 0) first[k] = snd;
         dst = last && br == me ? recvbuf + ro * es
                                : work + (off[br] + ro) * es;
         rcv = uvccl__sop_recv_red_from(s, x->left, tag, dst,
@@ -56,28 +57,43 @@ static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
  * host) through shared memory, so that the rank at place p holds column
  * p reduced over its host; then the ring across the hosts at each place
  * reduce-scatters its column, each host's link carrying (H-1)/H of the
- * whole, the least it can. */
+ * whole, the least it can. As in the allreduce, the L connections that
+ * leave a host are held together (allreduce.c says why): a rank starts
+ * segment k across only once its left neighbour in the host has its own
+ * block's segment k - CROSS_AHEAD; nothing else comes back into the host
+ * here, so the neighbour says so with an empty message. */
 static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
                                 const ring_t *across, const char *sendbuf,
                                 char *recvbuf, const size_t *counts,
                                 const size_t *off, size_t total,
                                 size_t maxc) {
   group_t *g = s->g;
-  int P = g->size, p;
-  uint32_t nseg = nseg_for(maxc * s->esize, g->segment), *have;
+  int P = g->size, H = across->P, p;
+  uint32_t nseg = nseg_for(maxc * s->esize, g->segment), *have, *first, k;
+  uint32_t told = (uint32_t)(in_host->P - 1) * (uint32_t)H * nseg;
   char *work = uvccl__sched_tmp(s, total * s->esize);
   have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
-  if (work == NULL || have == NULL) {
+  first = uvccl__malloc(nseg * sizeof(uint32_t));
+  if (work == NULL || have == NULL || first == NULL) {
     uvccl__free(have);
+    uvccl__free(first);
     return UV_ENOMEM;
   }
   for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
   /* the host ring's position p carries column p */
-  ring_reduce_items(s, in_host, uvccl__ring_columns(g), across->P, nseg, 1,
-                    0, sendbuf, work, recvbuf, off, counts, have);
+  ring_reduce_items(s, in_host, uvccl__ring_columns(g), H, nseg, 1, 0,
+                    sendbuf, work, recvbuf, off, counts, have, NULL);
   ring_reduce_items(s, across, across->R, 1, nseg, 0, 1, sendbuf, work,
-                    recvbuf, off, counts, have);
+                    recvbuf, off, counts, have, first);
+  /* (tags past the host ring's: the same two neighbours) */
+  for (k = 0; k + CROSS_AHEAD < nseg; k++) {
+    uint32_t snd = uvccl__sop_send(s, in_host->right, told + k, NULL, 0);
+    uint32_t rcv = uvccl__sop_recv(s, in_host->left, told + k, NULL, 0);
+    uvccl__sop_dep(s, have[(size_t)g->rank * nseg + k], snd);
+    uvccl__sop_dep(s, rcv, first[k + CROSS_AHEAD]);
+  }
   uvccl__free(have);
+  uvccl__free(first);
   return 0;
 }
 
