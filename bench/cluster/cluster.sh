@@ -51,6 +51,11 @@
 #   a drop is one packet's, not a large send's)
 #   QUEUE_MS=100 (how much a link queues before it drops, in time at RATE:
 #   tbf's latency)
+#   WRAP= (a command every rank's program is started through, uvccl's,
+#   Gloo's and Open MPI's alike, with the program and its arguments after
+#   it; it sees RANK, or OMPI_COMM_WORLD_RANK under mpirun: e.g. a script
+#   that pins each rank to a CPU, to see what the ranks' placement on a
+#   machine's few CPUs does)
 #   DELAY_US=0 (every host's link holds what it sends this long: round
 #   trips of 2 x DELAY_US between hosts; bench/cluster/delay.c through
 #   iptables' NFQUEUE, since this kernel has no netem; needs iptables and
@@ -177,7 +182,7 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
         cmd=(/usr/bin/python3 "$ROOT/bench/coll/gloo_bench.py" --env --world "$W"
           --op "$op" -b "$bytes" -e "$bytes" "${N[@]}" --json) ;;
     esac
-    ip netns exec "$TAG$h" env "${env[@]}" "${cmd[@]}" \
+    ip netns exec "$TAG$h" env "${env[@]}" ${WRAP:-} "${cmd[@]}" \
       > "$TMP/out.$r" 2> "$TMP/err.$r" &
     pids+=($!)
   done
@@ -207,7 +212,7 @@ AG
     --mca plm_rsh_agent "$TMP/agent" --mca btl self,vader,tcp \
     --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
     --mca pml ob1 --mca mpi_yield_when_idle 1 \
-    "$TMP/mpi_bench" --op "$op" -b "$bytes" -e "$bytes" "${N[@]}" --json \
+    ${WRAP:-} "$TMP/mpi_bench" --op "$op" -b "$bytes" -e "$bytes" "${N[@]}" --json \
     > "$TMP/mpi.out" 2> "$TMP/mpi.err" ||
     { echo "cluster.sh: mpirun failed:" >&2; cat "$TMP/mpi.err" >&2; return 1; }
   grep '^{' "$TMP/mpi.out" | head -n 1

@@ -160,11 +160,17 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
   return fin;
 }
 
-/* Crossing by segment needs every segment to give each host a part. */
-static int cross_by_segment(size_t len, uint32_t nseg, int H) {
+/* Crossing by segment needs every segment to give each host a part, and
+ * the crossings' tags (apart by stride) to fit. */
+static int cross_by_segment(size_t len, uint32_t nseg, int H, size_t es,
+                            size_t segment) {
   size_t o, l;
   seg_range(len, nseg, nseg - 1, &o, &l);
-  return nseg > 1 && l >= (size_t)H;
+  if (nseg < 2 || l < (size_t)H) return 0;
+  seg_range(len, nseg, 0, &o, &l);
+  return (uint64_t)nseg * 2u * (uint64_t)(H - 1) *
+             nseg_for((l + (size_t)H - 1) / (size_t)H * es, segment) <
+         (1u << 30);
 }
 
 /* Out of place costs no copy: the first step sends straight from src, and
@@ -234,7 +240,7 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
   /* The chunk this rank finished reducing: r + 1. Across the hosts, then
    * (scaled there once); else scale it once here. */
   if (cross != NULL && !cross_by_segment(CHUNK_LEN(mod(r + 1, P)), nseg,
-                                          cross->P)) {
+                                          cross->P, es, g->segment)) {
     int c = mod(r + 1, P);
     uint32_t all = uvccl__sop_nop(s), across;
     for (k = 0; k < nseg; k++)
