@@ -160,17 +160,20 @@ uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,
   return fin;
 }
 
-/* Crossing by segment needs every segment to give each host a part, and
- * the crossings' tags (apart by stride) to fit. */
-static int cross_by_segment(size_t len, uint32_t nseg, int H, size_t es,
-                            size_t segment) {
+/* The tags a crossing of one segment of a chunk of len elements takes
+ * (crossings go segment by segment, each its tags apart), or 0 where the
+ * chunk crosses whole: a segment that would not give every host a part,
+ * or tags that would not fit. */
+static uint32_t cross_stride(size_t len, uint32_t nseg, int H, size_t es,
+                             size_t segment) {
   size_t o, l;
+  uint64_t stride;
   seg_range(len, nseg, nseg - 1, &o, &l);
   if (nseg < 2 || l < (size_t)H) return 0;
-  seg_range(len, nseg, 0, &o, &l);
-  return (uint64_t)nseg * 2u * (uint64_t)(H - 1) *
-             nseg_for((l + (size_t)H - 1) / (size_t)H * es, segment) <
-         (1u << 30);
+  seg_range(len, nseg, 0, &o, &l); /* the longest */
+  stride = 2u * (uint64_t)(H - 1) *
+           nseg_for((l + (size_t)H - 1) / (size_t)H * es, segment);
+  return stride * nseg < (1u << 30) ? (uint32_t)stride : 0;
 }
 
 /* Out of place costs no copy: the first step sends straight from src, and
@@ -196,7 +199,7 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
   size_t es = s->esize, base = count / (size_t)P, extra = count % (size_t)P;
   size_t maxc = base + (extra ? 1 : 0);
   uint32_t nseg = nseg_for(maxc * es, g->segment), k;
-  uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, *gate = NULL, fin;
+  uint32_t *rs_send, *rs_recv, *ag_recv, *fin_k, *gate = NULL, fin, stride;
   size_t nsteps = (size_t)(P - 1) * nseg;
 
   /* Chunks are numbered by ring position (any numbering every rank
@@ -239,8 +242,10 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
   }
   /* The chunk this rank finished reducing: r + 1. Across the hosts, then
    * (scaled there once); else scale it once here. */
-  if (cross != NULL && !cross_by_segment(CHUNK_LEN(mod(r + 1, P)), nseg,
-                                          cross->P, es, g->segment)) {
+  stride = cross != NULL ? cross_stride(CHUNK_LEN(mod(r + 1, P)), nseg,
+                                        cross->P, es, g->segment)
+                          : 0;
+  if (cross != NULL && stride == 0) {
     int c = mod(r + 1, P);
     uint32_t all = uvccl__sop_nop(s), across;
     for (k = 0; k < nseg; k++)
@@ -267,12 +272,6 @@ static uint32_t allreduce_ring_on(sched_t *s, const ring_t *xr,
      * host then move alike, where each alone would finish when its TCP's
      * share of the link let it, the last alone at its share. */
     int c = mod(r + 1, P);
-    size_t o0, l0;
-    uint32_t stride;
-    seg_range(CHUNK_LEN(c), nseg, 0, &o0, &l0);
-    stride = 2u * (uint32_t)(cross->P - 1) *
-             nseg_for((l0 + (size_t)cross->P - 1) / (size_t)cross->P * es,
-                      g->segment);
     gate = uvccl__malloc(nseg * sizeof(uint32_t));
     if (gate == NULL) {
       s->status = UV_ENOMEM;
