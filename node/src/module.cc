@@ -143,7 +143,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Addon *a = new Addon();
   env.SetInstanceData<Addon, addon_finalize>(a);
   a->ref(); // the cleanup hook's
-  if (getenv("NOHOOK") || napi_add_async_cleanup_hook(env, teardown, a, nullptr) != napi_ok) a->unref();
+  if (napi_add_async_cleanup_hook(env, teardown, a, nullptr) != napi_ok) a->unref();
   if (napi_get_uv_event_loop(env, &a->loop) != napi_ok || a->loop == nullptr)
     throw Napi::Error::New(env, "uvccl: no uv loop in this environment");
   a->context.reset(new Napi::AsyncContext(env, "uvccl"));

@@ -222,13 +222,22 @@ test('a worker thread ended with its group, store and operations open: the rest 
       setInterval(() => {}, 1000);
     })().catch((e) => parentPort.postMessage(String(e)));`;
   const w = new Worker(code, { eval: true, workerData: { port: server.port } });
+  // listening from the start: the worker may say so before this thread's
+  // allreduce has resolved, and a message nobody listens for is lost
+  const waiting = new Promise((res) => w.once('message', res));
   const st = await uvccl.TCPStore.connect('127.0.0.1', server.port);
   const pg = await uvccl.initProcessGroup({ store: st, rank: 0, worldSize: 2, prefix: 'w' });
   await pg.allreduce(new Float32Array(4));
-  assert.strictEqual(await new Promise((res) => w.once('message', res)), 'waiting');
+  assert.strictEqual(await waiting, 'waiting');
   await w.terminate();
-  // the worker's rank left (aborted): this rank's next allreduce says so
-  const e = await pg.allreduce(new Float32Array(4), { timeout: 20000 }).catch((err) => err);
+  // the worker's rank left (aborted): this rank's next allreduce says so.
+  // The worker's pending allreduce may have posted its part before it went
+  // (shared-memory boxes: a posted part is kept, src/cpu/xport/shm_box.c),
+  // and then this rank's first allreduce completes with it; the one after
+  // it cannot.
+  let e = await pg.allreduce(new Float32Array(4), { timeout: 20000 }).catch((err) => err);
+  if (e === undefined)
+    e = await pg.allreduce(new Float32Array(4), { timeout: 20000 }).catch((err) => err);
   assert.ok(e instanceof uvccl.PeerError && e.rank === 1, `${e && e.name}: ${e && e.message}`);
   assert.match(e.message, /Node\.js environment ended|rank 1/);
   await pg.destroy();
