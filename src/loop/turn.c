@@ -25,17 +25,10 @@ void uvccl__turn_init(uvccl__turn_t *t, size_t budget, uint64_t ns_budget,
 }
 
 /* Another TURN_CLOCK_EVERY bytes moved: 1 when the turn has run out of
- * time (from the first look: a turn moving less never reads the clock). */
+ * time (from its start: see uvccl__turn_enter). */
 int uvccl__turn_clock(uvccl__turn_t *t) {
-  uint64_t now;
   t->clock_at = t->left - UVCCL__TURN_CLOCK_EVERY;
-  if (t->ns_budget == 0) return 0;
-  now = uv_hrtime();
-  if (t->clock0 == 0) {
-    t->clock0 = now;
-    return 0;
-  }
-  if (now - t->clock0 < t->ns_budget) return 0;
+  if (t->ns_budget == 0 || uv_hrtime() - t->clock0 < t->ns_budget) return 0;
   t->late = 1;
   return 1;
 }
@@ -99,11 +92,16 @@ void uvccl__turn_enter(uvccl__turn_t *t, uvccl__site_t site, const void *key) {
   t->key_iter = t->iter;
   t->left = t->budget;
   t->clock_at = t->budget - UVCCL__TURN_CLOCK_EVERY;
-  t->clock0 = 0;
   t->late = 0;
+  /* The clock runs from here, not from the first look at it: the first
+   * step into memory the host has not yet backed (a fresh scratch or early
+   * frame, first touched) can take a millisecond, and a clock started
+   * after it let a turn run 2 ms where its budget is 0.5 (issue 30). */
   if (t->timing) {
-    t->t0 = uv_hrtime();
+    t->t0 = t->clock0 = uv_hrtime();
     t->c0 = cpu_ns();
+  } else if (t->ns_budget != 0) {
+    t->clock0 = uv_hrtime();
   }
 }
 

@@ -13,9 +13,9 @@
  * rest for a later turn (the caller makes sure there is one: the socket
  * stays readable or writable, the ring stays marked, the slice stays
  * queued). The budget is bytes, and time too: memory on a shared machine
- * is sometimes ten times slower than usual for a while, so a turn that
- * has moved TURN_CLOCK_EVERY bytes looks at the clock at every such
- * step, and is spent once it ran ns_budget from the first look. A turn
+ * is sometimes ten times slower than usual for a while, so a turn notes
+ * the clock when it begins, looks at it again every TURN_CLOCK_EVERY
+ * bytes it moves, and is spent once it ran ns_budget. A turn
  * always gets some work done (its first step is never refused), so the
  * work advances by at least a step per turn. With timing on, each turn
  * is timed on the wall clock and on the thread's CPU clock
@@ -43,7 +43,7 @@ typedef struct {
   int64_t left;          /* what the turn under way still may */
   uint64_t ns_budget;    /* and the time it may take (0: no limit) */
   int64_t clock_at;      /* `left` when the clock is next looked at */
-  uint64_t clock0;       /* the first look (0: not yet) */
+  uint64_t clock0;       /* when it began (ns_budget: the clock's) */
   int late;              /* it ran out of time */
   int depth;             /* 0: no turn under way */
   int timing;
