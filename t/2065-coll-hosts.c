@@ -22,17 +22,23 @@
  *      crosses the hosts segment by segment (32 crossings of 3 uneven
  *      parts each, every rank's held back by its neighbour's), and the
  *      allgather's crossings held back alike; exact;
- *   f), g) as root: 2 hosts of 2 and 3 hosts of 2 (64 KiB segments),
- *      scattered, each host a network namespace of its own on a bridge
- *      (t/netns.h): ranks of two hosts reach each other only through
- *      their veth addresses; the same checks (skipped without root or
- *      iproute2).
+ *   h) 6 ranks on hosts "a a a b c b" (hosts of 3, 2 and 1) in 64 KiB
+ *      segments: the large allreduce goes through the hosts' leaders
+ *      (each host's ranks reduce down a chain to its leader, the leaders
+ *      allreduce across, the result goes back up), segment by segment;
+ *      exact;
+ *   f), g), i) as root: 2 hosts of 2, 3 hosts of 2 (64 KiB segments), and
+ *      hosts of 3 and 1, scattered, each host a network namespace of its
+ *      own on a bridge (t/netns.h): ranks of two hosts reach each other
+ *      only through their veth addresses; the same checks (skipped
+ *      without root or iproute2).
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
- * there are none (hosts of 3 and 2 ranks; rank order). Small allreduces
- * (1 to 16384 elements) and barriers, exact in every world: through the
- * hosts' leaders in b) and d), recursive doubling in a) and c); small
- * broadcasts and reduces (1000 elements) from and to every root: a tree in
- * each host and one across in b) and d).
+ * there are none (hosts of 3 and 2 ranks; rank order); every world the
+ * hosts' leaders (a), h) and i): hosts of different sizes; none in c)).
+ * Small allreduces (1 to 16384 elements) and barriers, exact in every
+ * world: through the hosts' leaders but in c) (recursive doubling);
+ * small broadcasts and reduces (1000 elements) from and to every root: a
+ * tree in each host and one across in b) and d).
  *
  * The binary is also the rank program (UVCCL_T_ROLE=hosts, UVCCL_T_HOSTS
  * the hosts by rank, UVCCL_T_RING the ring expected). */
@@ -98,8 +104,8 @@ static void check_allreduce(void) {
 }
 
 /* Small allreduces (up to small_max, 64 KiB: through the hosts' leaders
- * where hosts are alike, else recursive doubling) and barriers between
- * them. */
+ * where the ranks are on several hosts, else recursive doubling) and
+ * barriers between them. */
 static void check_small(void) {
   static const size_t counts_small[3] = {1, 1000, 16384};
   int32_t *a = malloc(16384 * 4), *b = malloc(16384 * 4);
@@ -356,6 +362,50 @@ static int rank_main(void) {
     rep(strcmp(got, exp) == 0, "hier", "%s (want %s)", got, exp);
   }
 
+  /* hosts of any sizes: this rank's host from its leader, and the
+   * leaders (the runs of the ring, which is in host order) */
+  {
+    const char *order = getenv("UVCCL_RING_ORDER");
+    char got[64] = "none", exp[64] = "none", in[32] = "", lead[32] = "";
+    int nh = 0, big = 0, start = 0, k;
+    ring_t in_host, leaders;
+    for (q = 1; q <= P; q++) {
+      size_t l;
+      if (q < P && hosts[2 * ring_at(&x, q)] == hosts[2 * ring_at(&x, q - 1)])
+        continue;
+      l = strlen(lead);
+      snprintf(lead + l, sizeof(lead) - l, " %d", ring_at(&x, start));
+      if (hosts[2 * ring_at(&x, start)] == hosts[2 * R])
+        for (k = start; k < q; k++) {
+          l = strlen(in);
+          snprintf(in + l, sizeof(in) - l, " %d", ring_at(&x, k));
+        }
+      big |= q - start >= 2;
+      nh++;
+      start = q;
+    }
+    if (nh >= 2 && big && (order == NULL || !strcmp(order, "host")))
+      snprintf(exp, sizeof(exp), "in%s leaders%s", in, lead);
+    if (uvccl__ring_leaders(pg.impl_, &in_host, &leaders)) {
+      size_t l;
+      snprintf(got, sizeof(got), "in");
+      for (q = 0; q < in_host.P; q++) {
+        l = strlen(got);
+        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&in_host, q));
+      }
+      l = strlen(got);
+      snprintf(got + l, sizeof(got) - l, " leaders");
+      for (q = 0; q < leaders.P; q++) {
+        l = strlen(got);
+        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&leaders, q));
+      }
+      if (ring_at(&in_host, in_host.q) != R ||
+          ring_at(&leaders, leaders.q) != ring_at(&in_host, 0))
+        snprintf(got, sizeof(got), "this rank misplaced");
+    }
+    rep(strcmp(got, exp) == 0, "lead", "%s (want %s)", got, exp);
+  }
+
   check_allreduce();
   check_small();
   check_reduce_scatter();
@@ -383,7 +433,7 @@ static void world(const char *name, const char *hosts, const char *ring,
   report_world(ps, n, name, hosts, ring);
 }
 
-/* The world's 12 tests, once its ranks have ended. */
+/* The world's 13 tests, once its ranks have ended. */
 static void report_world(proc_t *ps, int n, const char *name,
                          const char *hosts, const char *ring) {
   unsigned all = (1u << n) - 1;
@@ -398,6 +448,9 @@ static void report_world(proc_t *ps, int n, const char *name,
   agg(ps, n, "hier", all, "%s: the hierarchical allreduce's rings (in the "
       "host, across the hosts) where the hosts have as many ranks each, else "
       "none", name);
+  agg(ps, n, "lead", all, "%s: each host's ranks from its leader, and the "
+      "hosts' leaders, where there are two hosts or more and one has two "
+      "ranks or more, else none", name);
   agg(ps, n, "allreduce", all, "%s: allreduce int32 and float32, in and out "
       "of place, exact", name);
   agg(ps, n, "small", all, "%s: small allreduces (sum, max, avg) exact, "
@@ -431,7 +484,7 @@ static void ns_world(const char *name, const char *hosts, const char *ring,
   report_world(ps, n, name, hosts, ring);
 }
 
-#define NS_TESTS 24
+#define NS_TESTS 39
 
 static void ns_worlds(void) {
   char err[512];
@@ -448,6 +501,8 @@ static void ns_worlds(void) {
            NULL);
   ns_world("g (netns: 3 hosts of 2, scattered, 64 KiB segments)",
            "a b c a b c", "0 3 1 4 2 5", 6, "UVCCL_SEGMENT=65536");
+  ns_world("i (netns: hosts of 3 and 1, scattered)", "a b a a", "0 2 3 1", 4,
+           NULL);
   ns_cleanup();
 }
 
@@ -456,7 +511,7 @@ int main(void) {
   if (role != NULL && strcmp(role, "hosts") == 0) return rank_main();
   parent_init(300);
   signal(SIGPIPE, SIG_IGN);
-  plan(60 + NS_TESTS);
+  plan(78 + NS_TESTS);
   unsetenv("UVCCL_TRANSPORT");
   unsetenv("UVCCL_MESH_MAX");
   world("a (scattered)", "a b a b a", "0 2 4 1 3", 5, NULL);
@@ -471,6 +526,8 @@ int main(void) {
   setenv("UVCCL_SEGMENT", "65536", 1);
   world("e (3 hosts of 2, scattered, 64 KiB segments)", "a b c a b c",
         "0 3 1 4 2 5", 6, NULL);
+  world("h (hosts of 3, 2 and 1, 64 KiB segments)", "a a a b c b",
+        "0 1 2 3 5 4", 6, NULL);
   unsetenv("UVCCL_SEGMENT");
   ns_worlds();
   return done_testing();

@@ -40,7 +40,9 @@
 # (H-1)/H x S for allgather and reduce_scatter, S for broadcast, at RATE.
 #
 #   bench/cluster/cluster.sh            (root, iproute2, tc; a few minutes)
-# Environment: H=2 L=2 RATE=400mbit OPS="allreduce broadcast allgather
+# Environment: H=2 L=2 (or SHAPE="3 1": hosts of different sizes, ranks
+#   by host in that order, or scattered round the hosts that have room)
+#   RATE=400mbit OPS="allreduce broadcast allgather
 #   reduce_scatter" SIZES="16M" PASSES=3 PLACES="host scattered"
 #   IMPLS="uvccl uvccl-ring uvccl-rank gloo openmpi" ITERS=5 WARMUP=1 (timed and
 #   untimed iterations of each run; every rank's last result is checked)
@@ -64,6 +66,7 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 H=${H:-2}
 L=${L:-2}
+SHAPE=${SHAPE:-}
 RATE=${RATE:-400mbit}
 OPS=${OPS:-"allreduce broadcast allgather reduce_scatter"}
 SIZES=${SIZES:-16M}
@@ -77,7 +80,11 @@ DELAY_US=${DELAY_US:-0}
 QUEUE_MS=${QUEUE_MS:-100}
 WARMUP=${WARMUP:-1}
 N=(-n "$ITERS" -w "$WARMUP")
-W=$((H * L))
+# ranks a host: L each, or SHAPE's (hosts of different sizes)
+if [ -n "$SHAPE" ]; then read -r -a per <<< "$SHAPE"; else per=(); for i in $(seq 1 "$H"); do per+=("$L"); done; fi
+H=${#per[@]}
+W=0
+for i in "${per[@]}"; do W=$((W + i)); done
 [ "$(id -u)" = 0 ] || { echo "cluster.sh: needs root (network namespaces)"; exit 1; }
 command -v ip > /dev/null && command -v tc > /dev/null ||
   { echo "cluster.sh: needs ip and tc (iproute2)"; exit 1; }
@@ -153,8 +160,20 @@ table inet loss {
 NFT
 fi
 
+# rank -> host: by host, each host's ranks one after another; scattered,
+# round the hosts, passing those already full
+hosts_host=() hosts_scattered=()
+for i in "${!per[@]}"; do for j in $(seq 1 "${per[$i]}"); do hosts_host+=("$i"); done; done
+left=("${per[@]}")
+while [ ${#hosts_scattered[@]} -lt "$W" ]; do
+  for i in "${!per[@]}"; do
+    [ "${left[$i]}" -gt 0 ] || continue
+    hosts_scattered+=("$i")
+    left[$i]=$((left[$i] - 1))
+  done
+done
 host_of() { # rank placement
-  if [ "$2" = host ]; then echo $(($1 / L)); else echo $(($1 % H)); fi
+  if [ "$2" = host ]; then echo "${hosts_host[$1]}"; else echo "${hosts_scattered[$1]}"; fi
 }
 
 port=29800
@@ -192,7 +211,7 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
 
 run_mpi() { # placement op bytes
   local place=$1 op=$2 bytes=$3 hosts="" i map
-  for i in $(seq 0 $((H - 1))); do hosts+="${hosts:+,}10.215.0.$((i + 1)):$L"; done
+  for i in $(seq 0 $((H - 1))); do hosts+="${hosts:+,}10.215.0.$((i + 1)):${per[$i]}"; done
   # the agent: "agent [options] HOST CMD..." enters HOST's network
   # namespace, and a UTS namespace with a host name of its own (Open MPI
   # names its session directories and shared-memory files after it: two
@@ -244,7 +263,8 @@ for p in $(seq 1 "$PASSES"); do
 done
 
 [ -n "${ROWS:-}" ] && cp "$TMP/rows.jsonl" "$ROWS"
-echo "# bench/cluster/cluster.sh: $H hosts x $L ranks, links $RATE each way (tc tbf),"
+if [ -n "$SHAPE" ]; then shape="hosts of ${per[*]} ranks"; else shape="$H hosts x $L ranks"; fi
+echo "# bench/cluster/cluster.sh: $shape, links $RATE each way (tc tbf),"
 [ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen)"
 [ "$DELAY_US" = 0 ] || echo "# every host's link holds what it sends $DELAY_US us (delay.c, NFQUEUE): round trips of $((2 * DELAY_US)) us and more"
 echo "# uvccl $(git -C "$ROOT" rev-parse --short HEAD); $PASSES passes of $ITERS timed iterations (median); $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs"

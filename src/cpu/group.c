@@ -95,6 +95,7 @@ void uvccl__group_free(group_t *g) {
   uvccl__free(g->inv);
   uvccl__free(g->ring);
   uvccl__free(g->hier);
+  uvccl__free(g->lead);
   uvccl__free(g->premul);
   uvccl__free(g->tag);
   uvccl__free(g->own_store);

@@ -127,6 +127,12 @@ int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across);
 /* After uvccl__ring_hosts said 1: the columns, L of H group ranks (column
  * i: the rank at place i of every host, hosts in ring order). */
 const int *uvccl__ring_columns(const group_t *g);
+/* Hosts of any sizes, two or more, one of them with two ranks or more: 1
+ * with the ring of this rank's host (its leader, the host's first rank in
+ * the ring's order, at position 0) and the ring of the hosts' leaders
+ * (hosts in ring order; this rank's host at its position, as for a
+ * member); else 0. */
+int uvccl__ring_leaders(group_t *g, ring_t *in_host, ring_t *leaders);
 /* 1: the group's ranks are on more than one host (all known); else 0. */
 int uvccl__ring_spans_hosts(const group_t *g);
 
@@ -150,9 +156,9 @@ static inline uint32_t chain_nseg(const group_t *g, size_t bytes) {
 }
 
 /* Shared by the families (allreduce.c). */
-/* Hosts alike (uvccl__ring_hosts), small: through each host's leader and
- * recursive doubling among the leaders; NONE, having added nothing, where
- * the hosts are not alike. */
+/* Hosts of any sizes (uvccl__ring_leaders), small: through each host's
+ * leader and recursive doubling among the leaders; NONE, having added
+ * nothing, where the ranks are not on several hosts so. */
 uint32_t uvccl__algo_allreduce_hosts(sched_t *s, char *buf, size_t n,
                                      uint32_t dep0);
 uint32_t uvccl__algo_allreduce_tree(sched_t *s, char *buf, size_t n,

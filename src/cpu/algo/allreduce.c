@@ -57,22 +57,23 @@ static uint32_t allreduce_rd(sched_t *s, const ring_t *x, char *buf, size_t n,
   return fin;
 }
 
-/* Hosts alike, small: each host's ranks hand their inputs to its leader
+/* Across hosts, small: each host's ranks hand their inputs to its leader
  * (its first rank in the ring) through shared memory, the leaders run
  * recursive doubling across the hosts, and each hands the result back.
  * Only the leaders touch the network: H log2 H messages cross the links
  * where recursive doubling over all sends P log2 P, and on a host whose
  * CPUs are shared the ranks that wait on the network are fewer. The
  * leader reduces its members' inputs as they come, as the tree does; every
- * rank gets the leaders' bits. NONE where the hosts are not alike (n may
- * be 0: a barrier). */
+ * rank gets the leaders' bits. Hosts of any sizes; NONE where the ranks
+ * are not on several hosts, one with two ranks or more (n may be 0: a
+ * barrier). */
 uint32_t uvccl__algo_allreduce_hosts(sched_t *s, char *buf, size_t n,
                                      uint32_t dep0) {
   group_t *g = s->g;
   ring_t in_host, across;
   uint32_t got, fin, rcv, snd;
   int i;
-  if (!uvccl__ring_hosts(g, &in_host, &across)) return NONE;
+  if (!uvccl__ring_leaders(g, &in_host, &across)) return NONE;
   if (in_host.q != 0) { /* a member: its input up, the result back */
     int leader = ring_at(&in_host, 0);
     snd = uvccl__sop_send(s, leader, 0, buf, n);
@@ -334,6 +335,61 @@ out:
   return fin;
 }
 
+/* Hosts of different sizes, large: segment by segment, each host's ranks
+ * reduce down a chain to its leader (shared memory), the leaders allreduce
+ * the segment across the hosts in a ring of their own (uvccl__ring_leaders),
+ * and the segment goes back up the chain from the leader. Each host's link
+ * then carries 2(H-1)/H of the buffer each way, where one ring over all
+ * ranks carries 2(P-1)/P: 1.5 times as much for hosts of 3 and 1, nearly
+ * twice for hosts of 8 and 7 (a shrink leaves such worlds). The chains
+ * stay in a host and the leaders' rings leave it, so their tags cannot
+ * meet; every rank gets its leader's bits. Where the segments' crossings
+ * would not fit their tags, the buffer goes in one piece. */
+static uint32_t allreduce_leaders(sched_t *s, const ring_t *in_host,
+                                  const ring_t *leaders, const char *src,
+                                  char *buf, size_t count, uint32_t dep0) {
+  group_t *g = s->g;
+  int L = in_host->P, i = in_host->q, H = leaders->P;
+  int down = i > 0 ? ring_at(in_host, i - 1) : -1;
+  int up = i < L - 1 ? ring_at(in_host, i + 1) : -1;
+  size_t es = s->esize;
+  uint32_t nseg = nseg_for(count * es, g->segment), k, stride, fin;
+  stride = cross_stride(count, nseg, H, es, g->segment);
+  if (stride == 0) nseg = 1;
+  fin = uvccl__sop_nop(s);
+  for (k = 0; k < nseg; k++) {
+    size_t o, l;
+    uint32_t in = dep0, red_snd = NONE, done, rcv, snd;
+    const char *mine = src;
+    seg_range(count, nseg, k, &o, &l);
+    o *= es;
+    if (up >= 0) { /* the chain's part from above, onto this rank's */
+      in = uvccl__sop_recv_red_from(s, up, k, buf + o, src + o, l * es);
+      uvccl__sop_dep(s, dep0, in);
+      mine = buf;
+    }
+    if (down >= 0) {
+      red_snd = uvccl__sop_send(s, down, k, mine + o, l * es);
+      uvccl__sop_dep(s, in, red_snd);
+      /* the result comes back into buf once this rank's part has left */
+      rcv = uvccl__sop_recv(s, down, nseg + k, buf + o, l * es);
+      uvccl__sop_dep(s, red_snd, rcv);
+      done = rcv;
+    } else {
+      done = allreduce_ring_on(s, leaders, NULL, mine + o, buf + o, l, in,
+                               k * stride);
+      if (done == NONE) return NONE;
+    }
+    uvccl__sop_dep(s, done, fin);
+    if (up >= 0) {
+      snd = uvccl__sop_send(s, up, nseg + k, buf + o, l * es);
+      uvccl__sop_dep(s, done, snd);
+      uvccl__sop_dep(s, snd, fin);
+    }
+  }
+  return fin;
+}
+
 /* A world collective of n > 0 bytes per part that boxes carry (shm_box.c). */
 int uvccl__algo_box_fits(const group_t *g, size_t n) {
   return g->box_ok && n > 0 && n <= UVCCL__SHM_BOX_MAX;
@@ -380,6 +436,9 @@ static uint32_t allreduce_build(sched_t *s, const char *src, char *buf,
         count >= (size_t)g->size)
       return allreduce_ring_on(s, &in_host, &across, src, buf, count, dep0,
                                0);
+    if (uvccl__ring_leaders(g, &in_host, &across) &&
+        count >= (size_t)g->size)
+      return allreduce_leaders(s, &in_host, &across, src, buf, count, dep0);
     uvccl__ring_of(g, &x);
     return allreduce_ring_on(s, &x, NULL, src, buf, count, dep0, 0);
   }

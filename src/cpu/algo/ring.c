@@ -13,7 +13,9 @@
  *
  * Hosts alike (as many ranks each, two or more, and two hosts or more):
  * uvccl__ring_hosts gives the two rings of the hierarchical allreduce,
- * one in this rank's host and one across the hosts at its place. */
+ * one in this rank's host and one across the hosts at its place. Hosts
+ * of any sizes: uvccl__ring_leaders gives the ring of this rank's host
+ * and the ring of the hosts' leaders. */
 #include "algo.h"
 
 static int *make_order(const group_t *g) {
@@ -106,6 +108,69 @@ static void make_hier(group_t *g) {
   g->hier_H = H;
   g->hier_me_l = me_l;
   g->hier_me_h = me_h;
+}
+
+/* Hosts of any sizes, from the ring (host order): each host's ranks are
+ * one run of it; the first of a run leads its host. */
+static void make_lead(group_t *g) {
+  const net_t *net = g->net;
+  ring_t x;
+  int P = g->size, H = 0, start = 0, i, j, big = 0, order = ORDER_HOST;
+  int *lead;
+  uvccl__config_choice(UVCCL__CFG_RING_ORDER, &order);
+  uvccl__ring_of(g, &x);
+  if (order != ORDER_HOST || net->sparse || P < 3) return;
+  for (i = 0; i < P; i++)
+    if (net->hosts[g->ranks[i]] == 0) return;
+  lead = uvccl__malloc((size_t)(2 * P) * sizeof(int));
+  if (lead == NULL) return; /* one ring is as right */
+  for (i = 1; i <= P; i++) {
+    if (i < P && net->hosts[g->ranks[ring_at(&x, i)]] ==
+                     net->hosts[g->ranks[ring_at(&x, i - 1)]])
+      continue;
+    /* positions [start, i): one host */
+    for (j = 0; j < H; j++) /* a host in one run only (host order) */
+      if (net->hosts[g->ranks[lead[P + j]]] ==
+          net->hosts[g->ranks[ring_at(&x, start)]]) {
+        uvccl__free(lead);
+        return;
+      }
+    lead[P + H] = ring_at(&x, start);
+    if (x.q >= start && x.q < i) {
+      for (j = start; j < i; j++) lead[j - start] = ring_at(&x, j);
+      g->lead_L = i - start;
+      g->lead_me_l = x.q - start;
+      g->lead_me_h = H;
+    }
+    big |= i - start >= 2;
+    H++;
+    start = i;
+  }
+  if (H < 2 || !big) {
+    uvccl__free(lead);
+    return;
+  }
+  g->lead = lead;
+  g->lead_H = H;
+}
+
+int uvccl__ring_leaders(group_t *g, ring_t *in_host, ring_t *leaders) {
+  if (!g->lead_made) {
+    make_lead(g);
+    g->lead_made = 1;
+  }
+  if (g->lead == NULL) return 0;
+  in_host->P = g->lead_L;
+  in_host->R = g->lead;
+  in_host->q = g->lead_me_l;
+  in_host->left = ring_at(in_host, in_host->q - 1);
+  in_host->right = ring_at(in_host, in_host->q + 1);
+  leaders->P = g->lead_H;
+  leaders->R = g->lead + g->size;
+  leaders->q = g->lead_me_h;
+  leaders->left = ring_at(leaders, leaders->q - 1);
+  leaders->right = ring_at(leaders, leaders->q + 1);
+  return 1;
 }
 
 int uvccl__ring_spans_hosts(const group_t *g) {
