@@ -27,11 +27,14 @@
  *      (each host's ranks reduce down a chain to its leader, the leaders
  *      allreduce across, the result goes back up), segment by segment;
  *      exact;
- *   f), g), i) as root: 2 hosts of 2, 3 hosts of 2 (64 KiB segments), and
- *      hosts of 3 and 1, scattered, each host a network namespace of its
- *      own on a bridge (t/netns.h): ranks of two hosts reach each other
- *      only through their veth addresses; the same checks (skipped
- *      without root or iproute2).
+ *   f), g), i), j) as root: 2 hosts of 2, 3 hosts of 2 (64 KiB
+ *      segments), hosts of 3 and 1, hosts of 2 and 3 (64 KiB segments),
+ *      scattered, each host a network namespace of its own on a bridge
+ *      (t/netns.h): ranks of two hosts reach each other only through
+ *      their veth addresses; the same checks (skipped without root or
+ *      iproute2).
+ * Where every host has two ranks or more but not as many (a), j)),
+ * allgather(v) and reduce_scatter(v) go through the hosts' leaders too.
  * b) and d) check the hierarchical allreduce's rings, a) and c) that
  * there are none (hosts of 3 and 2 ranks; rank order); every world the
  * hosts' leaders (a), h) and i): hosts of different sizes; none in c)).
@@ -147,10 +150,11 @@ static void check_small(void) {
 }
 
 static void check_reduce_scatter(void) {
-  size_t counts[MAXP], total = 0, off = 0, i, bad = 0, badv = 0, per = N / 8;
+  size_t counts[MAXP], total = 0, off = 0, i, bad = 0, badv = 0, bada = 0;
+  size_t per = N / 8;
   int32_t *in, *out;
   uvccl_work_t w = {0};
-  int rc, rc2, q;
+  int rc, rc2, rc3, q;
   for (q = 0; q < P; q++) {
     counts[q] = per + (size_t)q * 1000 + 3;
     total += counts[q];
@@ -174,9 +178,23 @@ static void check_reduce_scatter(void) {
     for (q = 0; q < P; q++) want += v_of(q, off + i);
     if (out[i] != want) badv++;
   }
-  rep(rc == 0 && rc2 == 0 && bad == 0 && badv == 0, "reduce_scatter",
-      "even %s (%zu wrong), v %s (%zu wrong)", ename(rc), bad, ename(rc2),
-      badv);
+  /* AVG: scaled once, where each block ends (multiples of P: exact) */
+  {
+    float *fin = malloc(per * (size_t)P * 4), *fout = malloc(per * 4);
+    for (i = 0; i < per * (size_t)P; i++) fin[i] = (float)(P * v_of(R, i));
+    rc3 = RUN(w, uvccl_reduce_scatter(&pg, &w, fin, fout, per, UVCCL_FLOAT32,
+                                      UVCCL_AVG, on_work));
+    for (i = 0; i < per; i++) {
+      int64_t want = 0;
+      for (q = 0; q < P; q++) want += v_of(q, (size_t)R * per + i);
+      if (fout[i] != (float)want) bada++;
+    }
+    free(fin);
+    free(fout);
+  }
+  rep(rc == 0 && rc2 == 0 && rc3 == 0 && bad == 0 && badv == 0 && bada == 0,
+      "reduce_scatter", "even %s (%zu wrong), v %s (%zu wrong), avg %s "
+      "(%zu wrong)", ename(rc), bad, ename(rc2), badv, ename(rc3), bada);
   free(in);
   free(out);
 }
@@ -455,8 +473,8 @@ static void report_world(proc_t *ps, int n, const char *name,
       "of place, exact", name);
   agg(ps, n, "small", all, "%s: small allreduces (sum, max, avg) exact, "
       "barriers between them", name);
-  agg(ps, n, "reduce_scatter", all, "%s: reduce_scatter and reduce_scatterv "
-      "exact", name);
+  agg(ps, n, "reduce_scatter", all, "%s: reduce_scatter (sum, avg) and "
+      "reduce_scatterv exact", name);
   agg(ps, n, "allgather", all, "%s: allgather and allgatherv exact", name);
   agg(ps, n, "rooted", all, "%s: broadcast from and reduce to every root "
       "exact", name);
@@ -484,7 +502,7 @@ static void ns_world(const char *name, const char *hosts, const char *ring,
   report_world(ps, n, name, hosts, ring);
 }
 
-#define NS_TESTS 39
+#define NS_TESTS 52
 
 static void ns_worlds(void) {
   char err[512];
@@ -503,6 +521,8 @@ static void ns_worlds(void) {
            "a b c a b c", "0 3 1 4 2 5", 6, "UVCCL_SEGMENT=65536");
   ns_world("i (netns: hosts of 3 and 1, scattered)", "a b a a", "0 2 3 1", 4,
            NULL);
+  ns_world("j (netns: hosts of 2 and 3, scattered, 64 KiB segments)",
+           "a b a b b", "0 2 1 3 4", 5, "UVCCL_SEGMENT=65536");
   ns_cleanup();
 }
 

@@ -538,8 +538,10 @@ struct group_s {
   int hier_L, hier_H, hier_me_l, hier_me_h;
   int hier_made;
   /* Hosts of any sizes (ring.c, uvccl__ring_leaders): this rank's host's
-   * ranks, its leader first (lead[0 .. lead_L)), then the hosts' leaders
-   * (lead[size .. size + lead_H)); lead NULL: not so. */
+   * ranks, its leader first (lead[0 .. lead_L)), the hosts' leaders
+   * (lead[size .. size + lead_H)), and where each host's ranks begin in
+   * the ring (lead[2 size .. 2 size + lead_H], the last: size); lead
+   * NULL: not so. */
   int *lead;
   int lead_L, lead_H, lead_me_l, lead_me_h;
   int lead_made;

@@ -133,6 +133,21 @@ const int *uvccl__ring_columns(const group_t *g);
  * (hosts in ring order; this rank's host at its position, as for a
  * member); else 0. */
 int uvccl__ring_leaders(group_t *g, ring_t *in_host, ring_t *leaders);
+/* After uvccl__ring_leaders said 1: where each host's ranks begin in the
+ * ring (uvccl__ring_of), H + 1 positions, the last the group's size;
+ * runs[1] - runs[0] ... the hosts' sizes. */
+const int *uvccl__ring_lead_runs(const group_t *g);
+/* After uvccl__ring_leaders said 1 (H hosts): 1 where every host has two
+ * ranks or more. Only then do the leaders' allgather and reduce_scatter
+ * carry less than one ring: with a host of one rank, that host's link
+ * carries as much either way. */
+static inline int uvccl__ring_lead_pairs(const group_t *g, int H) {
+  const int *runs = uvccl__ring_lead_runs(g);
+  int h;
+  for (h = 0; h < H; h++)
+    if (runs[h + 1] - runs[h] < 2) return 0;
+  return 1;
+}
 /* 1: the group's ranks are on more than one host (all known); else 0. */
 int uvccl__ring_spans_hosts(const group_t *g);
 

@@ -340,8 +340,8 @@ out:
  * the segment across the hosts in a ring of their own (uvccl__ring_leaders),
  * and the segment goes back up the chain from the leader. Each host's link
  * then carries 2(H-1)/H of the buffer each way, where one ring over all
- * ranks carries 2(P-1)/P: 1.5 times as much for hosts of 3 and 1, nearly
- * twice for hosts of 8 and 7 (a shrink leaves such worlds). The chains
+ * ranks carries 2(P-1)/P: 1.5 times as much for hosts of 3 and 1, 1.7 for
+ * hosts of 4 and 3 (a shrink leaves such worlds). The chains
  * stay in a host and the leaders' rings leave it, so their tags cannot
  * meet; every rank gets its leader's bits. Where the segments' crossings
  * would not fit their tags, the buffer goes in one piece. */

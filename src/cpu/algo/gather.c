@@ -119,6 +119,102 @@ static int allgather_hosts(sched_t *s, const ring_t *in_host,
   return 0;
 }
 
+/* Hosts of different sizes, each of two ranks or more: the members hand
+ * their blocks to the host's leader (shared memory), the leaders pass the
+ * hosts' blocks around a ring of their own, and each block goes up the
+ * host's chain from the leader as soon as the leader has it. A host's
+ * link carries the blocks of the other hosts in and its own out (with the
+ * ring's relays), at most (P - L)/P of the whole for the host of fewest
+ * ranks (L), where one ring over all ranks carries (P-1)/P: 1.5 times
+ * less for hosts of 4 and 3 (2 x 4 after a shrink). Blocks are tagged by
+ * rank: each crosses each link once. */
+static int allgather_leaders(sched_t *s, const ring_t *in_host,
+                             const ring_t *leaders, const void *sendbuf,
+                             void *const *bufs, const size_t *lens) {
+  group_t *g = s->g;
+  const int *runs = uvccl__ring_lead_runs(g);
+  ring_t x;
+  int P = g->size, H = leaders->P, L = in_host->P, i = in_host->q, st, j, b;
+  int lead = ring_at(in_host, 0);
+  int up = i < L - 1 ? ring_at(in_host, i + 1) : -1;
+  size_t maxl = 0;
+  uint32_t nseg, k, *have;
+  uvccl__ring_of(g, &x);
+  for (b = 0; b < P; b++)
+    if (lens[b] > maxl) maxl = lens[b];
+  nseg = nseg_for(maxl, g->segment);
+  have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
+  if (have == NULL) return UV_ENOMEM;
+  for (j = 0; j < P * (int)nseg; j++) have[j] = NONE;
+#define SRC(b) ((b) == g->rank ? (const char *)sendbuf : (const char *)bufs[b])
+  /* the members' blocks to the leader (tags 0 .. nseg) */
+  for (j = 1; j < L; j++) {
+    int m = ring_at(in_host, j);
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      seg_range(lens[m], nseg, k, &o, &l);
+      if (i == 0)
+        have[(size_t)m * nseg + k] =
+            uvccl__sop_recv(s, m, k, (char *)bufs[m] + o, l);
+      else if (m == g->rank)
+        uvccl__sop_send(s, lead, k, (const char *)sendbuf + o, l);
+    }
+  }
+  /* the leaders' ring: at step st the blocks of the host st places to
+   * the left go right (tags: nseg + rank * nseg + k) */
+  for (st = 0; i == 0 && st < H - 1; st++) {
+    int hs = mod(leaders->q - st, H), hr = mod(leaders->q - st - 1, H);
+    for (j = runs[hs]; j < runs[hs + 1]; j++) {
+      int bs = ring_at(&x, j);
+      for (k = 0; k < nseg; k++) {
+        size_t o, l;
+        uint32_t snd;
+        seg_range(lens[bs], nseg, k, &o, &l);
+        snd = uvccl__sop_send(s, leaders->right,
+                              nseg + ((uint32_t)bs * nseg + k), SRC(bs) + o,
+                              l);
+        uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+      }
+    }
+    for (j = runs[hr]; j < runs[hr + 1]; j++) {
+      int br = ring_at(&x, j);
+      for (k = 0; k < nseg; k++) {
+        size_t o, l;
+        seg_range(lens[br], nseg, k, &o, &l);
+        have[(size_t)br * nseg + k] = uvccl__sop_recv(
+            s, leaders->left, nseg + ((uint32_t)br * nseg + k),
+            (char *)bufs[br] + o, l);
+      }
+    }
+  }
+  /* up the host's chain: every block but the next rank's own, as soon as
+   * this rank has it (tags: nseg + P nseg + rank * nseg + k) */
+  for (b = 0; b < P; b++) {
+    if (b == g->rank) continue;
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      uint32_t tag = nseg + (uint32_t)P * nseg + (uint32_t)b * nseg + k;
+      seg_range(lens[b], nseg, k, &o, &l);
+      if (i > 0)
+        have[(size_t)b * nseg + k] = uvccl__sop_recv(
+            s, ring_at(in_host, i - 1), tag, (char *)bufs[b] + o, l);
+    }
+  }
+  for (b = 0; up >= 0 && b < P; b++) {
+    if (b == up) continue;
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      uint32_t tag = nseg + (uint32_t)P * nseg + (uint32_t)b * nseg + k, snd;
+      seg_range(lens[b], nseg, k, &o, &l);
+      snd = uvccl__sop_send(s, up, tag, SRC(b) + o, l);
+      uvccl__sop_dep(s, have[(size_t)b * nseg + k], snd);
+    }
+  }
+#undef SRC
+  uvccl__free(have);
+  return 0;
+}
+
 int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
                            const size_t *lens) {
   group_t *g = s->g;
@@ -139,6 +235,9 @@ int uvccl__allgather_build(sched_t *s, const void *sendbuf, void *const *bufs,
     ring_t in_host, across;
     if (uvccl__ring_hosts(g, &in_host, &across))
       return allgather_hosts(s, &in_host, &across, sendbuf, bufs, lens);
+    if (uvccl__ring_leaders(g, &in_host, &across) &&
+        uvccl__ring_lead_pairs(g, across.P))
+      return allgather_leaders(s, &in_host, &across, sendbuf, bufs, lens);
   }
   uvccl__ring_of(g, &x);
   left = x.left;

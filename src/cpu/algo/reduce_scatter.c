@@ -97,6 +97,110 @@ static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
   return 0;
 }
 
+/* Hosts of different sizes, each of two ranks or more: the mirror of
+ * allgather_leaders (gather.c). Every block goes down the host's chain to
+ * its leader, each rank adding its input (shared memory); the leaders
+ * reduce-scatter the hosts' blocks around a ring of their own, so that
+ * each leader ends with its host's blocks; it sends each member its own.
+ * A block is reduced in one place at each step, so every rank gets the
+ * same bits. Tags: the chain and the ring by block (b nseg + k: the chain
+ * stays in a host, the ring leaves it), the leader's sends after them. */
+static int reduce_scatter_leaders(sched_t *s, const ring_t *in_host,
+                                  const ring_t *leaders, const char *sendbuf,
+                                  char *recvbuf, const size_t *counts,
+                                  const size_t *off, size_t total,
+                                  size_t maxc) {
+  group_t *g = s->g;
+  const int *runs = uvccl__ring_lead_runs(g);
+  ring_t x;
+  int P = g->size, H = leaders->P, L = in_host->P, i = in_host->q, st, j, b;
+  int down = i > 0 ? ring_at(in_host, i - 1) : -1;
+  int up = i < L - 1 ? ring_at(in_host, i + 1) : -1;
+  size_t es = s->esize;
+  uint32_t nseg = nseg_for(maxc * es, g->segment), k, *have;
+  char *work = uvccl__sched_tmp(s, total * es);
+  uvccl__ring_of(g, &x);
+  have = uvccl__malloc((size_t)P * nseg * sizeof(uint32_t));
+  if (work == NULL || have == NULL) {
+    uvccl__free(have);
+    return UV_ENOMEM;
+  }
+  /* down the chain: work = own input op what came from above */
+  for (b = 0; b < P; b++)
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      uint32_t tag = (uint32_t)b * nseg + k, got = NONE, snd;
+      seg_range(counts[b], nseg, k, &o, &l);
+      o = (off[b] + o) * es;
+      if (up >= 0)
+        got = uvccl__sop_recv_red_from(s, up, tag, work + o, sendbuf + o,
+                                       l * es);
+      if (down >= 0) {
+        snd = uvccl__sop_send(s, down, tag, (up >= 0 ? work : sendbuf) + o,
+                              l * es);
+        uvccl__sop_dep(s, got, snd);
+      }
+      have[(size_t)b * nseg + k] = got;
+    }
+  /* the leaders' ring: at step st the hosts' blocks st + 1 places to the
+   * left go right, those st + 2 places to the left come and are added;
+   * the last step brings this host's, into place */
+  for (st = 0; i == 0 && st < H - 1; st++) {
+    int hs = mod(leaders->q - st - 1, H), hr = mod(leaders->q - st - 2, H);
+    for (j = runs[hs]; j < runs[hs + 1]; j++) {
+      int bs = ring_at(&x, j);
+      for (k = 0; k < nseg; k++) {
+        size_t o, l;
+        uint32_t snd;
+        seg_range(counts[bs], nseg, k, &o, &l);
+        snd = uvccl__sop_send(s, leaders->right, (uint32_t)bs * nseg + k,
+                              work + (off[bs] + o) * es, l * es);
+        uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
+      }
+    }
+    for (j = runs[hr]; j < runs[hr + 1]; j++) {
+      int br = ring_at(&x, j);
+      for (k = 0; k < nseg; k++) {
+        size_t o, l;
+        uint32_t rcv;
+        char *w;
+        seg_range(counts[br], nseg, k, &o, &l);
+        w = work + (off[br] + o) * es;
+        if (br == g->rank && st == H - 2) /* into place: out = work op in */
+          rcv = uvccl__sop_recv_red_from(s, leaders->left,
+                                         (uint32_t)br * nseg + k,
+                                         recvbuf + o * es, w, l * es);
+        else
+          rcv = uvccl__sop_recv_red(s, leaders->left, (uint32_t)br * nseg + k,
+                                    w, l * es);
+        uvccl__sop_dep(s, have[(size_t)br * nseg + k], rcv);
+        if (st == H - 2)
+          rcv = then_scale(s, br == g->rank ? recvbuf + o * es : w, l * es,
+                           rcv);
+        have[(size_t)br * nseg + k] = rcv;
+      }
+    }
+  }
+  /* the leader sends each member its block; each takes it into place */
+  for (j = 1; j < L; j++) {
+    int m = ring_at(in_host, j);
+    for (k = 0; k < nseg; k++) {
+      size_t o, l;
+      uint32_t tag = (uint32_t)P * nseg + k, snd;
+      seg_range(counts[m], nseg, k, &o, &l);
+      if (i == 0) {
+        snd = uvccl__sop_send(s, m, tag, work + (off[m] + o) * es, l * es);
+        uvccl__sop_dep(s, have[(size_t)m * nseg + k], snd);
+      } else if (m == g->rank) {
+        uvccl__sop_recv(s, ring_at(in_host, 0), tag, recvbuf + o * es,
+                        l * es);
+      }
+    }
+  }
+  uvccl__free(have);
+  return 0;
+}
+
 /* Ring where rank r finishes with block r: at step t the rank at ring
  * position q sends the block of position q - t - 1 and reduces that of
  * q - t - 2 into its working copy. */
@@ -128,6 +232,13 @@ static int reduce_scatter_build(sched_t *s, const char *sendbuf, char *recvbuf,
     if (uvccl__ring_hosts(g, &in_host, &across)) {
       int rc = reduce_scatter_hosts(s, &in_host, &across, sendbuf, recvbuf,
                                     counts, off, total, maxc);
+      uvccl__free(off);
+      return rc;
+    }
+    if (uvccl__ring_leaders(g, &in_host, &across) &&
+        uvccl__ring_lead_pairs(g, across.P)) {
+      int rc = reduce_scatter_leaders(s, &in_host, &across, sendbuf, recvbuf,
+                                      counts, off, total, maxc);
       uvccl__free(off);
       return rc;
     }

@@ -122,7 +122,7 @@ static void make_lead(group_t *g) {
   if (order != ORDER_HOST || net->sparse || P < 3) return;
   for (i = 0; i < P; i++)
     if (net->hosts[g->ranks[i]] == 0) return;
-  lead = uvccl__malloc((size_t)(2 * P) * sizeof(int));
+  lead = uvccl__malloc((size_t)(3 * P + 1) * sizeof(int));
   if (lead == NULL) return; /* one ring is as right */
   for (i = 1; i <= P; i++) {
     if (i < P && net->hosts[g->ranks[ring_at(&x, i)]] ==
@@ -136,6 +136,7 @@ static void make_lead(group_t *g) {
         return;
       }
     lead[P + H] = ring_at(&x, start);
+    lead[2 * P + H] = start;
     if (x.q >= start && x.q < i) {
       for (j = start; j < i; j++) lead[j - start] = ring_at(&x, j);
       g->lead_L = i - start;
@@ -150,6 +151,7 @@ static void make_lead(group_t *g) {
     uvccl__free(lead);
     return;
   }
+  lead[2 * P + H] = P;
   g->lead = lead;
   g->lead_H = H;
 }
@@ -171,6 +173,10 @@ int uvccl__ring_leaders(group_t *g, ring_t *in_host, ring_t *leaders) {
   leaders->left = ring_at(leaders, leaders->q - 1);
   leaders->right = ring_at(leaders, leaders->q + 1);
   return 1;
+}
+
+const int *uvccl__ring_lead_runs(const group_t *g) {
+  return g->lead + 2 * g->size;
 }
 
 int uvccl__ring_spans_hosts(const group_t *g) {

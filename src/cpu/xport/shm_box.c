@@ -109,7 +109,8 @@ static int box_desc_text(char *buf, size_t len, uint64_t d) {
 static void box_misfit(net_t *net, sop_t *op, int r, uint64_t theirs,
                        char *why, size_t len) {
   group_t *g = op->s->g;
-  char a[96], b[96];
+  char a[80], b[80];
+  int n;
   if (theirs == BOX_GONE) {
     snprintf(why, len, "%s: rank %d abandoned its part of box collective "
              "%llu (its call timed out or was cancelled)", op->s->name,
@@ -118,9 +119,11 @@ static void box_misfit(net_t *net, sop_t *op, int r, uint64_t theirs,
   }
   box_desc_text(a, sizeof(a), theirs);
   box_desc_text(b, sizeof(b), box_desc(op));
-  snprintf(why, len, "%s: rank %d's part of box collective %llu: %s; this "
-           "rank's: %s (mismatched collective or arguments across ranks?)",
-           op->s->name, g->inv[r], (unsigned long long)op->slot_t, a, b);
+  /* (the longest fits UVCCL_WORK_MSG_LEN; a longer one is cut short) */
+  n = snprintf(why, len, "%s: box collective %llu: rank %d's part is %s, "
+               "this rank's %s (mismatched calls?)", op->s->name,
+               (unsigned long long)op->slot_t, g->inv[r], a, b);
+  (void)n;
 }
 
 /* Our part of op into every peer's box (and our own, kept here: the
