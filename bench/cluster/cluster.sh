@@ -37,7 +37,9 @@
 #               where openmpi-bin and libopenmpi-dev are installed
 # and prints, per op and size, each one's median time and the link's
 # limit: each host must send (and receive) 2(H-1)/H x S for an allreduce,
-# (H-1)/H x S for allgather and reduce_scatter, S for broadcast, at RATE.
+# (H-1)/H x S for allgather and reduce_scatter ((P-L)/P x S with hosts of
+# different sizes, L the fewest ranks of a host), S for broadcast, at
+# RATE.
 #
 #   bench/cluster/cluster.sh            (root, iproute2, tc; a few minutes)
 # Environment: H=2 L=2 (or SHAPE="3 1": hosts of different sizes, ranks
@@ -268,17 +270,21 @@ echo "# bench/cluster/cluster.sh: $shape, links $RATE each way (tc tbf),"
 [ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen)"
 [ "$DELAY_US" = 0 ] || echo "# every host's link holds what it sends $DELAY_US us (delay.c, NFQUEUE): round trips of $((2 * DELAY_US)) us and more"
 echo "# uvccl $(git -C "$ROOT" rev-parse --short HEAD); $PASSES passes of $ITERS timed iterations (median); $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs"
-python3 - "$TMP/rows.jsonl" "$H" "$RATE" "${impls[*]}" << 'PY'
+python3 - "$TMP/rows.jsonl" "${per[*]}" "$RATE" "${impls[*]}" << 'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-H = int(sys.argv[2])
+per = [int(x) for x in sys.argv[2].split()]
+H, P = len(per), sum(per)
 rate = sys.argv[3]
 unit = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 num = rate.rstrip("abcdefghijklmnopqrstuvwxyz")
 bps = float(num) * unit[rate[len(num):].lower()]
 impls = sys.argv[4].split()
-share = {"allreduce": 2 * (H - 1) / H, "allgather": (H - 1) / H,
-         "reduce_scatter": (H - 1) / H, "broadcast": 1.0}
+# what the busiest host's link must carry: an allgather brings the host of
+# fewest ranks the others' blocks ((P - L)/P of the whole; (H-1)/H for
+# hosts alike), a reduce_scatter the mirror
+share = {"allreduce": 2 * (H - 1) / H, "allgather": (P - min(per)) / P,
+         "reduce_scatter": (P - min(per)) / P, "broadcast": 1.0}
 cells = {}
 bad = 0
 for r in rows:
