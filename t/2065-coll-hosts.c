@@ -106,6 +106,24 @@ static void check_allreduce(void) {
   free(f);
 }
 
+/* "in A... LABEL B...": two rings' ranks, for the checks below. */
+static void rings_text(char *out, size_t n, const ring_t *a,
+                       const char *label, const ring_t *b) {
+  int q;
+  size_t l;
+  snprintf(out, n, "in");
+  for (q = 0; q < a->P; q++) {
+    l = strlen(out);
+    snprintf(out + l, n - l, " %d", ring_at(a, q));
+  }
+  l = strlen(out);
+  snprintf(out + l, n - l, " %s", label);
+  for (q = 0; q < b->P; q++) {
+    l = strlen(out);
+    snprintf(out + l, n - l, " %d", ring_at(b, q));
+  }
+}
+
 /* Small allreduces (up to small_max, 64 KiB: through the hosts' leaders
  * where the ranks are on several hosts, else recursive doubling) and
  * barriers between them. */
@@ -363,20 +381,8 @@ static int rank_main(void) {
           }
       }
     }
-    if (uvccl__ring_hosts(pg.impl_, &in_host, &across)) {
-      size_t l;
-      snprintf(got, sizeof(got), "in");
-      for (q = 0; q < in_host.P; q++) {
-        l = strlen(got);
-        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&in_host, q));
-      }
-      l = strlen(got);
-      snprintf(got + l, sizeof(got) - l, " across");
-      for (q = 0; q < across.P; q++) {
-        l = strlen(got);
-        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&across, q));
-      }
-    }
+    if (uvccl__ring_hosts(pg.impl_, &in_host, &across))
+      rings_text(got, sizeof(got), &in_host, "across", &across);
     rep(strcmp(got, exp) == 0, "hier", "%s (want %s)", got, exp);
   }
 
@@ -405,18 +411,7 @@ static int rank_main(void) {
     if (nh >= 2 && big && (order == NULL || !strcmp(order, "host")))
       snprintf(exp, sizeof(exp), "in%s leaders%s", in, lead);
     if (uvccl__ring_leaders(pg.impl_, &in_host, &leaders)) {
-      size_t l;
-      snprintf(got, sizeof(got), "in");
-      for (q = 0; q < in_host.P; q++) {
-        l = strlen(got);
-        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&in_host, q));
-      }
-      l = strlen(got);
-      snprintf(got + l, sizeof(got) - l, " leaders");
-      for (q = 0; q < leaders.P; q++) {
-        l = strlen(got);
-        snprintf(got + l, sizeof(got) - l, " %d", ring_at(&leaders, q));
-      }
+      rings_text(got, sizeof(got), &in_host, "leaders", &leaders);
       if (ring_at(&in_host, in_host.q) != R ||
           ring_at(&leaders, leaders.q) != ring_at(&in_host, 0))
         snprintf(got, sizeof(got), "this rank misplaced");

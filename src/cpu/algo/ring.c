@@ -156,22 +156,22 @@ static void make_lead(group_t *g) {
   g->lead_H = H;
 }
 
+static void ring_set(ring_t *x, int P, const int *R, int q) {
+  x->P = P;
+  x->R = R;
+  x->q = q;
+  x->left = ring_at(x, q - 1);
+  x->right = ring_at(x, q + 1);
+}
+
 int uvccl__ring_leaders(group_t *g, ring_t *in_host, ring_t *leaders) {
   if (!g->lead_made) {
     make_lead(g);
     g->lead_made = 1;
   }
   if (g->lead == NULL) return 0;
-  in_host->P = g->lead_L;
-  in_host->R = g->lead;
-  in_host->q = g->lead_me_l;
-  in_host->left = ring_at(in_host, in_host->q - 1);
-  in_host->right = ring_at(in_host, in_host->q + 1);
-  leaders->P = g->lead_H;
-  leaders->R = g->lead + g->size;
-  leaders->q = g->lead_me_h;
-  leaders->left = ring_at(leaders, leaders->q - 1);
-  leaders->right = ring_at(leaders, leaders->q + 1);
+  ring_set(in_host, g->lead_L, g->lead, g->lead_me_l);
+  ring_set(leaders, g->lead_H, g->lead + g->size, g->lead_me_h);
   return 1;
 }
 
@@ -202,15 +202,7 @@ int uvccl__ring_hosts(group_t *g, ring_t *in_host, ring_t *across) {
     g->hier_made = 1;
   }
   if (g->hier == NULL) return 0;
-  in_host->P = g->hier_L;
-  in_host->R = g->hier;
-  in_host->q = g->hier_me_l;
-  in_host->left = ring_at(in_host, in_host->q - 1);
-  in_host->right = ring_at(in_host, in_host->q + 1);
-  across->P = g->hier_H;
-  across->R = g->hier + g->hier_L;
-  across->q = g->hier_me_h;
-  across->left = ring_at(across, across->q - 1);
-  across->right = ring_at(across, across->q + 1);
+  ring_set(in_host, g->hier_L, g->hier, g->hier_me_l);
+  ring_set(across, g->hier_H, g->hier + g->hier_L, g->hier_me_h);
   return 1;
 }
