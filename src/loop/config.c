@@ -66,8 +66,11 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "once however the ranks are placed); host: that, and where every "
            "host has as many ranks (two or more), allreduces, allgathers, "
            "reduce_scatters, barriers and small broadcasts and reduces go "
-           "within each host and across the hosts in two levels; rank: one "
-           "ring in rank order, small collectives over all ranks"),
+           "within each host and across the hosts in two levels (hosts of "
+           "different sizes: allreduces and barriers through each host's "
+           "leader, and allgathers and reduce_scatters too where every host "
+           "has two ranks or more); rank: one ring in rank order, small "
+           "collectives over all ranks"),
     UINTV(UVCCL__CFG_HEARTBEAT_TIMEOUT_MS, "UVCCL_HEARTBEAT_TIMEOUT_MS", 0,
           NOMAX, 15000, "15000",
           "how long a silent rank or store server has before it is declared "
