@@ -1087,8 +1087,12 @@ UVCCL_EXTERN int uvccl_p2p_batch(uvccl_pg_t *pg, uvccl_work_t *work,
  * next grow. Each step has its own time limit (the store's, opts's
  * creation timeout); a cancelled grow destroys newpg itself, so its memory
  * must stay until the loop has run on.
- * CPU groups make the new world's connections anew (members' included).
- * NCCL groups grow through ncclCommGrow, the members agreeing through the
+ * CPU groups keep the members' connections: the joiners connect to them
+ * and to each other, and take the global ranks after the largest the
+ * world had (uvccl_pg_global_rank; members keep theirs). A subgroup, a
+ * sparse world, or a world whose failed ranks would outnumber its live
+ * ones is made anew instead (global ranks 0 .. size-1), as every grow is
+ * with UVCCL_GROW=anew (docs/elastic.md). NCCL groups grow through ncclCommGrow, the members agreeing through the
  * store instead of a collective; UVCCL_ENOTSUP at the call (work->msg says
  * why) where the loaded NCCL is older than 2.29 (docs/elastic.md). */
 UVCCL_EXTERN int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg,

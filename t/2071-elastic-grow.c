@@ -15,7 +15,12 @@
  *   e) a stranger (another secret) cannot join: its store refuses it;
  *   f) a grow after a chain of shrinks: rank 3 killed, 4 -> 3; rank 2
  *      killed, 3 -> 2; then 2 -> 4 with two joiners, ranks 0 and 1 kept;
- *      allreduce of the four. */
+ *      allreduce of the four;
+ *   g) a) with UVCCL_GROW=anew: every connection made anew.
+ * In a), b) and f) the members keep their connections (the same net:
+ * each member's peer addresses are the old world's) and every link in
+ * the new world, joiners' included, goes through shared memory; in g)
+ * every member's peer address is new. */
 #define _GNU_SOURCE
 #include "tap.h"
 #include "uvccl.h"
@@ -67,6 +72,31 @@ static int allreduce_check(uvccl_pg_t *g, const char *name) {
       "allreduce over %d ranks: %s %s, sum %lld", g->size, ename(rc), w.msg,
       (long long)sum);
   return rc;
+}
+
+/* The members' connections were kept (keep: the old world's peers have
+ * the same addresses in the new one) or made anew (all new); either way
+ * every peer of the new world is reached through shared memory. */
+static void kept_check(uvccl_pg_t *old, uvccl_pg_t *np, int keep) {
+  int i, n = 0, same = 0, shm = 0;
+  char what[160] = "";
+  size_t off = 0;
+  for (i = 0; i < old->size; i++) {
+    const char *a = uvccl_pg_peer_address(old, i),
+               *b = uvccl_pg_peer_address(np, i);
+    if (i == old->rank) continue;
+    n++;
+    same += strcmp(a, b) == 0 && strcmp(a, "?") != 0;
+    if (off < sizeof(what))
+      off += (size_t)snprintf(what + off, sizeof(what) - off, " %d:%s>%s", i,
+                              a, b);
+  }
+  for (i = 0; i < np->size; i++)
+    shm += i != np->rank && strcmp(uvccl_pg_peer_transport(np, i), "shm") == 0;
+  rep((keep ? same == n : same == 0) && shm == np->size - 1, "kept",
+      "%d of %d members' addresses the same (%s), %d of %d peers through "
+      "shared memory:%s", same, n, keep ? "all kept" : "none kept", shm,
+      np->size - 1, what);
 }
 
 static void destroy(uvccl_pg_t *g) {
@@ -134,12 +164,13 @@ static int member_main(const char *role) {
   P = ft_env_int("WORLD_SIZE", 0);
   rank_init(20000);
   store_open();
-  if (strcmp(role, "grow") == 0) {
+  if (strcmp(role, "grow") == 0 || strcmp(role, "anew") == 0) {
     rc = grow(&pg, &np, 2, 20000, &w, &c);
     rep(rc == 0 && np.size == 6 && np.rank == R && w.result == 1, "grew",
         "grow by 2: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
         np.rank, np.size, (long long)w.result);
     if (rc == 0) {
+      kept_check(&pg, &np, strcmp(role, "grow") == 0);
       allreduce_check(&np, "after");
       transfer_check(&np);
       destroy(&np);
@@ -158,6 +189,7 @@ static int member_main(const char *role) {
           "epoch %lld)", ename(rc), w.msg, np.rank, np.size,
           (long long)w.result);
       if (rc == 0) {
+        kept_check(&sh, &np, 1);
         allreduce_check(&np, "after");
         destroy(&np);
       }
@@ -178,6 +210,7 @@ static int member_main(const char *role) {
           "4 -> 3 -> 2, grown to 4: %s %s (rank %d of %d, epoch %lld)",
           ename(rc), w.msg, np.rank, np.size, (long long)w.result);
       if (rc == 0) {
+        kept_check(&s2, &np, 1);
         allreduce_check(&np, "after");
         destroy(&np);
       }
@@ -213,8 +246,8 @@ static int joiner_main(const char *role) {
   uv_timer_init(&loop, &guard);
   store_open();
   if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0 ||
-      strcmp(role, "chain") == 0) {
-    int want = strcmp(role, "grow") == 0 ? 6 : 4;
+      strcmp(role, "chain") == 0 || strcmp(role, "anew") == 0) {
+    int want = strcmp(role, "grow") == 0 || strcmp(role, "anew") == 0 ? 6 : 4;
     rc = join(&np, 20000, &w, &c);
     rep(rc == 0 && np.size == want && np.rank >= want - 2 && w.result == 1,
         "grew", "joined: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
@@ -307,9 +340,12 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
   spawn_all(ps, nm, nj, role);
   finish_all(ps, nm + nj, 90);
   scenario_failed = 0;
-  if (strcmp(role, "grow") == 0) {
+  if (strcmp(role, "grow") == 0 || strcmp(role, "anew") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: 4 members and 2 joiners make a world "
         "of 6; members keep their ranks, epoch 1 everywhere", what);
+    agg(ps, nm + nj, "kept", members, "%s: the members' connections %s; "
+        "every peer through shared memory", what,
+        strcmp(role, "grow") == 0 ? "kept" : "made anew");
     agg(ps, nm + nj, "after", all, "%s: an allreduce of the six", what);
     agg(ps, nm + nj, "transfer", 0x31, "%s: rank 0's state reaches both "
         "joiners", what);
@@ -328,6 +364,8 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
   } else if (strcmp(role, "kill0") == 0) {
     agg(ps, nm + nj, "grew", all & ~1u, "%s: ranks 1-3 shrink, then grow "
         "back to 4 with the replacement", what);
+    agg(ps, nm + nj, "kept", members & ~1u, "%s: the members' connections "
+        "kept; every peer through shared memory", what);
     agg(ps, nm + nj, "after", all & ~1u, "%s: allreduce of the four", what);
   } else if (strcmp(role, "joinerdies") == 0) {
     agg(ps, nm + nj, "grew", members, "%s: every member fails the grow, no "
@@ -342,6 +380,8 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
   } else if (strcmp(role, "chain") == 0) {
     agg(ps, nm + nj, "grew", all & ~0xcu, "%s: ranks 0 and 1 shrink twice, "
         "then grow to 4 with two joiners (ranks kept, epoch 1)", what);
+    agg(ps, nm + nj, "kept", 3u, "%s: the members' connections kept; every "
+        "peer through shared memory", what);
     agg(ps, nm + nj, "after", all & ~0xcu, "%s: allreduce of the four",
         what);
   }
@@ -378,12 +418,15 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(5 + 3 + 3 + 2 + 2 + 3);
+  plan(6 + 4 + 3 + 2 + 2 + 4 + 6);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
   scenario("memberdies", 4, 1, "d) a member killed before the grow");
   scenario("stranger", 0, 1, "e) a stranger");
   scenario("chain", 4, 2, "f) a grow after a chain of shrinks");
+  setenv("UVCCL_GROW", "anew", 1);
+  scenario("anew", 4, 2, "g) grow 4 -> 6 anew (UVCCL_GROW=anew)");
+  unsetenv("UVCCL_GROW");
   return done_testing();
 }

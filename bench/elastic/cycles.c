@@ -190,6 +190,10 @@ int main(int argc, char **argv) {
       c = (c + 2) % 3;
       cur = grown;
       took[k] = now_s() - t0;
+      /* what the process holds once the old worlds are gone (a world made
+       * anew closes its predecessor's net meanwhile) */
+      while (closing[(c + 1) % 3] || closing[(c + 2) % 3])
+        uv_run(&loop, UV_RUN_ONCE);
     }
     if (cur->rank == 0 &&
         (every > 0 ? (k + 1) % every == 0

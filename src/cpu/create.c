@@ -114,7 +114,18 @@ typedef struct {
                               addw, or a GET each in getw) */
   uvccl_work_t tickw;
   struct lookup_s *lk;
+  /* A world grown on the members' net (uvccl__cpu_pg_init_grown): 1 on a
+   * member, 2 on a joiner; the ranks dialed (getr[i] is getw[i]'s; NULL:
+   * ranks 0 .. ngets - 1); a member's joiners, declared failed if the
+   * grow fails (so every member and joiner sees it end). */
+  int grow;
+  int *getr;
+  int *joiners, njoiners;
 } boot_t;
+
+static int get_rank(const boot_t *b, int i) {
+  return b->getr != NULL ? b->getr[i] : i;
+}
 
 typedef struct lookup_s lookup_t;
 
@@ -132,6 +143,8 @@ static void boot_maybe_free(boot_t *b) {
   uvccl_work_cleanup(&b->donew);
   uvccl_work_cleanup(&b->tickw);
   uvccl__free(b->getw);
+  uvccl__free(b->getr);
+  uvccl__free(b->joiners);
   uvccl__free(b);
 }
 
@@ -155,7 +168,17 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   net = b->g->net;
   net->mesh_cb = NULL; /* b goes: nothing may call back with it */
   net->mesh_arg = NULL;
-  if (net->live != NULL && !net->aborted && err != UV_ECANCELED) {
+  if (b->grow == 1) {
+    /* A member's grow: the old world goes on; the joiners are out, on
+     * every member and on themselves. */
+    char d[UVCCL__DETAIL_LEN];
+    net->grown_cb = NULL;
+    snprintf(d, sizeof(d), "the grow it joined failed: %.90s", msg);
+    for (i = 0; i < b->njoiners; i++)
+      if (b->joiners[i] < net->size && net->fails[b->joiners[i]].rank < 0)
+        uvccl__live_declare(net->live, b->joiners[i], UVCCL_FAIL_ABORTED,
+                            err, d);
+  } else if (net->live != NULL && !net->aborted && err != UV_ECANCELED) {
     /* The ranks already connected hear why at once, instead of waiting
      * for their own timeout: on their data connections (in order, before
      * those close) and on the monitor's links. */
@@ -196,11 +219,15 @@ static int rank_list(boot_t *b, int (*pick)(boot_t *, int), char *buf,
 }
 
 static int pick_unpublished(boot_t *b, int r) {
-  return r < b->ngets && b->getw[r].state == UVCCL_WORK_PENDING;
+  int i;
+  for (i = 0; i < b->ngets; i++)
+    if (get_rank(b, i) == r) return b->getw[i].state == UVCCL_WORK_PENDING;
+  return 0;
 }
 
 static int pick_unconnected(boot_t *b, int r) {
   peer_t *p = b->g->net->peers[r];
+  if (b->g->inv[r] < 0) return 0; /* not of this world (a grown one) */
   return p == NULL || p->state != PEER_UP;
 }
 
@@ -247,16 +274,18 @@ static void boot_abandon(uvccl_work_t *w, int status) {
              n > 1 ? "s" : "", list, n > 1 ? "their" : "its");
   } else if ((n = rank_list(b, pick_unconnected, list, sizeof(list))) > 0) {
     snprintf(where, sizeof(where), "%d of %d peers connected; not rank%s %s",
-             net->size - 1 - n, net->size - 1, n > 1 ? "s" : "", list);
+             b->g->size - 1 - n, b->g->size - 1, n > 1 ? "s" : "", list);
+  } else if (b->grow == 1 && net->grown_cb != NULL) {
+    snprintf(where, sizeof(where), "the monitor never took the new ranks");
   } else if (!b->mesh_done) {
     snprintf(where, sizeof(where), "the monitor links of %d of %d peers are "
-             "up", net->links_up, net->size - 1);
+             "up", net->links_up, net->want_links);
   } else {
     snprintf(where, sizeof(where), "connected; waiting at the store barrier "
              "for the other ranks");
   }
   snprintf(msg, sizeof(msg), "process group creation (rank %d of %d) %s "
-           "after %llu ms: %.120s", net->rank, net->size,
+           "after %llu ms: %.120s", b->g->rank, b->g->size,
            status == UV_ETIMEDOUT ? "timed out" : "cancelled",
            (unsigned long long)w->timeout_ms_, where);
   if (status == UV_ETIMEDOUT) uvccl__work_fail(w, status, "%s", msg);
@@ -267,7 +296,7 @@ static void boot_done(boot_t *b) {
   group_t *g = b->g;
   b->dead = 1;
   g->boot = NULL;
-  if (!b->sparse && g->size == g->net->size &&
+  if (!b->sparse && !b->grow && g->size == g->net->size &&
       uvccl__shm_boxes_agreed(g->net)) {
     g->box_ok = 1;
     LOG_INFO("coll", "rank %d: small collectives and barriers of %d ranks "
@@ -303,7 +332,6 @@ static void on_done_set(uvccl_work_t *w, int status) {
 
 static void on_barrier_add(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
-  net_t *net;
   int64_t gen;
   const char *keys[1];
   int rc;
@@ -316,13 +344,12 @@ static void on_barrier_add(uvccl_work_t *w, int status) {
     boot_fail(b, status, "store barrier failed: %s", w->msg);
     return;
   }
-  net = b->g->net;
   /* Generations let a prefix be reused by a later group of the same
    * size: the last of each generation opens its gate. */
-  gen = (w->result - 1) / net->size;
+  gen = (w->result - 1) / b->g->size;
   snprintf(b->waitkey, sizeof(b->waitkey), "%s/ready/%lld", b->prefix,
            (long long)gen);
-  if (w->result % net->size == 0) {
+  if (w->result % b->g->size == 0) {
     rc = uvccl_store_set(b->store, &b->donew, b->waitkey, "1", 1,
                          on_done_set);
     if (rc != 0) {
@@ -354,7 +381,7 @@ static void boot_maybe_barrier(boot_t *b) {
     return;
   }
   /* said before the barrier, read after it (shm_box.c) */
-  uvccl__shm_boxes_offer(b->g->net);
+  if (!b->grow) uvccl__shm_boxes_offer(b->g->net);
   snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
   rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);
   if (rc != 0) {
@@ -403,7 +430,7 @@ static int parse_addr(const char *v, struct sockaddr_storage *ss,
 static void on_addr(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   net_t *net;
-  int j = (int)(w - b->getw);
+  int j = get_rank(b, (int)(w - b->getw));
   struct sockaddr_storage ss;
   uint64_t nonce;
   int rc, live_port = 0, world = 0;
@@ -460,7 +487,7 @@ static void on_published(uvccl_work_t *w, int status) {
   /* Higher ranks connect to lower ones: rank r dials ranks 0..r-1. */
   for (j = 0; j < b->ngets; j++) {
     char key[256];
-    snprintf(key, sizeof(key), "%s/addr/%d", b->prefix, j);
+    snprintf(key, sizeof(key), "%s/addr/%d", b->prefix, get_rank(b, j));
     b->getw[j].data = b;
     rc = uvccl_store_get(b->store, &b->getw[j], key, on_addr);
     if (rc != 0) {
@@ -764,14 +791,30 @@ static int mesh_secret(uvccl_store_t *store, const uvccl_pg_options_t *o,
                                    errlen);
 }
 
+/* The address this rank publishes: "host port nonce monitor-port world". */
+static void boot_value(boot_t *b) {
+  net_t *net = b->g->net;
+  char ip[INET6_ADDRSTRLEN];
+  if (net->self.ss_family == AF_INET6)
+    uv_ip6_name((struct sockaddr_in6 *)&net->self, ip, sizeof(ip));
+  else
+    uv_ip4_name((struct sockaddr_in *)&net->self, ip, sizeof(ip));
+  snprintf(b->value, sizeof(b->value), "%s %d %llx %d %d", ip,
+           ntohs(((struct sockaddr_in *)&net->self)->sin_port),
+           (unsigned long long)net->nonce, net->live_port, net->size);
+  snprintf(b->key, sizeof(b->key), "%s/addr/%d", b->prefix, net->rank);
+}
+
+/* sh: a joiner's grown world (NULL: a world of its own). */
 static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
-                       const uvccl_pg_options_t *o, uvccl_work_t *w,
+                       const uvccl_pg_options_t *o,
+                       const uvccl__grow_shape_t *sh, uvccl_work_t *w,
                        uvccl_work_cb cb, group_t **out) {
   net_t *net;
   group_t *g;
   boot_t *b;
   struct sockaddr_storage addr;
-  char err[256], ip[INET6_ADDRSTRLEN];
+  char err[256];
   const char *peer_host;
   int rc, i;
 
@@ -791,7 +834,8 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     LOG_ERROR("coll", "rank %d: choosing an address: %s", o->rank, err);
     return rc;
   }
-  net = uvccl__net_new(loop, o->rank, o->size);
+  net = sh != NULL ? uvccl__net_new(loop, sh->net_rank, sh->net_size)
+                   : uvccl__net_new(loop, o->rank, o->size);
   if (net == NULL) return UV_ENOMEM;
   /* Peers of this host talk through shared memory (where they can). */
   net->local_xport = &uvccl__shm_xport;
@@ -809,7 +853,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   apply_turn_options(net, o);
   apply_stripe_options(net, o);
   uvccl__shrink_attach(net);
-  if (o->size > 1 && o->size > mesh_max()) {
+  if (sh == NULL && o->size > 1 && o->size > mesh_max()) {
     lookup_t *lk = NULL;
     rc = uvccl__net_set_sparse(net);
     if (rc == 0) {
@@ -834,10 +878,10 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     return UV_ENOMEM;
   }
   for (i = 0; i < o->size; i++) {
-    g->ranks[i] = i;
-    g->inv[i] = i;
+    g->ranks[i] = sh != NULL ? sh->ranks[i] : i;
+    g->inv[g->ranks[i]] = i;
   }
-  g->gid = 1;
+  g->gid = sh != NULL ? sh->gid : 1;
   g->pg = pg;
   apply_options(g, o);
   g->trace_size = o->trace_buffer_size;
@@ -850,8 +894,19 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   snprintf(b->prefix, sizeof(b->prefix), "%s",
            o->prefix ? o->prefix : "uvccl/default");
   b->ngets = net->sparse ? 0 : o->rank; /* sparse: no per-rank lookups */
-  b->getw = uvccl__calloc(net->sparse ? 128 : (size_t)(b->ngets ? b->ngets : 1),
-                          sizeof(uvccl_work_t));
+  if (sh != NULL) {
+    /* a joiner dials the ranks below it: members, earlier joiners */
+    b->grow = 2;
+    b->getr = uvccl__malloc((size_t)o->size * sizeof(int));
+    b->ngets = 0;
+    for (i = 0; b->getr != NULL && i < o->size; i++)
+      if (sh->ranks[i] < net->rank) b->getr[b->ngets++] = sh->ranks[i];
+  }
+  b->getw = (sh == NULL || b->getr != NULL)
+                ? uvccl__calloc(net->sparse ? 128
+                                            : (size_t)(b->ngets ? b->ngets : 1),
+                                sizeof(uvccl_work_t))
+                : NULL;
   rc = b->getw ? uvccl__net_listen(
                      net, (struct sockaddr *)&addr,
                      uvccl__heartbeat_timeout(o->heartbeat_timeout_ms), err,
@@ -860,10 +915,18 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   if (rc != 0) {
     LOG_ERROR("coll", "rank %d: %s", o->rank, err);
     uvccl__free(b->getw);
+    uvccl__free(b->getr);
     uvccl__free(b);
     uvccl__group_free(g);
     uvccl__net_release(net, NULL, NULL);
     return rc;
+  }
+  if (sh != NULL) {
+    /* The ranks that failed before this one joined: no connection or
+     * link comes from them (told to the monitor before any dial). */
+    for (i = 0; i < net->size; i++)
+      if (g->inv[i] < 0) uvccl__net_absent(net, i);
+    net->want_up = net->want_shm = net->want_links = o->size - 1;
   }
   uvccl__group_register(g);
   g->boot = b;
@@ -873,7 +936,8 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
   pg->impl_ = g;
   pg->backend_ = UVCCL_BACKEND_TCP;
   b->deadline = uvccl__now_ms() + g->timeout_ms;
-  rc = uvccl__work_start(w, loop, "pg.init", &boot_ops, b, g->timeout_ms, cb);
+  rc = uvccl__work_start(w, loop, sh != NULL ? "pg.join" : "pg.init",
+                         &boot_ops, b, g->timeout_ms, cb);
   if (rc != 0) goto fail;
   if (net->size == 1) {
     b->mesh_done = 1;
@@ -881,14 +945,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     net->mesh_cb = on_mesh;
     net->mesh_arg = b;
   }
-  if (addr.ss_family == AF_INET6)
-    uv_ip6_name((struct sockaddr_in6 *)&net->self, ip, sizeof(ip));
-  else
-    uv_ip4_name((struct sockaddr_in *)&net->self, ip, sizeof(ip));
-  snprintf(b->value, sizeof(b->value), "%s %d %llx %d %d", ip,
-           ntohs(((struct sockaddr_in *)&net->self)->sin_port),
-           (unsigned long long)net->nonce, net->live_port, net->size);
-  snprintf(b->key, sizeof(b->key), "%s/addr/%d", b->prefix, o->rank);
+  boot_value(b);
   b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
   b->tickw.data = b;
   if (net->sparse) {
@@ -913,6 +970,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
 fail:
   uvccl__group_unregister(g);
   uvccl__free(b->getw);
+  uvccl__free(b->getr);
   uvccl__free(b);
   g->boot = NULL;
   pg->impl_ = NULL;
@@ -924,7 +982,130 @@ fail:
 int uvccl__cpu_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
                   const uvccl_pg_options_t *opts, uvccl_work_t *work,
                   uvccl_work_cb cb) {
-  return group_start(loop, pg, store, opts, work, cb, NULL);
+  return group_start(loop, pg, store, opts, NULL, work, cb, NULL);
+}
+
+/* ---- a world grown on the members' net (grow.c decides) ----------------------
+ * A joiner is created as above, numbered as the members' net is once
+ * grown. A member grows its net (the monitor first: the joiners' links
+ * must find it ready), publishes its address under the grown world's
+ * prefix, and waits for its joiners' connections, shared-memory
+ * exchanges and links; then the same store barrier. */
+
+static void on_member_grown(net_t *net, int status) {
+  boot_t *b = net->mesh_arg;
+  int rc;
+  if (b == NULL || b->dead) return;
+  if (status != 0) {
+    boot_fail(b, status, "growing the monitor: %s", uvccl_strerror(status));
+    return;
+  }
+  boot_value(b);
+  rc = uvccl_store_set(b->store, &b->setw, b->key, b->value, strlen(b->value),
+                       on_published);
+  if (rc != 0) {
+    boot_fail(b, rc, "store set %s: %s", b->key, uvccl_strerror(rc));
+    return;
+  }
+  b->nstore++;
+}
+
+int uvccl__cpu_pg_init_grown(uv_loop_t *loop, uvccl_pg_t *parent,
+                             uvccl_pg_t *pg, uvccl_store_t *store,
+                             const uvccl_pg_options_t *o,
+                             const uvccl__grow_shape_t *sh, uvccl_work_t *w,
+                             uvccl_work_cb cb) {
+  group_t *pgr, *g;
+  net_t *net;
+  boot_t *b;
+  int i, rc, nj = sh->size - sh->members;
+  if (parent == NULL) return group_start(loop, pg, store, o, sh, w, cb, NULL);
+  pgr = parent->impl_;
+  if (pgr == NULL || w == NULL) return UV_EINVAL;
+  if (w->state == UVCCL_WORK_PENDING) return UVCCL_EBUSY;
+  net = pgr->net;
+  if (net->mesh_cb != NULL || net->grown_cb != NULL) return UVCCL_EBUSY;
+  if (uvccl__net_group(net, sh->gid) != NULL) return UV_EEXIST;
+  b = uvccl__calloc(1, sizeof(*b));
+  if (b != NULL) {
+    b->joiners = uvccl__malloc((size_t)nj * sizeof(int));
+    b->getw = uvccl__calloc(1, sizeof(uvccl_work_t));
+  }
+  if (b == NULL || b->joiners == NULL || b->getw == NULL) goto nomem;
+  /* the net (and every group's map) first: the new group's map is sized
+   * to it */
+  rc = uvccl__net_grow(net, sh->net_size, on_member_grown);
+  if (rc != 0) {
+    uvccl__free(b->joiners);
+    uvccl__free(b->getw);
+    uvccl__free(b);
+    return rc;
+  }
+  g = uvccl__group_new(net, o->rank, o->size);
+  if (g == NULL) {
+    net->grown_cb = NULL;
+    goto nomem;
+  }
+  for (i = 0; i < o->size; i++) {
+    g->ranks[i] = sh->ranks[i];
+    g->inv[g->ranks[i]] = i;
+  }
+  g->gid = sh->gid;
+  g->pg = pg;
+  g->on_sched_gone = uvccl__pg_group_sched_gone;
+  apply_options(g, o);
+  g->trace_size = o->trace_buffer_size;
+  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
+  for (i = 0; i < nj; i++) b->joiners[b->njoiners++] = sh->ranks[sh->members + i];
+  b->grow = 1;
+  b->g = g;
+  b->pg = pg;
+  b->store = store;
+  b->w = w;
+  snprintf(b->prefix, sizeof(b->prefix), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
+  b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
+  b->tickw.data = b;
+  uvccl__group_register(g);
+  g->boot = b;
+  pg->loop = loop;
+  pg->rank = o->rank;
+  pg->size = o->size;
+  pg->impl_ = g;
+  pg->backend_ = UVCCL_BACKEND_TCP;
+  b->deadline = uvccl__now_ms() + g->timeout_ms;
+  rc = uvccl__work_start(w, loop, "pg.grow", &boot_ops, b, g->timeout_ms, cb);
+  if (rc != 0) {
+    net->grown_cb = NULL;
+    uvccl__group_unregister(g);
+    g->boot = NULL;
+    pg->impl_ = NULL;
+    uvccl__free(b->joiners);
+    uvccl__free(b->getw);
+    uvccl__free(b);
+    uvccl__group_free(g);
+    net->refs--;
+    return rc;
+  }
+  /* what the joiners bring: a connection, its shared-memory exchange and
+   * a monitor link each */
+  net->want_up = net->nup + nj;
+  net->want_shm = net->shm_done + nj;
+  net->want_links = net->links_up + nj;
+  net->mesh_cb = on_mesh;
+  net->mesh_arg = b;
+  LOG_DEBUG("coll", "rank %d: growing to %d ranks (net of %d), waiting for "
+            "%d joiner%s", net->rank, o->size, net->size, nj,
+            nj > 1 ? "s" : "");
+  return 0;
+nomem:
+  if (b != NULL) {
+    uvccl__free(b->joiners);
+    uvccl__free(b->getw);
+  }
+  uvccl__free(b);
+  return UV_ENOMEM;
 }
 
 /* ---- creation from a URL ------------------------------------------------- */
@@ -943,7 +1124,7 @@ int uvccl__cpu_pg_init_url(uv_loop_t *loop, uvccl_pg_t *pg, const char *url,
   rc = uvccl__url_open(loop, url, opts, "coll", &o, &local_rank, &store,
                        &server);
   if (rc != 0) return rc;
-  rc = group_start(loop, pg, store, &o, work, cb, &g);
+  rc = group_start(loop, pg, store, &o, NULL, work, cb, &g);
   if (rc != 0) {
     uvccl__url_close(store, server);
     return rc;

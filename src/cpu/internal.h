@@ -372,7 +372,14 @@ struct net_s {
   peer_t *pending;       /* accepted, hello not yet received */
   int nup;               /* peers UP */
   /* Creation: mesh_cb(net, 0, NULL) once every peer is connected and
-   * linked, or (net, error, why) when creation cannot succeed. */
+   * linked, or (net, error, why) when creation cannot succeed. It waits
+   * for want_up peers UP and want_shm shared-memory exchanges over (-1:
+   * every other rank): a grow waits for its joiners only, a joiner for
+   * the ranks alive (xport/grow.c). */
+  int want_up, want_shm;
+  /* A grow (xport/grow.c): grown_cb(net, 0) once the monitor takes links
+   * from the new ranks, (net, error) if it cannot. */
+  void (*grown_cb)(net_t *net, int status);
   void (*mesh_cb)(net_t *net, int status, const char *msg);
   void *mesh_arg;
   /* Liveness (live.c): the monitor, and what it told us. */
@@ -610,6 +617,16 @@ int uvccl__overlay_neighbours(int rank, int size, int *out, int max);
 /* A peer's connection is ready for data (the shared-memory exchange is
  * over): what waited for it goes out. */
 void uvccl__net_peer_ready(peer_t *p);
+/* xport/grow.c. The world grows to size ranks (the new ones dial in):
+ * the arrays by rank, every group's inverse map and the monitor grow;
+ * grown_cb follows. 0, or an error (nothing changed). */
+int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int));
+/* A rank that failed before this one joined (a joiner's net): no
+ * connection or link is expected from it. */
+void uvccl__net_absent(net_t *net, int rank);
+/* Shared-memory inbox slots for a net of size ranks: room for as many
+ * again, so ranks that join later get rings too. */
+uint32_t uvccl__shm_slots(int size);
 /* Sends a frame. op->hdr is filled here. 1: written at once (done); 0:
  * queued (on_write completes the op); 2: the connection broke and the
  * monitor's verdict will fail the schedule (leave op pending); or an
@@ -936,6 +953,26 @@ void uvccl__pg_boot_cancel(group_t *g);
 /* The group's last schedule is gone (destruction waits for it). */
 void uvccl__pg_group_sched_gone(group_t *g);
 
+/* A world grown on the members' net (grow.c decides, create.c makes it):
+ * the net's size once grown, this rank's number in it, the new world's
+ * ranks (group rank -> net rank; the members' first, in their order),
+ * its id, and how many of them are members. */
+typedef struct {
+  int net_size, net_rank;
+  const int *ranks;
+  int size, members;
+  uint32_t gid;
+} uvccl__grow_shape_t;
+/* Makes the grown world pg (parent: a member's world, NULL: a joiner's
+ * first) with o->rank and o->size its place in it: a joiner makes a net
+ * numbered as the members' and dials them; a member grows its net and
+ * waits for the joiners; a store barrier ends it as a creation's does. */
+int uvccl__cpu_pg_init_grown(uv_loop_t *loop, uvccl_pg_t *parent,
+                             uvccl_pg_t *pg, uvccl_store_t *store,
+                             const uvccl_pg_options_t *o,
+                             const uvccl__grow_shape_t *sh, uvccl_work_t *w,
+                             uvccl_work_cb cb);
+
 /* ---- the CPU backend's entry points (backend.c puts them in its table) ---- */
 
 int uvccl__cpu_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
@@ -947,6 +984,13 @@ void uvccl__cpu_pg_abort(uvccl_pg_t *pg, const char *reason);
 int uvccl__cpu_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f);
 int uvccl__cpu_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max);
 int uvccl__cpu_pg_revoke(uvccl_pg_t *pg, const char *reason);
+int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg, int njoin,
+                                char **ranks);
+struct uvccl__grow_plan_s;
+int uvccl__cpu_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
+    uvccl_pg_t *pg, uvccl_store_t *store, const uvccl_pg_options_t *opts,
+    const struct uvccl__grow_plan_s *plan, uvccl_work_t *work,
+    uvccl_work_cb cb);
 int uvccl__cpu_pg_shrink(uvccl_pg_t *pg, uvccl_pg_t *newpg,
                          const int *exclude, int nexclude, uvccl_work_t *w,
                          uvccl_work_cb cb);

@@ -80,6 +80,11 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "(who may be alive, cut off) goes on only on the side of a "
            "majority, or of a half holding the lowest rank; 0: every side "
            "shrinks to what it sees (split brain possible)"),
+    CHOICE(UVCCL__CFG_GROW, "UVCCL_GROW", "keep|anew", 0, "keep",
+           "keep: a grow of a CPU world keeps the members' connections (the "
+           "joiners connect to them), unless its failed ranks would then "
+           "outnumber its live ones; anew: every grow makes all connections "
+           "anew (rank 0 of the members decides)"),
     UINTV(UVCCL__CFG_MESH_MAX, "UVCCL_MESH_MAX", 0, 1u << 30, 16, "16",
           "the largest world that connects its full mesh at creation (larger "
           "ones connect lazily)"),

@@ -58,9 +58,11 @@ void uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len) {
 int uvccl__nccl_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
                              uvccl_pg_t *pg, uvccl_store_t *store,
                              const uvccl_pg_options_t *opts,
+                             const uvccl__grow_plan_t *plan,
                              uvccl_work_t *work, uvccl_work_cb cb) {
   nccl_group_t *p = parent != NULL ? parent->impl_ : NULL;
   uvccl_pg_options_t o = *opts;
+  (void)plan; /* ncclCommGrow keeps the members' communicator itself */
   if (parent != NULL && p == NULL) return UV_EINVAL;
   if (p != NULL) o.device = p->device; /* a member stays where it is */
   return uvccl__nccl_boot_start(loop, pg, store, &o, work, cb, 1, p);

@@ -9,6 +9,7 @@
 #include "diag/flight.h"
 #include "diag/trace_watch.h"
 #include "diag/fingerprint.h"
+#include "pg/backend.h"
 
 /* The backend's entry points (nccl_backend.c puts them in its table), each
  * with the contract of its public function in uvccl.h. */
@@ -346,6 +347,6 @@ int uvccl__nccl_pg_grow_check(const uvccl_pg_t *pg, char *why, size_t len);
 void uvccl__nccl_pg_grow_agree_key(uvccl_pg_t *pg, char *key, size_t len);
 int uvccl__nccl_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
     uvccl_pg_t *pg, uvccl_store_t *store, const uvccl_pg_options_t *opts,
-    uvccl_work_t *work, uvccl_work_cb cb);
+    const uvccl__grow_plan_t *plan, uvccl_work_t *work, uvccl_work_cb cb);
 
 #endif

@@ -9,6 +9,19 @@
 
 #include "uvccl.h"
 
+/* What a grow's agreement settled (grow.c), for the backend that makes
+ * the grown world: its epoch, the members and joiners it counts, and the
+ * backend's own token for a grow that keeps what the members have (CPU:
+ * the size of the members' net; 0: the new world is made anew), with
+ * the members' ranks in the backend's numbering as rank 0 wrote them
+ * (joiners only; members hold them already). */
+typedef struct uvccl__grow_plan_s {
+  uint64_t epoch;
+  int members, njoin;
+  int64_t keep;
+  const int *ranks;
+} uvccl__grow_plan_t;
+
 typedef struct uvccl__backend_s {
   const char *name;
   int (*init)(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
@@ -27,13 +40,18 @@ typedef struct uvccl__backend_s {
    * grow_agree_key: writes the key where the members agree on the grow's
    * epoch through the store (rank 0 sets it, the others wait for it), for
    * groups whose collectives cannot take host memory; NULL: a broadcast
-   * over the old world. grow_init: makes the grown world (parent: a
-   * member's old world; NULL on a joiner); NULL: made anew by init. */
+   * over the old world. grow_keep (rank 0, NULL: never): the plan's
+   * keep token for growing pg by njoin while keeping what the members
+   * have, with the members' ranks written after it (" r0 r1 ...", into
+   * *ranks, which the caller frees), or 0 where the grow must make the
+   * world anew. grow_init: makes the grown world (parent: a member's old
+   * world; NULL on a joiner); NULL: made anew by init. */
   int (*grow_check)(const uvccl_pg_t *pg, char *why, size_t len);
   void (*grow_agree_key)(uvccl_pg_t *pg, char *key, size_t len);
+  int64_t (*grow_keep)(const uvccl_pg_t *pg, int njoin, char **ranks);
   int (*grow_init)(uv_loop_t *loop, uvccl_pg_t *parent, uvccl_pg_t *pg,
       uvccl_store_t *store, const uvccl_pg_options_t *opts,
-      uvccl_work_t *work, uvccl_work_cb cb);
+      const uvccl__grow_plan_t *plan, uvccl_work_t *work, uvccl_work_cb cb);
   int (*new_group)(uvccl_pg_t *parent, uvccl_pg_t *pg, const int *ranks,
       int nranks, const char *tag);
   int (*split)(uvccl_pg_t *parent, uvccl_pg_t *pg, int color, int key,

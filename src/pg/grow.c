@@ -3,13 +3,16 @@
  * The agreement runs through the world's store, under the prefix the
  * world was first made with (P), the same for members and joiners:
  *   P/grow/epoch        a counter: the grows so far (the epoch)
- *   P/grow/E/plan       "M J": grow E admits J ranks after M members
+ *   P/grow/E/plan       "M J": grow E admits J ranks after M members;
+ *                       "M J K r0 ... r(M-1)" where the backend keeps what
+ *                       the members have (grow_keep: K its token, then the
+ *                       members' ranks in its numbering)
  *   P/grow/open         the last epoch opened
  *   P/grow/E/joined     a counter: each joiner takes the next place
  *   P/grow/E/world      the new world's prefix
- * Members: rank 0 opens epoch E (counter, plan, open), and broadcasts E to
- * the others over the old world; that broadcast is the point every member
- * agrees on (a member dead by then fails it on all of them, and they keep
+ * Members: rank 0 opens epoch E (counter, plan, open), and broadcasts E
+ * and K to the others over the old world; that broadcast is the point
+ * every member agrees on (a member dead by then fails it on all of them, and they keep
  * the old world). Backends whose collectives take no host memory (NCCL)
  * name a key of the old world's instead: rank 0 sets it to E, the others
  * wait for it. Joiners: wait for an open epoch, take a place with the
@@ -20,8 +23,8 @@
  * everyone, who then keep what they had.
  *
  * The backend makes the new world from the old one where it can (NCCL:
- * ncclCommGrow); the CPU groups make its connections anew, members'
- * included (keeping the members' live ones is still to do). */
+ * ncclCommGrow; CPU groups: the joiners join the members' connections,
+ * src/cpu/grow.c), else anew. */
 #include "backend.h"
 #include "loop/internal.h"
 
@@ -57,8 +60,12 @@ typedef struct {
   char world[KEY_MAX]; /* P/grow/E/world */
   char key[KEY_MAX];
   char val[64];
+  char *plan_text;   /* rank 0: the plan written (its tail: grow_keep's) */
+  int *ranks;        /* joiners: the members' ranks the plan names */
   int njoin, members, rank, size;
   uint64_t epoch;
+  int64_t agree[2];  /* the broadcast: epoch, keep token */
+  int64_t keep;
   int step;
   int status;
   char msg[UVCCL_WORK_MSG_LEN];
@@ -78,6 +85,8 @@ static const char *const step_what[] = {
 static void finish(grow_t *g) {
   uvccl_work_t *w = g->outer;
   uvccl_work_cleanup(&g->inner);
+  uvccl__free(g->plan_text);
+  uvccl__free(g->ranks);
   if (w != NULL) {
     w->owner_ = NULL;
     if (g->status != 0) {
@@ -126,9 +135,8 @@ static void step(grow_t *g, int next) {
   case S_OPEN_PLAN:
     snprintf(g->key, sizeof(g->key), "%s/grow/%" PRIu64 "/plan", g->base,
              g->epoch);
-    snprintf(g->val, sizeof(g->val), "%d %d", g->members, g->njoin);
-    rc = uvccl_store_set(g->store, &g->inner, g->key, g->val, strlen(g->val),
-                         on_inner);
+    rc = uvccl_store_set(g->store, &g->inner, g->key, g->plan_text,
+                         strlen(g->plan_text), on_inner);
     break;
   case S_OPEN_OPEN:
     snprintf(g->key, sizeof(g->key), "%s/grow/open", g->base);
@@ -138,7 +146,9 @@ static void step(grow_t *g, int next) {
     break;
   case S_AGREE:
     if (g->agree_key[0] == '\0') {
-      rc = uvccl_broadcast(g->pg, &g->inner, &g->epoch, 1, UVCCL_INT64, 0,
+      g->agree[0] = (int64_t)g->epoch;
+      g->agree[1] = g->keep;
+      rc = uvccl_broadcast(g->pg, &g->inner, g->agree, 2, UVCCL_INT64, 0,
                            on_inner);
     } else if (g->rank == 0) {
       snprintf(g->val, sizeof(g->val), "%" PRIu64, g->epoch);
@@ -166,13 +176,19 @@ static void step(grow_t *g, int next) {
     uvccl_pg_options_t o = g->o;
     snprintf(g->world, sizeof(g->world), "%s/grow/%" PRIu64 "/world",
              g->base, g->epoch);
+    uvccl__grow_plan_t plan;
     o.prefix = g->world;
     o.rank = g->rank;
     o.size = g->size;
     memset(g->newpg, 0, sizeof(*g->newpg));
+    plan.epoch = g->epoch;
+    plan.members = g->members;
+    plan.njoin = g->njoin;
+    plan.keep = g->keep;
+    plan.ranks = g->ranks;
     if (g->b->grow_init != NULL)
-      rc = g->b->grow_init(g->loop, g->pg, g->newpg, g->store, &o, &g->inner,
-                           on_inner);
+      rc = g->b->grow_init(g->loop, g->pg, g->newpg, g->store, &o, &plan,
+                           &g->inner, on_inner);
     else
       rc = uvccl_pg_init(g->loop, g->newpg, g->store, &o, &g->inner,
                          on_inner);
@@ -193,12 +209,48 @@ static void step(grow_t *g, int next) {
   }
 }
 
-static int parse_plan(const char *v, size_t len, int *m, int *j) {
-  char buf[64];
-  if (len == 0 || len >= sizeof(buf)) return -1;
+/* "M J" or "M J K r0 ... r(M-1)" (the members' ranks: distinct, below
+ * K). */
+static int parse_plan(grow_t *g, const char *v, size_t len) {
+  char *buf, *p, *end;
+  long long k;
+  int i, n, m, j, rc = -1;
+  buf = uvccl__malloc(len + 1);
+  if (buf == NULL || len == 0) goto out;
   memcpy(buf, v, len);
   buf[len] = '\0';
-  return sscanf(buf, "%d %d", m, j) == 2 && *m > 0 && *j > 0 ? 0 : -1;
+  if (sscanf(buf, "%d %d%n", &m, &j, &n) != 2 || m <= 0 || j <= 0 ||
+      j > 65536 || m > 65536)
+    goto out;
+  g->members = m;
+  g->njoin = j;
+  g->keep = 0;
+  p = buf + n;
+  while (*p == ' ') p++;
+  if (*p == '\0') {
+    rc = 0;
+    goto out;
+  }
+  k = strtoll(p, &end, 10);
+  if (end == p || k < m || k > 65536) goto out;
+  uvccl__free(g->ranks);
+  g->ranks = uvccl__malloc((size_t)m * sizeof(int));
+  if (g->ranks == NULL) goto out;
+  for (i = 0; i < m; i++) {
+    long r;
+    p = end;
+    r = strtol(p, &end, 10);
+    if (end == p || r < 0 || r >= k || (i > 0 && r <= g->ranks[i - 1]))
+      goto out; /* the members keep their order: ascending */
+    g->ranks[i] = (int)r;
+  }
+  while (*end == ' ') end++;
+  if (*end != '\0') goto out;
+  g->keep = k;
+  rc = 0;
+out:
+  uvccl__free(buf);
+  return rc;
 }
 
 /* An epoch from the store (the last opened, or the members' agreement). */
@@ -244,6 +296,10 @@ static void on_inner(uvccl_work_t *w, int status) {
     if (g->agree_key[0] != '\0' && g->rank != 0 &&
         parse_epoch(g, g->agree_key, w) != 0)
       return;
+    if (g->agree_key[0] == '\0') {
+      g->epoch = (uint64_t)g->agree[0];
+      g->keep = g->agree[1];
+    }
     step(g, S_CREATE);
     break;
   case S_WAIT_OPEN:
@@ -251,7 +307,7 @@ static void on_inner(uvccl_work_t *w, int status) {
     step(g, S_WAIT_PLAN);
     break;
   case S_WAIT_PLAN:
-    if (parse_plan(w->value, w->value_len, &g->members, &g->njoin) != 0) {
+    if (parse_plan(g, w->value, w->value_len) != 0) {
       fail(g, UVCCL_EPROTO, "grow: %s is not a plan", g->key);
       return;
     }
@@ -333,8 +389,28 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
   g->members = pg->size;
   g->rank = pg->rank;
   g->size = pg->size + njoin;
+  if (pg->rank == 0) {
+    char *ranks = NULL;
+    size_t n;
+    if (b->grow_keep != NULL) g->keep = b->grow_keep(pg, njoin, &ranks);
+    if (g->keep <= 0) g->keep = 0;
+    n = 64 + (ranks != NULL ? strlen(ranks) : 0);
+    g->plan_text = uvccl__malloc(n);
+    if (g->plan_text == NULL) {
+      uvccl__free(ranks);
+      uvccl__free(g);
+      return UV_ENOMEM;
+    }
+    if (g->keep > 0)
+      snprintf(g->plan_text, n, "%d %d %lld%s", g->members, g->njoin,
+               (long long)g->keep, ranks != NULL ? ranks : "");
+    else
+      snprintf(g->plan_text, n, "%d %d", g->members, g->njoin);
+    uvccl__free(ranks);
+  }
   rc = uvccl__work_start(work, pg->loop, "grow", &grow_ops, g, 0, cb);
   if (rc != 0) {
+    uvccl__free(g->plan_text);
     uvccl__free(g);
     return rc;
   }

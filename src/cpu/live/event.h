@@ -41,7 +41,9 @@ typedef enum {
                                declared failed by the others) */
   UVCCL__LIVE_LEFT,         /* rank said goodbye (destroyed its world) */
   UVCCL__LIVE_NOTICE,       /* notice */
-  UVCCL__LIVE_CLOSED        /* uvccl__live_close finished (last event) */
+  UVCCL__LIVE_CLOSED,       /* uvccl__live_close finished (last event) */
+  UVCCL__LIVE_GROWN         /* uvccl__live_grow is done: rank is the new
+                               size (-1: it could not grow) */
 } uvccl__live_ev_kind_t;
 
 typedef struct {

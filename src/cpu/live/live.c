@@ -16,7 +16,8 @@
 
 /* ---- commands (application thread -> monitor) ------------------------------- */
 
-enum { CMD_CONNECT = 1, CMD_SUSPECT, CMD_DECLARE, CMD_CLOSE };
+enum { CMD_CONNECT = 1, CMD_SUSPECT, CMD_DECLARE, CMD_CLOSE, CMD_GROW,
+       CMD_ABSENT };
 
 typedef struct {
   uvccl__xitem_t item;
@@ -259,6 +260,64 @@ static void on_grace(uv_timer_t *t) {
   declare(l, &k->suspicion, 1);
 }
 
+/* The world grew to n ranks (uvccl__live_grow): the arrays by rank grow
+ * under the lock, as the application's thread reads links[] under it;
+ * the new ranks' links come when they dial. The event says it is done,
+ * so the new ranks are told where to dial only once they can be taken. */
+static void grow_arrays(uvccl__live_t *l, int n) {
+  link_t **links;
+  unsigned char *dead;
+  uvccl__fail_t *susp = NULL;
+  uint64_t *due = NULL;
+  int old = l->size;
+  uvccl__live_ev_t ev;
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = UVCCL__LIVE_GROWN;
+  ev.rank = n;
+  if (n <= old) {
+    l->up->post(l, &ev);
+    return;
+  }
+  links = uvccl__calloc((size_t)n, sizeof(*links));
+  dead = uvccl__calloc((size_t)n, 1);
+  if (l->relay) {
+    susp = uvccl__calloc((size_t)n, sizeof(*susp));
+    due = uvccl__calloc((size_t)n, sizeof(*due));
+  }
+  if (links == NULL || dead == NULL ||
+      (l->relay && (susp == NULL || due == NULL))) {
+    uvccl__free(links);
+    uvccl__free(dead);
+    uvccl__free(susp);
+    uvccl__free(due);
+    ev.rank = -1; /* out of memory: the grow fails */
+    l->up->post(l, &ev);
+    return;
+  }
+  memcpy(dead, l->dead, (size_t)old);
+  if (l->relay) {
+    memcpy(susp, l->susp, (size_t)old * sizeof(*susp));
+    memcpy(due, l->susp_due, (size_t)old * sizeof(*due));
+  }
+  uv_mutex_lock(&l->lock);
+  memcpy(links, l->links, (size_t)old * sizeof(*links));
+  uvccl__free(l->links);
+  l->links = links;
+  l->size = n;
+  uv_mutex_unlock(&l->lock);
+  uvccl__free(l->dead);
+  l->dead = dead;
+  if (l->relay) {
+    uvccl__free(l->susp);
+    uvccl__free(l->susp_due);
+    l->susp = susp;
+    l->susp_due = due;
+  }
+  LOG_DEBUG("live", "rank %d: the world grew from %d to %d ranks", l->rank,
+            old, n);
+  l->up->post(l, &ev);
+}
+
 static void close_all(uvccl__live_t *l, int bye);
 
 static void cmd_run(uvccl__xitem_t *it) {
@@ -326,6 +385,14 @@ static void cmd_run(uvccl__xitem_t *it) {
     break;
   case CMD_CLOSE:
     close_all(l, c->bye);
+    break;
+  case CMD_GROW:
+    grow_arrays(l, c->rank);
+    break;
+  case CMD_ABSENT:
+    if (c->rank >= 0 && c->rank < l->size && c->rank != l->rank &&
+        l->links[c->rank] == NULL && !l->dead[c->rank])
+      l->dead[c->rank] = 1;
     break;
   }
   uvccl__free(c);
@@ -431,7 +498,7 @@ uvccl__live_t *uvccl__live_new(uv_loop_t *app_loop, int rank, int size,
   l->cb = cb;
   l->arg = arg;
   l->rank = rank;
-  l->size = size;
+  l->size = l->app_size = size;
   l->nonce = nonce;
   if (auth != NULL) l->auth = *auth;
   if (tls != NULL) {
@@ -547,7 +614,7 @@ void uvccl__live_connect(uvccl__live_t *l, int rank,
 static void post_fail_cmd(uvccl__live_t *l, int kind, int rank, int cause,
                           int err, const char *detail) {
   cmd_t *c;
-  if (l == NULL || l->app_closed || rank < 0 || rank >= l->size) return;
+  if (l == NULL || l->app_closed || rank < 0 || rank >= l->app_size) return;
   c = uvccl__calloc(1, sizeof(*c));
   if (c == NULL) return;
   c->kind = kind;
@@ -564,6 +631,27 @@ void uvccl__live_suspect(uvccl__live_t *l, int rank, int cause, int err,
 void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
                          const char *detail) {
   post_fail_cmd(l, CMD_DECLARE, rank, cause, err, detail);
+}
+
+void uvccl__live_grow(uvccl__live_t *l, int size) {
+  cmd_t *c;
+  if (l == NULL || l->app_closed || size <= l->app_size) return;
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) return;
+  l->app_size = size;
+  c->kind = CMD_GROW;
+  c->rank = size;
+  post_cmd(l, c);
+}
+
+void uvccl__live_absent(uvccl__live_t *l, int rank) {
+  cmd_t *c;
+  if (l == NULL || l->app_closed || rank < 0 || rank >= l->app_size) return;
+  c = uvccl__calloc(1, sizeof(*c));
+  if (c == NULL) return;
+  c->kind = CMD_ABSENT;
+  c->rank = rank;
+  post_cmd(l, c);
 }
 
 void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,

@@ -85,7 +85,9 @@ struct uvccl__live_s {
   uv_thread_t thread;
   int thread_started;
   uv_mutex_t lock;
-  int rank, size;
+  int rank, size;          /* size: the monitor thread's (written under
+                              lock as the world grows) */
+  int app_size;            /* the application thread's view of size */
   uint64_t nonce;
   uvccl__auth_key_t auth;  /* the world's secret, when it has one */
   uvccl__tls_ctx_t *tls;   /* TLS for every link, or NULL */

@@ -404,6 +404,12 @@ void uvccl__net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   case UVCCL__LIVE_CLOSED:
     uvccl__net_live_closed(net);
     return;
+  case UVCCL__LIVE_GROWN: {
+    void (*cb)(net_t *, int) = net->grown_cb;
+    net->grown_cb = NULL;
+    if (cb != NULL) cb(net, ev->rank < 0 ? UV_ENOMEM : 0);
+    return;
+  }
   }
 }
 

@@ -96,6 +96,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   }
   if (uv_random(NULL, NULL, &net->nonce, sizeof(net->nonce), 0, NULL) != 0)
     net->nonce = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
+  net->want_up = net->want_shm = -1;
   net->early_limit = UVCCL__EARLY_LIMIT;
   net->stripes = 1;
   net->stripe_min = SIZE_MAX;

@@ -222,6 +222,13 @@ void uvccl__net_on_peer_closed(uv_handle_t *h) {
   peer_t *p = h->data;
   net_t *net = p->net;
   net->nclosing--;
+  if (h == (uv_handle_t *)&p->tcp && p->state == PEER_DEAD) {
+    /* Nothing reads from a dead rank again: its read buffer goes now, not
+     * with the net (a net a grow kept lives through many deaths). */
+    uvccl__free(p->rbuf);
+    p->rbuf = NULL;
+    p->rcap = 0;
+  }
   if (h == (uv_handle_t *)&p->tcp && net->closing && p->retry_open) {
     p->retry_open = 0;
     net->nclosing++;

@@ -54,6 +54,8 @@
  * looks at the other's word). */
 #include "samehost.h"
 
+#include <unistd.h>
+
 
 /* 1 when $UVCCL_TRANSPORT asks for TCP only ("tcp"; "shm", "auto" or
  * unset: shared memory with the ranks of this host), UV_EINVAL (err says
@@ -104,12 +106,13 @@ int uvccl__shm_net_init(net_t *net, char *err, size_t errlen) {
     sn->cma_auto = cma == 0;
     sn->cma_min = cma == 1 ? 0 : min;
   }
-  sn->rx = uvccl__calloc((size_t)net->size, sizeof(int));
+  sn->rx = uvccl__calloc(uvccl__shm_slots(net->size), sizeof(int));
   if (sn->rx == NULL) {
     uvccl__free(sn);
     return UV_ENOMEM;
   }
-  rc = uvccl__shm_inbox_open(&sn->ib, (uint32_t)net->size, ring, err, errlen);
+  rc = uvccl__shm_inbox_open(&sn->ib, uvccl__shm_slots(net->size), ring, err,
+                             errlen);
   if (rc != 0) {
     /* Not fatal: this rank offers no shared memory, TCP carries all. */
     LOG_INFO("coll", "rank %d: %s; using TCP only", net->rank, err);
@@ -409,6 +412,13 @@ void uvccl__shm_peer_down(peer_t *p) {
   p->shm_tx = 0;
   p->cma_rx = 0;
   p->cma_wait = 0;
+  /* Nothing rings a dead peer's doorbell again: its descriptor goes now,
+   * not with the net (a net a grow kept lives through many deaths). The
+   * rings stay mapped: a helper thread may still be copying into one. */
+  if (p->shm_out != NULL && p->shm_out->bellfd >= 0) {
+    close(p->shm_out->bellfd);
+    p->shm_out->bellfd = -1;
+  }
   /* A copy it may still be reading (stopped mid-read): its reads of this
    * process's memory can no longer matter to anyone. */
   uvccl__free(p->cma_ghost);

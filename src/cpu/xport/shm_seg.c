@@ -347,7 +347,7 @@ void uvccl__shm_put(uvccl__shm_out_t *o, const void *src, size_t n) {
 static void wake(uvccl__shm_inbox_hdr_t *h, int bellfd) {
   /* Whoever clears the flag rings: one wake-up per sleep, not one per
    * producer or per message. */
-  if (atomic_load_explicit(&h->sleeping, memory_order_relaxed) &&
+  if (bellfd >= 0 && atomic_load_explicit(&h->sleeping, memory_order_relaxed) &&
       atomic_exchange_explicit(&h->sleeping, 0, memory_order_relaxed))
     uvccl__shm_ring_bell(bellfd);
 }

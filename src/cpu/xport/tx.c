@@ -40,7 +40,8 @@ void uvccl__net_check_ready(net_t *net) {
   void (*cb)(net_t *, int, const char *) = net->mesh_cb;
   if (cb == NULL) return;
   if (!net->sparse &&
-      (net->nup != net->size - 1 || net->shm_done != net->size - 1))
+      (net->nup < (net->want_up >= 0 ? net->want_up : net->size - 1) ||
+       net->shm_done < (net->want_shm >= 0 ? net->want_shm : net->size - 1)))
     return;
   if (net->live != NULL && net->links_up != net->want_links) return;
   if (net->lanes_up < net->lanes_want) return;
