@@ -16,7 +16,14 @@
  *   f) a grow after a chain of shrinks: rank 3 killed, 4 -> 3; rank 2
  *      killed, 3 -> 2; then 2 -> 4 with two joiners, ranks 0 and 1 kept;
  *      allreduce of the four;
- *   g) a) with UVCCL_GROW=anew: every connection made anew.
+ *   g) a) with UVCCL_GROW=anew: every connection made anew;
+ *   h) across hosts (t/netns.h: two network namespaces, the store served
+ *      in the first): ranks 0 and 1 on host A, 2 and 3 on host B; rank 3
+ *      killed, the others shrink to 3 (hosts of 2 and 1) and grow back
+ *      with a joiner on host B: connections kept, peers of the same host
+ *      through shared memory and the others over TCP; a 4 B and a 2 MiB
+ *      allreduce and a 2 MiB allgather of the four (two levels across
+ *      the hosts), every value checked.
  * In a), b) and f) the members keep their connections (the same net:
  * each member's peer addresses are the old world's) and every link in
  * the new world, joiners' included, goes through shared memory; in g)
@@ -26,6 +33,7 @@
 #include "uvccl.h"
 #include "ranks.h"
 #include "ft.h"
+#include "netns.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -48,7 +56,7 @@ static int store_port;
 static void store_open(void) {
   uvccl_tcp_store_options_t so;
   memset(&so, 0, sizeof(so));
-  so.host = "127.0.0.1";
+  so.host = getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
   so.port = store_port;
   so.timeout_ms = 20000;
   if (uvccl_tcp_store_init(&loop, &store, &so) != 0) {
@@ -97,6 +105,64 @@ static void kept_check(uvccl_pg_t *old, uvccl_pg_t *np, int keep) {
       "%d of %d members' addresses the same (%s), %d of %d peers through "
       "shared memory:%s", same, n, keep ? "all kept" : "none kept", shm,
       np->size - 1, what);
+}
+
+/* Across hosts (h): peers of this rank's host through shared memory, the
+ * others over TCP; with old, the members' addresses kept too. */
+static void hosts_check(uvccl_pg_t *old, uvccl_pg_t *np) {
+  int i, good = 0, same = 0, n = 0, me = uvccl_pg_peer_host(np, np->rank);
+  char what[200] = "";
+  size_t off = 0;
+  for (i = 0; i < np->size; i++) {
+    const char *t = uvccl_pg_peer_transport(np, i);
+    int h = uvccl_pg_peer_host(np, i);
+    if (i == np->rank) continue;
+    good += strcmp(t, h == me ? "shm" : "tcp") == 0;
+    if (off < sizeof(what))
+      off += (size_t)snprintf(what + off, sizeof(what) - off, " %d:%s@%d", i,
+                              t, h);
+  }
+  for (i = 0; old != NULL && i < old->size; i++) {
+    if (i == old->rank) continue;
+    n++;
+    same += strcmp(uvccl_pg_peer_address(old, i),
+                   uvccl_pg_peer_address(np, i)) == 0;
+  }
+  rep(good == np->size - 1 && same == n, "kept",
+      "%d of %d peers through shared memory on this host (%d) and TCP "
+      "across, %d of %d members' addresses kept:%s", good, np->size - 1, me,
+      same, n, what);
+}
+
+/* A 2 MiB allreduce and allgather of int64s (two levels across the
+ * hosts), every value checked. */
+static void big_check(uvccl_pg_t *g) {
+  enum { N = 256 * 1024 };
+  int64_t *a = malloc(N * sizeof(int64_t)), *o = malloc(N * sizeof(int64_t)),
+          *all = malloc((size_t)g->size * N / 4 * sizeof(int64_t));
+  uvccl_work_t w;
+  cbres_t c;
+  int rc, rc2 = -1, i, bad = 0, k;
+  for (i = 0; i < N; i++) a[i] = (int64_t)g->rank * 1000003 + i;
+  PREP(w, c);
+  rc = finish_work(&c, uvccl_allreduce(g, &w, a, o, N, UVCCL_INT64, UVCCL_SUM,
+                                       on_work), 15000);
+  for (i = 0; rc == 0 && i < N; i++)
+    bad += o[i] != (int64_t)g->size * (g->size - 1) / 2 * 1000003 +
+                       (int64_t)g->size * i;
+  if (rc == 0) {
+    PREP(w, c);
+    rc2 = finish_work(&c, uvccl_allgather(g, &w, a, all, N / 4, UVCCL_INT64,
+                                          on_work), 15000);
+    for (k = 0; rc2 == 0 && k < g->size; k++)
+      for (i = 0; i < N / 4; i++)
+        bad += all[(size_t)k * N / 4 + i] != (int64_t)k * 1000003 + i;
+  }
+  rep(rc == 0 && rc2 == 0 && bad == 0, "big", "2 MiB allreduce %s, 512 KiB "
+      "a rank allgather %s: %d wrong values", ename(rc), ename(rc2), bad);
+  free(a);
+  free(o);
+  free(all);
 }
 
 static void destroy(uvccl_pg_t *g) {
@@ -217,6 +283,26 @@ static int member_main(const char *role) {
       destroy(&s2);
     }
     if (s1.impl_ != NULL) destroy(&s1);
+  } else if (strcmp(role, "nsgrow") == 0) {
+    if (R == 3) raise(SIGKILL); /* host B keeps rank 2 */
+    PREP(w, c);
+    memset(&sh, 0, sizeof(sh));
+    rc = finish_work(&c, uvccl_pg_shrink(&pg, &sh, &w, on_work), 20000);
+    if (rc != 0 || sh.size != 3) {
+      rep(0, "grew", "shrink: %s %s (size %d)", ename(rc), w.msg, sh.size);
+    } else {
+      rc = grow(&sh, &np, 1, 20000, &w, &c);
+      rep(rc == 0 && np.size == 4 && np.rank == sh.rank && w.result == 1,
+          "grew", "across hosts, 3 grown back to 4: %s %s (rank %d of %d)",
+          ename(rc), w.msg, np.rank, np.size);
+      if (rc == 0) {
+        hosts_check(&sh, &np);
+        allreduce_check(&np, "after");
+        big_check(&np);
+        destroy(&np);
+      }
+      destroy(&sh);
+    }
   } else if (strcmp(role, "joinerdies") == 0) {
     double t0 = now_s();
     rc = grow(&pg, &np, 1, 3000, &w, &c);
@@ -255,6 +341,17 @@ static int joiner_main(const char *role) {
     if (rc == 0) {
       allreduce_check(&np, "after");
       if (want == 6) transfer_check(&np);
+      destroy(&np);
+    }
+  } else if (strcmp(role, "nsgrow") == 0) {
+    rc = join(&np, 20000, &w, &c);
+    rep(rc == 0 && np.size == 4 && np.rank == 3 && w.result == 1, "grew",
+        "joined across hosts: %s %s (rank %d of %d)", ename(rc), w.msg,
+        np.rank, np.size);
+    if (rc == 0) {
+      hosts_check(NULL, &np);
+      allreduce_check(&np, "after");
+      big_check(&np);
       destroy(&np);
     }
   } else if (strcmp(role, "joinerdies") == 0) {
@@ -401,8 +498,72 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
   procs_free(&server, 1);
 }
 
+/* h): the store in namespace 0 (served by this program, role nsstore:
+ * it becomes uvccl-store), ranks 0 and 1 there, ranks 2 and 3 and the
+ * joiner in namespace 1. */
+#define NS_TESTS 6
+static void ns_scenario(void) {
+  proc_t ps[5], st;
+  char err[256];
+  const char *what = "h) across hosts";
+  const char *extra[] = {"TORCHELASTIC_USE_AGENT_STORE=True",
+                         "UVCCL_AUTH_TOKEN=" SECRET, NULL, NULL, NULL};
+  int r, clean = 1;
+  if (ns_prepare(2, err, sizeof(err)) != 0) {
+    skip(NS_TESTS, "%s", err);
+    return;
+  }
+  if (ns_setup(err, sizeof(err)) != 0) {
+    ns_cleanup();
+    skip(NS_TESTS, "cannot build the network namespaces: %s", err);
+    return;
+  }
+  scenario_failed = 0;
+  ns_spawn_rank_in(&st, 0, 4, 0, "nsstore", extra);
+  sleep_ms(300);
+  for (r = 0; r < 5; r++) {
+    static char id[5][32];
+    snprintf(id[r], sizeof(id[r]), "UVCCL_T_ID=%d", r);
+    extra[2] = id[r];
+    extra[3] = r == 4 ? "UVCCL_T_JOINER=1" : NULL;
+    if (ns_spawn_rank_in(&ps[r], r, 4, r < 2 ? 0 : 1, "nsgrow", extra) != 0)
+      note("spawning %d in its namespace failed", r);
+  }
+  finish_all(ps, 5, 90);
+  agg(ps, 5, "grew", 0x17, "%s: ranks 0-2 (hosts of 2 and 1) grow back to "
+      "4 with a joiner on host B", what);
+  agg(ps, 5, "kept", 0x17, "%s: the members' connections kept; shared "
+      "memory within a host, TCP across", what);
+  agg(ps, 5, "after", 0x17, "%s: a 4 B allreduce of the four", what);
+  agg(ps, 5, "big", 0x17, "%s: a 2 MiB allreduce and allgather, every "
+      "value right", what);
+  for (r = 0; r < 5; r++)
+    if (ps[r].status != 0 && !(r == 3 && ps[r].status == 128 + SIGKILL))
+      clean = 0;
+  ok(clean, "%s: every other process exited 0", what);
+  if (scenario_failed || !clean) dump_procs(ps, 5);
+  procs_free(ps, 5);
+  kill(st.pid, SIGTERM);
+  finish_all(&st, 1, 5);
+  procs_free(&st, 1);
+  ns_cleanup();
+  ok(!ns_leftovers(), "%s: the namespaces are gone", what);
+}
+
 int main(void) {
   const char *role = getenv("UVCCL_T_ROLE");
+  if (role != NULL && strcmp(role, "nsstore") == 0) {
+    /* inside namespace 0: become the world's store */
+    static char tool[4096];
+    const char *bd = getenv("UVCCL_BUILD_DIR");
+    char *argv[] = {tool, (char *)"serve", (char *)"--host",
+                    (char *)NET_PREFIX "1", (char *)"--port",
+                    (char *)NS_MASTER_PORT, NULL};
+    snprintf(tool, sizeof(tool), "%s/bin/uvccl-store",
+             bd && *bd ? bd : UVCCL_BUILD_DIR);
+    execv(tool, argv);
+    return 127;
+  }
   if (role != NULL && *role) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     sigpipe_default();
@@ -418,7 +579,7 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(6 + 4 + 3 + 2 + 2 + 4 + 6);
+  plan(6 + 4 + 3 + 2 + 2 + 4 + 6 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
@@ -428,5 +589,6 @@ int main(void) {
   setenv("UVCCL_GROW", "anew", 1);
   scenario("anew", 4, 2, "g) grow 4 -> 6 anew (UVCCL_GROW=anew)");
   unsetenv("UVCCL_GROW");
+  ns_scenario();
   return done_testing();
 }

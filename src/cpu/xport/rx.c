@@ -500,6 +500,13 @@ static void hello_accept(peer_t *p, hello_t *hello) {
                 hello->to);
     return;
   }
+  if (hello->from < (uint32_t)net->size && net->fails[hello->from].rank >= 0) {
+    /* A rank declared failed stays out (a joiner of a grow that failed,
+     * dialing late): refused, and nothing of this world's is wrong. */
+    peer_reject(p, "rank %u (%s) was declared failed: %s", hello->from,
+                hello->addr, net->fails[hello->from].detail);
+    return;
+  }
   if (hello->world != (uint32_t)net->size) {
     snprintf(why, sizeof(why), "world size mismatch: rank %d (%s) was "
              "started with a world of %d, rank %u (%s) with %u", net->rank,
