@@ -1099,6 +1099,22 @@ UVCCL_EXTERN int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg,
                                uvccl_store_t *store, int njoin,
                                const uvccl_pg_options_t *opts,
                                uvccl_work_t *work, uvccl_work_cb cb);
+/* A grow in which ranks also leave, in the same agreement (a general
+ * reconfigure): every member of pg calls it with the same leave list
+ * (nleave of pg's ranks, live ones: a dead rank is a shrink's), and
+ * njoin newcomers call uvccl_pg_join as for a grow. The new world has
+ * pg->size - nleave + njoin ranks: the members that stay keep their
+ * order, renumbered from 0; the joiners follow. A rank that leaves
+ * completes at the agreement with newpg->rank == -1 (nothing to
+ * destroy); the rest as uvccl_pg_grow. Members that name different
+ * lists all fail with UV_EINVAL at the agreement and keep pg. NCCL
+ * groups: UVCCL_ENOTSUP where nleave > 0 (shrink, then grow).
+ * uvccl_pg_grow is this call with no one leaving. */
+UVCCL_EXTERN int uvccl_pg_reconfigure(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                                      uvccl_store_t *store, const int *leave,
+                                      int nleave, int njoin,
+                                      const uvccl_pg_options_t *opts,
+                                      uvccl_work_t *work, uvccl_work_cb cb);
 UVCCL_EXTERN int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg,
                                uvccl_store_t *store,
                                const uvccl_pg_options_t *opts,

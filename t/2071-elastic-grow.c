@@ -23,7 +23,14 @@
  *      with a joiner on host B: connections kept, peers of the same host
  *      through shared memory and the others over TCP; a 4 B and a 2 MiB
  *      allreduce and a 2 MiB allgather of the four (two levels across
- *      the hosts), every value checked.
+ *      the hosts), every value checked;
+ *   i) leave and join in one agreement (uvccl_pg_reconfigure): rank 1 of
+ *      4 leaves as a joiner comes; ranks 0, 2, 3 become 0, 1, 2 with their
+ *      connections kept, the joiner 3; the one leaving gets no world;
+ *      an allreduce of the new four;
+ *   j) the members name different ranks to leave: every member fails at
+ *      the agreement and keeps its world (an allreduce of the old four);
+ *      the joiner fails at its deadline.
  * In a), b) and f) the members keep their connections (the same net:
  * each member's peer addresses are the old world's) and every link in
  * the new world, joiners' included, goes through shared memory; in g)
@@ -189,6 +196,18 @@ static int shrink(uvccl_pg_t *from, uvccl_pg_t *to, uvccl_work_t *w,
   return finish_work(c, uvccl_pg_shrink(from, to, w, on_work), 20000);
 }
 
+static int reconfigure(uvccl_pg_t *from, uvccl_pg_t *to, const int *leave,
+                       int nleave, uint64_t ms, uvccl_work_t *w, cbres_t *c) {
+  uvccl_pg_options_t o;
+  memset(&o, 0, sizeof(o));
+  o.timeout_ms = ms;
+  PREP(*w, *c);
+  memset(to, 0, sizeof(*to));
+  return finish_work(c, uvccl_pg_reconfigure(from, to, &store, leave, nleave,
+                                             1, &o, w, on_work),
+                     ms + 20000);
+}
+
 static int join(uvccl_pg_t *to, uint64_t ms, uvccl_work_t *w, cbres_t *c) {
   uvccl_pg_options_t o;
   memset(&o, 0, sizeof(o));
@@ -303,6 +322,39 @@ static int member_main(const char *role) {
       }
       destroy(&sh);
     }
+  } else if (strcmp(role, "reconf") == 0) {
+    int leave = 1;
+    rc = reconfigure(&pg, &np, &leave, 1, 20000, &w, &c);
+    if (R == 1) {
+      rep(rc == 0 && np.rank == -1 && np.size == 4 && w.result == 1, "grew",
+          "left: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
+          np.rank, np.size, (long long)w.result);
+      rep(1, "kept", "(left)");
+      rep(1, "after", "(left)");
+    } else {
+      int i, same = 0;
+      rep(rc == 0 && np.size == 4 && np.rank == (R == 0 ? 0 : R - 1) &&
+              w.result == 1,
+          "grew", "rank 1 left, one joined: %s %s (rank %d of %d, epoch "
+          "%lld)", ename(rc), w.msg, np.rank, np.size, (long long)w.result);
+      if (rc == 0) {
+        for (i = 0; i < 4; i++)
+          if (i != 1 && i != R)
+            same += strcmp(uvccl_pg_peer_address(&pg, i),
+                           uvccl_pg_peer_address(&np, i < 1 ? i : i - 1)) == 0;
+        rep(same == 2 && strcmp(uvccl_pg_peer_transport(&np, 3), "shm") == 0,
+            "kept", "%d of 2 staying peers at the same address; the joiner "
+            "through %s", same, uvccl_pg_peer_transport(&np, 3));
+        allreduce_check(&np, "after");
+        destroy(&np);
+      }
+    }
+  } else if (strcmp(role, "reconfbad") == 0) {
+    int leave = R == 2 ? 2 : 1; /* rank 2 names another rank */
+    rc = reconfigure(&pg, &np, &leave, 1, 3000, &w, &c);
+    rep(rc == UV_EINVAL && strstr(w.msg, "leave") != NULL, "grew",
+        "different leave lists: %s %s", ename(rc), w.msg);
+    allreduce_check(&pg, "after");
   } else if (strcmp(role, "joinerdies") == 0) {
     double t0 = now_s();
     rc = grow(&pg, &np, 1, 3000, &w, &c);
@@ -332,7 +384,8 @@ static int joiner_main(const char *role) {
   uv_timer_init(&loop, &guard);
   store_open();
   if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0 ||
-      strcmp(role, "chain") == 0 || strcmp(role, "anew") == 0) {
+      strcmp(role, "chain") == 0 || strcmp(role, "anew") == 0 ||
+      strcmp(role, "reconf") == 0) {
     int want = strcmp(role, "grow") == 0 || strcmp(role, "anew") == 0 ? 6 : 4;
     rc = join(&np, 20000, &w, &c);
     rep(rc == 0 && np.size == want && np.rank >= want - 2 && w.result == 1,
@@ -370,7 +423,8 @@ static int joiner_main(const char *role) {
     printf("# took place %lld (%s), dying\n", (long long)place, ename(rc));
     fflush(stdout);
     raise(SIGKILL);
-  } else if (strcmp(role, "memberdies") == 0) {
+  } else if (strcmp(role, "memberdies") == 0 ||
+             strcmp(role, "reconfbad") == 0) {
     rc = join(&np, 3000, &w, &c);
     rep(rc != 0 && rc != HANG, "grew", "the members never came: %s %s",
         ename(rc), w.msg);
@@ -474,6 +528,17 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
         "agreement naming rank 3; the joiner fails too", what);
   } else if (strcmp(role, "stranger") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: refused (UVCCL_EAUTH)", what);
+  } else if (strcmp(role, "reconf") == 0) {
+    agg(ps, nm + nj, "grew", all, "%s: rank 1 gets no world; 0, 2, 3 become "
+        "0, 1, 2, the joiner 3, epoch 1", what);
+    agg(ps, nm + nj, "kept", members, "%s: the staying members' connections "
+        "kept, the joiner through shared memory", what);
+    agg(ps, nm + nj, "after", all, "%s: an allreduce of the new four", what);
+  } else if (strcmp(role, "reconfbad") == 0) {
+    agg(ps, nm + nj, "grew", all, "%s: every member fails at the agreement "
+        "(UV_EINVAL, naming the leave lists), the joiner at its deadline",
+        what);
+    agg(ps, nm + nj, "after", all, "%s: the old world still works", what);
   } else if (strcmp(role, "chain") == 0) {
     agg(ps, nm + nj, "grew", all & ~0xcu, "%s: ranks 0 and 1 shrink twice, "
         "then grow to 4 with two joiners (ranks kept, epoch 1)", what);
@@ -579,7 +644,7 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(6 + 4 + 3 + 2 + 2 + 4 + 6 + NS_TESTS);
+  plan(6 + 4 + 3 + 2 + 2 + 4 + 6 + 4 + 3 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
@@ -589,6 +654,8 @@ int main(void) {
   setenv("UVCCL_GROW", "anew", 1);
   scenario("anew", 4, 2, "g) grow 4 -> 6 anew (UVCCL_GROW=anew)");
   unsetenv("UVCCL_GROW");
+  scenario("reconf", 4, 1, "i) leave and join in one agreement");
+  scenario("reconfbad", 4, 1, "j) different leave lists");
   ns_scenario();
   return done_testing();
 }

@@ -168,6 +168,7 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   net = b->g->net;
   net->mesh_cb = NULL; /* b goes: nothing may call back with it */
   net->mesh_arg = NULL;
+  net->mesh_ready = NULL;
   if (b->grow == 1) {
     /* A member's grow: the old world goes on; the joiners are out, on
      * every member and on themselves. */
@@ -277,6 +278,9 @@ static void boot_abandon(uvccl_work_t *w, int status) {
              b->g->size - 1 - n, b->g->size - 1, n > 1 ? "s" : "", list);
   } else if (b->grow == 1 && net->grown_cb != NULL) {
     snprintf(where, sizeof(where), "the monitor never took the new ranks");
+  } else if (b->grow == 1 && !b->mesh_done) {
+    snprintf(where, sizeof(where), "the joiners are connected, but not "
+             "every monitor link or shared-memory exchange is done");
   } else if (!b->mesh_done) {
     snprintf(where, sizeof(where), "the monitor links of %d of %d peers are "
              "up", net->links_up, net->want_links);
@@ -992,6 +996,22 @@ int uvccl__cpu_pg_init(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
  * prefix, and waits for its joiners' connections, shared-memory
  * exchanges and links; then the same store barrier. */
 
+/* A member's grow is ready once every joiner is connected, has done its
+ * shared-memory exchange and has its monitor link up (counts would not
+ * do: a rank leaving in the same agreement disconnects meanwhile). */
+static int member_mesh_ready(net_t *net) {
+  boot_t *b = net->mesh_arg;
+  int i;
+  for (i = 0; b != NULL && i < b->njoiners; i++) {
+    int r = b->joiners[i];
+    peer_t *p = net->peers[r];
+    if (p == NULL || p->state != PEER_UP || p->shm_step != 3 ||
+        !net->linked[r])
+      return 0;
+  }
+  return b != NULL;
+}
+
 static void on_member_grown(net_t *net, int status) {
   boot_t *b = net->mesh_arg;
   int rc;
@@ -1090,9 +1110,7 @@ int uvccl__cpu_pg_init_grown(uv_loop_t *loop, uvccl_pg_t *parent,
   }
   /* what the joiners bring: a connection, its shared-memory exchange and
    * a monitor link each */
-  net->want_up = net->nup + nj;
-  net->want_shm = net->shm_done + nj;
-  net->want_links = net->links_up + nj;
+  net->mesh_ready = member_mesh_ready;
   net->mesh_cb = on_mesh;
   net->mesh_arg = b;
   LOG_DEBUG("coll", "rank %d: growing to %d ranks (net of %d), waiting for "

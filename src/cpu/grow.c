@@ -12,7 +12,9 @@
  * (sparse worlds and worlds of one make theirs anew), a group that holds
  * every live rank of its net in ascending order (a shrunk world, a grown
  * one: not a subgroup), and a net with no more failed numbers than live
- * ranks once grown: beyond that the grow makes the world anew, so a net's
+ * ranks once grown (ranks that leave in the same agreement, through
+ * uvccl_pg_reconfigure, count as gone: their connections stay until they
+ * destroy their world): beyond that the grow makes the world anew, so a net's
  * arrays stay within twice its live ranks however many cycles of
  * shrink and grow it goes through. UVCCL_GROW=anew always makes it
  * anew. */
@@ -22,11 +24,12 @@
 
 #include <stdio.h>
 
-int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg, int njoin,
+int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg,
+                                const unsigned char *leaving, int njoin,
                                 char **ranks) {
   group_t *g = pg->impl_;
   net_t *net;
-  int i, mode, last = -1;
+  int i, mode, last = -1, stay = 0;
   size_t n, off = 0;
   *ranks = NULL;
   uvccl__config_choice(UVCCL__CFG_GROW, &mode);
@@ -36,7 +39,8 @@ int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg, int njoin,
       net->closing || net->mesh_cb != NULL || net->grown_cb != NULL ||
       g->boot != NULL || g->broken)
     return 0;
-  if ((int64_t)net->size + njoin > 2 * ((int64_t)g->size + njoin) ||
+  for (i = 0; i < g->size; i++) stay += leaving == NULL || !leaving[i];
+  if ((int64_t)net->size + njoin > 2 * ((int64_t)stay + njoin) ||
       (int64_t)net->size + njoin > 65536)
     return 0;
   for (i = 0; i < g->size; i++) {
@@ -55,7 +59,8 @@ int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg, int njoin,
   *ranks = uvccl__malloc(n);
   if (*ranks == NULL) return 0;
   for (i = 0; i < g->size; i++)
-    off += (size_t)snprintf(*ranks + off, n - off, " %d", g->ranks[i]);
+    if (leaving == NULL || !leaving[i])
+      off += (size_t)snprintf(*ranks + off, n - off, " %d", g->ranks[i]);
   return net->size;
 }
 
@@ -80,7 +85,11 @@ int uvccl__cpu_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
   if (ranks == NULL) return UV_ENOMEM;
   if (parent != NULL) {
     group_t *g = parent->impl_;
-    if (g == NULL || g->size != m || g->net->size != plan->keep) {
+    int stay = 0;
+    for (i = 0; g != NULL && i < g->size; i++)
+      if (plan->leaving == NULL || !plan->leaving[i])
+        ranks[stay++] = g->ranks[i];
+    if (g == NULL || stay != m || g->net->size != plan->keep) {
       /* rank 0 saw another world: never on members of one group */
       snprintf(w->msg, sizeof(w->msg), "grow: rank 0's plan (%d members, a "
                "net of %lld) is not this member's world", m,
@@ -88,7 +97,6 @@ int uvccl__cpu_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,
       uvccl__free(ranks);
       return UVCCL_EPROTO;
     }
-    for (i = 0; i < m; i++) ranks[i] = g->ranks[i];
     sh.net_rank = g->net->rank;
   } else {
     if (plan->ranks == NULL || o->rank < m) {

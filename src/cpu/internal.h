@@ -377,6 +377,11 @@ struct net_s {
    * every other rank): a grow waits for its joiners only, a joiner for
    * the ranks alive (xport/grow.c). */
   int want_up, want_shm;
+  /* Or, where set, what creation waits for (a grow's members: their
+   * joiners' connections, exchanges and links, whatever happens to the
+   * ranks that leave meanwhile). */
+  int (*mesh_ready)(net_t *net);
+  unsigned char *linked;  /* by world rank: its monitor link came up */
   /* A grow (xport/grow.c): grown_cb(net, 0) once the monitor takes links
    * from the new ranks, (net, error) if it cannot. */
   void (*grown_cb)(net_t *net, int status);
@@ -984,7 +989,8 @@ void uvccl__cpu_pg_abort(uvccl_pg_t *pg, const char *reason);
 int uvccl__cpu_pg_get_failure(const uvccl_pg_t *pg, uvccl_pg_failure_t *f);
 int uvccl__cpu_pg_failed_ranks(const uvccl_pg_t *pg, int *ranks, int max);
 int uvccl__cpu_pg_revoke(uvccl_pg_t *pg, const char *reason);
-int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg, int njoin,
+int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg,
+                                const unsigned char *leaving, int njoin,
                                 char **ranks);
 struct uvccl__grow_plan_s;
 int uvccl__cpu_pg_grow_init(uv_loop_t *loop, uvccl_pg_t *parent,

@@ -20,6 +20,8 @@ typedef struct uvccl__grow_plan_s {
   int members, njoin;
   int64_t keep;
   const int *ranks;
+  const unsigned char *leaving; /* members: by old rank, 1 leaves (NULL:
+                                   none) */
 } uvccl__grow_plan_t;
 
 typedef struct uvccl__backend_s {
@@ -41,14 +43,16 @@ typedef struct uvccl__backend_s {
    * epoch through the store (rank 0 sets it, the others wait for it), for
    * groups whose collectives cannot take host memory; NULL: a broadcast
    * over the old world. grow_keep (rank 0, NULL: never): the plan's
-   * keep token for growing pg by njoin while keeping what the members
-   * have, with the members' ranks written after it (" r0 r1 ...", into
+   * keep token for growing pg by njoin, the ranks `leaving` names (by
+   * rank; NULL: none) taken out, while keeping what the members have,
+   * with the remaining members' ranks written after it (" r0 r1 ...", into
    * *ranks, which the caller frees), or 0 where the grow must make the
    * world anew. grow_init: makes the grown world (parent: a member's old
    * world; NULL on a joiner); NULL: made anew by init. */
   int (*grow_check)(const uvccl_pg_t *pg, char *why, size_t len);
   void (*grow_agree_key)(uvccl_pg_t *pg, char *key, size_t len);
-  int64_t (*grow_keep)(const uvccl_pg_t *pg, int njoin, char **ranks);
+  int64_t (*grow_keep)(const uvccl_pg_t *pg, const unsigned char *leaving,
+      int njoin, char **ranks);
   int (*grow_init)(uv_loop_t *loop, uvccl_pg_t *parent, uvccl_pg_t *pg,
       uvccl_store_t *store, const uvccl_pg_options_t *opts,
       const uvccl__grow_plan_t *plan, uvccl_work_t *work, uvccl_work_cb cb);

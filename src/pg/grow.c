@@ -1,4 +1,5 @@
-/* uvccl_pg_grow and uvccl_pg_join: a running world admits new ranks.
+/* uvccl_pg_grow, uvccl_pg_reconfigure and uvccl_pg_join: a running world
+ * admits new ranks (and lets some go in the same agreement).
  *
  * The agreement runs through the world's store, under the prefix the
  * world was first made with (P), the same for members and joiners:
@@ -10,15 +11,18 @@
  *   P/grow/open         the last epoch opened
  *   P/grow/E/joined     a counter: each joiner takes the next place
  *   P/grow/E/world      the new world's prefix
- * Members: rank 0 opens epoch E (counter, plan, open), and broadcasts E
- * and K to the others over the old world; that broadcast is the point
- * every member agrees on (a member dead by then fails it on all of them, and they keep
- * the old world). Backends whose collectives take no host memory (NCCL)
+ * Members: rank 0 opens epoch E (counter, plan, open); an allreduce (MAX)
+ * over the old world then carries E and K from rank 0 to the others, and
+ * checks that every member named the same ranks to leave (a hash h and
+ * -h: both maxima are each member's own only if all agree). That
+ * allreduce is the point every member agrees on (a member dead by then
+ * fails it on all of them, and they keep the old world); the ranks that
+ * leave (uvccl_pg_reconfigure) are done there. Backends whose collectives take no host memory (NCCL)
  * name a key of the old world's instead: rank 0 sets it to E, the others
  * wait for it. Joiners: wait for an open epoch, take a place with the
  * counter (the (J+1)th finds the epoch full and waits for the next one).
  * Then everyone makes the new world of M + J ranks under P/grow/E/world:
- * members keep their ranks, joiners take M, M+1, ... in the order they
+ * members keep their order (those leaving taken out), joiners take M, M+1, ... in the order they
  * took their places. A rank that fails meanwhile fails that creation on
  * everyone, who then keep what they had.
  *
@@ -40,7 +44,7 @@ enum {
   S_OPEN_COUNT,  /* rank 0: P/grow/epoch += 1 */
   S_OPEN_PLAN,   /* rank 0: P/grow/E/plan */
   S_OPEN_OPEN,   /* rank 0: P/grow/open */
-  S_AGREE,       /* members: broadcast E */
+  S_AGREE,       /* members: allreduce E, K and the leave list's hash */
   S_WAIT_OPEN,   /* joiner: get P/grow/open */
   S_WAIT_PLAN,   /* joiner: get P/grow/E/plan */
   S_CLAIM,       /* joiner: P/grow/E/joined += 1 */
@@ -62,9 +66,11 @@ typedef struct {
   char val[64];
   char *plan_text;   /* rank 0: the plan written (its tail: grow_keep's) */
   int *ranks;        /* joiners: the members' ranks the plan names */
-  int njoin, members, rank, size;
+  unsigned char *leaving; /* members: by old rank, 1 leaves (NULL: none) */
+  int njoin, members, rank, size; /* rank: in the new world (-1: leaves) */
   uint64_t epoch;
-  int64_t agree[2];  /* the broadcast: epoch, keep token */
+  int64_t agree[4];  /* rank 0's epoch and keep token, h, -h */
+  int64_t agreed[4]; /* their maxima */
   int64_t keep;
   int step;
   int status;
@@ -87,6 +93,7 @@ static void finish(grow_t *g) {
   uvccl_work_cleanup(&g->inner);
   uvccl__free(g->plan_text);
   uvccl__free(g->ranks);
+  uvccl__free(g->leaving);
   if (w != NULL) {
     w->owner_ = NULL;
     if (g->status != 0) {
@@ -146,10 +153,10 @@ static void step(grow_t *g, int next) {
     break;
   case S_AGREE:
     if (g->agree_key[0] == '\0') {
-      g->agree[0] = (int64_t)g->epoch;
-      g->agree[1] = g->keep;
-      rc = uvccl_broadcast(g->pg, &g->inner, g->agree, 2, UVCCL_INT64, 0,
-                           on_inner);
+      g->agree[0] = g->pg->rank == 0 ? (int64_t)g->epoch : 0;
+      g->agree[1] = g->pg->rank == 0 ? g->keep : 0;
+      rc = uvccl_allreduce(g->pg, &g->inner, g->agree, g->agreed, 4,
+                           UVCCL_INT64, UVCCL_MAX, on_inner);
     } else if (g->rank == 0) {
       snprintf(g->val, sizeof(g->val), "%" PRIu64, g->epoch);
       rc = uvccl_store_set(g->store, &g->inner, g->agree_key, g->val,
@@ -186,6 +193,7 @@ static void step(grow_t *g, int next) {
     plan.njoin = g->njoin;
     plan.keep = g->keep;
     plan.ranks = g->ranks;
+    plan.leaving = g->leaving;
     if (g->b->grow_init != NULL)
       rc = g->b->grow_init(g->loop, g->pg, g->newpg, g->store, &o, &plan,
                            &g->inner, on_inner);
@@ -297,8 +305,23 @@ static void on_inner(uvccl_work_t *w, int status) {
         parse_epoch(g, g->agree_key, w) != 0)
       return;
     if (g->agree_key[0] == '\0') {
-      g->epoch = (uint64_t)g->agree[0];
-      g->keep = g->agree[1];
+      g->epoch = (uint64_t)g->agreed[0];
+      g->keep = g->agreed[1];
+      if (g->agreed[2] != g->agree[2] || g->agreed[3] != g->agree[3]) {
+        fail(g, UV_EINVAL, "reconfigure: the members named different ranks "
+             "to leave (every member must pass the same list); the world "
+             "stays as it was");
+        return;
+      }
+    }
+    if (g->rank < 0) {
+      /* this rank leaves: it is in no new world */
+      g->newpg->loop = g->loop;
+      g->newpg->rank = -1;
+      g->newpg->size = g->size;
+      g->newpg->impl_ = NULL;
+      finish(g);
+      return;
     }
     step(g, S_CREATE);
     break;
@@ -361,14 +384,25 @@ static grow_t *grow_new(uv_loop_t *loop, uvccl_pg_t *newpg,
   return g;
 }
 
-int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
-                  int njoin, const uvccl_pg_options_t *opts,
-                  uvccl_work_t *work, uvccl_work_cb cb) {
+/* FNV-1a over the leave list, as 63 bits (so -h is exact). */
+static int64_t leave_hash(const unsigned char *leaving, int n) {
+  uint64_t h = 1469598103934665603ull;
+  int i;
+  for (i = 0; leaving != NULL && i < n; i++)
+    if (leaving[i]) h = (h ^ (uint64_t)i) * 1099511628211ull;
+  return (int64_t)(h >> 1);
+}
+
+int uvccl_pg_reconfigure(uvccl_pg_t *pg, uvccl_pg_t *newpg,
+                         uvccl_store_t *store, const int *leave, int nleave,
+                         int njoin, const uvccl_pg_options_t *opts,
+                         uvccl_work_t *work, uvccl_work_cb cb) {
   const uvccl__backend_t *b;
   grow_t *g;
-  int rc;
+  int rc, i, m;
   if (pg == NULL || pg->loop == NULL || pg->rank < 0 || newpg == NULL ||
       newpg == pg || store == NULL || work == NULL || njoin < 1 ||
+      nleave < 0 || nleave >= pg->size || (nleave > 0 && leave == NULL) ||
       njoin > 65536 - pg->size)
     return UV_EINVAL;
   if (opts != NULL && opts->prefix != NULL &&
@@ -379,25 +413,53 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
   if (b->grow_check != NULL &&
       (rc = b->grow_check(pg, work->msg, sizeof(work->msg))) != 0)
     return rc;
+  if (nleave > 0 && b->grow_agree_key != NULL) {
+    snprintf(work->msg, sizeof(work->msg), "reconfigure: %s groups cannot "
+             "let ranks leave as they grow (uvccl_pg_shrink_excluding, then "
+             "uvccl_pg_grow)", b->name);
+    return UVCCL_ENOTSUP;
+  }
   g = grow_new(pg->loop, newpg, store, opts, b);
   if (g == NULL) return UV_ENOMEM;
+  if (nleave > 0) {
+    g->leaving = uvccl__calloc((size_t)pg->size, 1);
+    if (g->leaving == NULL) {
+      uvccl__free(g);
+      return UV_ENOMEM;
+    }
+    for (i = 0; i < nleave; i++) {
+      if (leave[i] < 0 || leave[i] >= pg->size || g->leaving[leave[i]]) {
+        uvccl__free(g->leaving);
+        uvccl__free(g);
+        return UV_EINVAL; /* outside the world, or named twice */
+      }
+      g->leaving[leave[i]] = 1;
+    }
+  }
   g->o.backend = pg->backend_; /* the new world is of the old one's kind */
   if (b->grow_agree_key != NULL)
     b->grow_agree_key(pg, g->agree_key, sizeof(g->agree_key));
+  g->agree[2] = leave_hash(g->leaving, pg->size);
+  g->agree[3] = -g->agree[2];
   g->pg = pg;
   g->njoin = njoin;
-  g->members = pg->size;
-  g->rank = pg->rank;
-  g->size = pg->size + njoin;
+  g->members = pg->size - nleave;
+  /* members keep their order, the ones leaving taken out */
+  for (m = 0, i = 0; i < pg->rank; i++)
+    m += g->leaving == NULL || !g->leaving[i];
+  g->rank = g->leaving != NULL && g->leaving[pg->rank] ? -1 : m;
+  g->size = g->members + njoin;
   if (pg->rank == 0) {
     char *ranks = NULL;
     size_t n;
-    if (b->grow_keep != NULL) g->keep = b->grow_keep(pg, njoin, &ranks);
+    if (b->grow_keep != NULL)
+      g->keep = b->grow_keep(pg, g->leaving, njoin, &ranks);
     if (g->keep <= 0) g->keep = 0;
     n = 64 + (ranks != NULL ? strlen(ranks) : 0);
     g->plan_text = uvccl__malloc(n);
     if (g->plan_text == NULL) {
       uvccl__free(ranks);
+      uvccl__free(g->leaving);
       uvccl__free(g);
       return UV_ENOMEM;
     }
@@ -408,15 +470,24 @@ int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
       snprintf(g->plan_text, n, "%d %d", g->members, g->njoin);
     uvccl__free(ranks);
   }
-  rc = uvccl__work_start(work, pg->loop, "grow", &grow_ops, g, 0, cb);
+  rc = uvccl__work_start(work, pg->loop, nleave > 0 ? "reconfigure" : "grow",
+                         &grow_ops, g, 0, cb);
   if (rc != 0) {
     uvccl__free(g->plan_text);
+    uvccl__free(g->leaving);
     uvccl__free(g);
     return rc;
   }
   g->outer = work;
   step(g, pg->rank == 0 ? S_OPEN_COUNT : S_AGREE);
   return 0;
+}
+
+int uvccl_pg_grow(uvccl_pg_t *pg, uvccl_pg_t *newpg, uvccl_store_t *store,
+                  int njoin, const uvccl_pg_options_t *opts,
+                  uvccl_work_t *work, uvccl_work_cb cb) {
+  return uvccl_pg_reconfigure(pg, newpg, store, NULL, 0, njoin, opts, work,
+                              cb);
 }
 
 int uvccl_pg_join(uv_loop_t *loop, uvccl_pg_t *newpg, uvccl_store_t *store,

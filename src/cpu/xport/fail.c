@@ -379,6 +379,7 @@ void uvccl__net_on_live(void *arg, const uvccl__live_ev_t *ev) {
   switch (ev->kind) {
   case UVCCL__LIVE_LINK_UP:
     net->links_up++;
+    if (ev->rank >= 0 && ev->rank < net->size) net->linked[ev->rank] = 1;
     uvccl__net_check_ready(net);
     return;
   case UVCCL__LIVE_LINK_FAILED:

@@ -41,7 +41,8 @@ int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int)) {
   if (grow_array(&net->peers, old, n, sizeof(peer_t *)) != 0 ||
       grow_array(&net->addrs, old, n, sizeof(*net->addrs)) != 0 ||
       grow_array(&net->fails, old, n, sizeof(*net->fails)) != 0 ||
-      grow_array(&net->failed, old, n, sizeof(int)) != 0)
+      grow_array(&net->failed, old, n, sizeof(int)) != 0 ||
+      grow_array(&net->linked, old, n, 1) != 0)
     goto nomem;
   for (g = net->groups; g != NULL; g = g->next)
     for (r = old; r < n; r++) g->inv[r] = -1;

@@ -77,8 +77,10 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->fails = uvccl__calloc((size_t)size, sizeof(*net->fails));
   net->failed = uvccl__calloc((size_t)size, sizeof(int));
   net->hosts = uvccl__calloc(3 * (size_t)size, sizeof(uint64_t));
+  net->linked = uvccl__calloc((size_t)size, 1);
   if (net->peers == NULL || net->addrs == NULL || net->fails == NULL ||
-      net->failed == NULL || net->hosts == NULL) {
+      net->failed == NULL || net->hosts == NULL || net->linked == NULL) {
+    uvccl__free(net->linked);
     uvccl__free(net->peers);
     uvccl__free(net->addrs);
     uvccl__free(net->fails);
@@ -515,6 +517,7 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   net->closed_cb = cb;
   net->closed_arg = arg;
   net->mesh_cb = NULL;
+  net->mesh_ready = NULL;
   if (net->lookup_close != NULL) {
     net->lookup_close(net->lookup_arg);
     net->lookup_close = NULL;

@@ -197,6 +197,7 @@ static void net_free(net_t *net) {
   uvccl__free(net->fails);
   uvccl__free(net->hosts);
   uvccl__free(net->failed);
+  uvccl__free(net->linked);
   if (net->agrees_free != NULL) net->agrees_free(net);
   uvccl__tls_ctx_unref(net->tls);
   uvccl__free(net);

@@ -39,13 +39,19 @@ int uvccl__net_peer_write_ctl(peer_t *p, uvccl__wreq_t *req, void *buf,
 void uvccl__net_check_ready(net_t *net) {
   void (*cb)(net_t *, int, const char *) = net->mesh_cb;
   if (cb == NULL) return;
-  if (!net->sparse &&
-      (net->nup < (net->want_up >= 0 ? net->want_up : net->size - 1) ||
-       net->shm_done < (net->want_shm >= 0 ? net->want_shm : net->size - 1)))
-    return;
-  if (net->live != NULL && net->links_up != net->want_links) return;
+  if (net->mesh_ready != NULL) {
+    if (!net->mesh_ready(net)) return;
+  } else {
+    if (!net->sparse &&
+        (net->nup < (net->want_up >= 0 ? net->want_up : net->size - 1) ||
+         net->shm_done <
+             (net->want_shm >= 0 ? net->want_shm : net->size - 1)))
+      return;
+    if (net->live != NULL && net->links_up != net->want_links) return;
+  }
   if (net->lanes_up < net->lanes_want) return;
   net->mesh_cb = NULL;
+  net->mesh_ready = NULL;
   cb(net, 0, NULL);
 }
 
@@ -58,6 +64,7 @@ void uvccl__net_creation_failed(net_t *net, int err, const char *fmt, ...) {
   va_list ap;
   if (cb == NULL) return;
   net->mesh_cb = NULL;
+  net->mesh_ready = NULL;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
