@@ -31,7 +31,8 @@
  *   j) the members name different ranks to leave: every member fails at
  *      the agreement and keeps its world (an allreduce of the old four);
  *      the joiner fails at its deadline.
- * In a), b) and f) the members keep their connections (the same net:
+ * In a) and g) the old world of four still takes an allreduce after the
+ * grow. In a), b) and f) the members keep their connections (the same net:
  * each member's peer addresses are the old world's) and every link in
  * the new world, joiners' included, goes through shared memory; in g)
  * every member's peer address is new. */
@@ -260,6 +261,7 @@ static int member_main(const char *role) {
       transfer_check(&np);
       destroy(&np);
     }
+    allreduce_check(&pg, "old"); /* the old world goes on beside it */
   } else if (strcmp(role, "kill0") == 0) {
     if (R == 0) raise(SIGKILL); /* rank 0, and the store lives on */
     PREP(w, c);
@@ -498,6 +500,8 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
         "every peer through shared memory", what,
         strcmp(role, "grow") == 0 ? "kept" : "made anew");
     agg(ps, nm + nj, "after", all, "%s: an allreduce of the six", what);
+    agg(ps, nm + nj, "old", members, "%s: and then one of the old four "
+        "(its small collectives through the boxes of its own ranks)", what);
     agg(ps, nm + nj, "transfer", 0x31, "%s: rank 0's state reaches both "
         "joiners", what);
     {
@@ -644,7 +648,7 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(6 + 4 + 3 + 2 + 2 + 4 + 6 + 4 + 3 + NS_TESTS);
+  plan(7 + 4 + 3 + 2 + 2 + 4 + 7 + 4 + 3 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");

@@ -795,6 +795,46 @@ static int mesh_secret(uvccl_store_t *store, const uvccl_pg_options_t *o,
                                    errlen);
 }
 
+/* A new group's ranks (NULL: 0 .. size-1), id, options and the name it
+ * is traced under, and its creation b's part of it. */
+static void boot_group(boot_t *b, group_t *g, uvccl_pg_t *pg,
+                       uvccl_store_t *store, const uvccl_pg_options_t *o,
+                       const int *ranks, uint32_t gid, uvccl_work_t *w) {
+  int i;
+  for (i = 0; i < o->size; i++) {
+    g->ranks[i] = ranks != NULL ? ranks[i] : i;
+    g->inv[g->ranks[i]] = i;
+  }
+  g->gid = gid;
+  g->pg = pg;
+  g->on_sched_gone = uvccl__pg_group_sched_gone;
+  apply_options(g, o);
+  g->trace_size = o->trace_buffer_size;
+  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
+  b->g = g;
+  b->pg = pg;
+  b->store = store;
+  b->w = w;
+  snprintf(b->prefix, sizeof(b->prefix), "%s",
+           o->prefix ? o->prefix : "uvccl/default");
+  b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
+  b->tickw.data = b;
+}
+
+/* The group goes on its net's list and becomes pg's, being created. */
+static void boot_attach(boot_t *b, uv_loop_t *loop, uvccl_pg_t *pg) {
+  group_t *g = b->g;
+  uvccl__group_register(g);
+  g->boot = b;
+  pg->loop = loop;
+  pg->rank = g->rank;
+  pg->size = g->size;
+  pg->impl_ = g;
+  pg->backend_ = UVCCL_BACKEND_TCP;
+  b->deadline = uvccl__now_ms() + g->timeout_ms;
+}
+
 /* The address this rank publishes: "host port nonce monitor-port world". */
 static void boot_value(boot_t *b) {
   net_t *net = b->g->net;
@@ -872,7 +912,6 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     uvccl__net_set_lookup(net, lookup_start, lookup_close, lk);
   }
   g = uvccl__group_new(net, o->rank, o->size);
-  if (g != NULL) g->on_sched_gone = uvccl__pg_group_sched_gone;
   b = uvccl__calloc(1, sizeof(*b));
   if (g == NULL || b == NULL) {
     uvccl__free(b);
@@ -881,22 +920,8 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     uvccl__net_release(net, NULL, NULL);
     return UV_ENOMEM;
   }
-  for (i = 0; i < o->size; i++) {
-    g->ranks[i] = sh != NULL ? sh->ranks[i] : i;
-    g->inv[g->ranks[i]] = i;
-  }
-  g->gid = sh != NULL ? sh->gid : 1;
-  g->pg = pg;
-  apply_options(g, o);
-  g->trace_size = o->trace_buffer_size;
-  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
-           o->prefix ? o->prefix : "uvccl/default");
-  b->g = g;
-  b->pg = pg;
-  b->store = store;
-  b->w = w;
-  snprintf(b->prefix, sizeof(b->prefix), "%s",
-           o->prefix ? o->prefix : "uvccl/default");
+  boot_group(b, g, pg, store, o, sh != NULL ? sh->ranks : NULL,
+             sh != NULL ? sh->gid : 1, w);
   b->ngets = net->sparse ? 0 : o->rank; /* sparse: no per-rank lookups */
   if (sh != NULL) {
     /* a joiner dials the ranks below it: members, earlier joiners */
@@ -932,14 +957,7 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
       if (g->inv[i] < 0) uvccl__net_absent(net, i);
     net->want_up = net->want_shm = net->want_links = o->size - 1;
   }
-  uvccl__group_register(g);
-  g->boot = b;
-  pg->loop = loop;
-  pg->rank = o->rank;
-  pg->size = o->size;
-  pg->impl_ = g;
-  pg->backend_ = UVCCL_BACKEND_TCP;
-  b->deadline = uvccl__now_ms() + g->timeout_ms;
+  boot_attach(b, loop, pg);
   rc = uvccl__work_start(w, loop, sh != NULL ? "pg.join" : "pg.init",
                          &boot_ops, b, g->timeout_ms, cb);
   if (rc != 0) goto fail;
@@ -950,8 +968,6 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     net->mesh_arg = b;
   }
   boot_value(b);
-  b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
-  b->tickw.data = b;
   if (net->sparse) {
     b->sparse = 1;
     b->lk = net->lookup_arg;
@@ -1066,35 +1082,11 @@ int uvccl__cpu_pg_init_grown(uv_loop_t *loop, uvccl_pg_t *parent,
     net->grown_cb = NULL;
     goto nomem;
   }
-  for (i = 0; i < o->size; i++) {
-    g->ranks[i] = sh->ranks[i];
-    g->inv[g->ranks[i]] = i;
-  }
-  g->gid = sh->gid;
-  g->pg = pg;
-  g->on_sched_gone = uvccl__pg_group_sched_gone;
-  apply_options(g, o);
-  g->trace_size = o->trace_buffer_size;
-  snprintf(g->trace_name, sizeof(g->trace_name), "%s",
-           o->prefix ? o->prefix : "uvccl/default");
-  for (i = 0; i < nj; i++) b->joiners[b->njoiners++] = sh->ranks[sh->members + i];
+  boot_group(b, g, pg, store, o, sh->ranks, sh->gid, w);
+  for (i = 0; i < nj; i++)
+    b->joiners[b->njoiners++] = sh->ranks[sh->members + i];
   b->grow = 1;
-  b->g = g;
-  b->pg = pg;
-  b->store = store;
-  b->w = w;
-  snprintf(b->prefix, sizeof(b->prefix), "%s",
-           o->prefix ? o->prefix : "uvccl/default");
-  b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
-  b->tickw.data = b;
-  uvccl__group_register(g);
-  g->boot = b;
-  pg->loop = loop;
-  pg->rank = o->rank;
-  pg->size = o->size;
-  pg->impl_ = g;
-  pg->backend_ = UVCCL_BACKEND_TCP;
-  b->deadline = uvccl__now_ms() + g->timeout_ms;
+  boot_attach(b, loop, pg);
   rc = uvccl__work_start(w, loop, "pg.grow", &boot_ops, b, g->timeout_ms, cb);
   if (rc != 0) {
     net->grown_cb = NULL;

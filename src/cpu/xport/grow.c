@@ -5,7 +5,9 @@
  * the monitor's arrays on its own thread; the new ranks dial in (higher
  * ranks dial lower ones) once the monitor says it can take their links.
  * Shared-memory inboxes were made with room for as many ranks again
- * (uvccl__shm_slots), so joiners of this host get rings as well. */
+ * (uvccl__shm_slots), so joiners of this host get rings as well. The
+ * world's small collectives through boxes stay among the ranks they were
+ * agreed for (the old world keeps them; a grown one goes without). */
 #include "tcp.h"
 
 uint32_t uvccl__shm_slots(int size) {
@@ -54,9 +56,6 @@ int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int)) {
   net->hosts = hosts;
   net->kernels = hosts + n;
   net->lost = hosts + 2 * n;
-  /* The world's small collectives through shared-memory boxes assume
-   * the size they were agreed for. */
-  for (g = net->groups; g != NULL; g = g->next) g->box_ok = 0;
   net->size = size;
   net->grown_cb = grown_cb;
   uvccl__live_grow(net->live, size);

@@ -39,6 +39,8 @@ typedef struct uvccl__shm_net_s {
                             before posting its part (shm_box.c) */
   int nbox_gone, box_gone_cap;
   int box_pumping;
+  int box_n;             /* the ranks 0 .. box_n - 1 the boxes were agreed
+                            among (the net may grow past them later) */
   char box_own[UVCCL__SHM_BOX_MAX];
 } shm_net_t;
 

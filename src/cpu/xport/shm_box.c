@@ -62,6 +62,7 @@ int uvccl__shm_boxes_agreed(net_t *net) {
         !uvccl__shm_boxes_ok(p->shm_out->peer))
       return 0;
   }
+  sn->box_n = net->size;
   return 1;
 }
 
@@ -144,7 +145,7 @@ static void box_post(net_t *net, sop_t *op) {
   if (len > 0 && op->tag != UVCCL__BOX_PICK)
     memcpy(sn->box_own, per_peer ? op->src + (size_t)net->rank * len : op->src,
            len);
-  for (r = 0; r < net->size; r++) {
+  for (r = 0; r < net->shm->box_n; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank || p == NULL || !p->shm_tx || p->shm_out == NULL ||
         p->shm_out->ring == NULL)
@@ -158,7 +159,7 @@ static void box_post(net_t *net, sop_t *op) {
 /* The part of number t, abandoned before it was posted: "gone". */
 static void box_post_gone(net_t *net, uint64_t t) {
   int r;
-  for (r = 0; r < net->size; r++) {
+  for (r = 0; r < net->shm->box_n; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank || p == NULL || !p->shm_tx || p->shm_out == NULL ||
         p->shm_out->ring == NULL)
@@ -196,7 +197,7 @@ static void box_finish(net_t *net, sop_t *op, const char **parts) {
   switch (op->tag) {
   case UVCCL__BOX_CONCAT:
   case UVCCL__BOX_ALLTOALL:
-    for (r = 0; r < net->size; r++)
+    for (r = 0; r < net->shm->box_n; r++)
       if (len > 0) memcpy(op->buf + (size_t)r * len, parts[r], len);
     return;
   case UVCCL__BOX_PICK:
@@ -205,11 +206,11 @@ static void box_finish(net_t *net, sop_t *op, const char **parts) {
     return;
   default:
     /* rank order, left to right: the same bits everywhere */
-    if (n > 0 && net->size >= 2 &&
+    if (n > 0 && net->shm->box_n >= 2 &&
         !((s->dtype == UVCCL_FLOAT16 || s->dtype == UVCCL_BFLOAT16) &&
-          box_fold_half(s, op->buf, parts, net->size, n))) {
+          box_fold_half(s, op->buf, parts, net->shm->box_n, n))) {
       s->red3(op->buf, parts[0], parts[1], n);
-      for (r = 2; r < net->size; r++) s->red(op->buf, parts[r], n);
+      for (r = 2; r < net->shm->box_n; r++) s->red(op->buf, parts[r], n);
     }
   }
 }
@@ -221,7 +222,7 @@ static int box_parts(net_t *net, sop_t *op, const char **parts, char *why,
                      size_t whylen) {
   uint64_t mine = box_desc(op), theirs;
   int r, rc, all = 1;
-  for (r = 0; r < net->size; r++) {
+  for (r = 0; r < net->shm->box_n; r++) {
     peer_t *p = net->peers[r];
     if (r == net->rank) {
       parts[r] = net->shm->box_own;
@@ -370,6 +371,8 @@ int uvccl__shm_box_needs(net_t *net, sop_t *op, int r) {
   const char *data;
   uint64_t desc;
   peer_t *p = r >= 0 && r < net->size ? net->peers[r] : NULL;
+  if (net->shm == NULL || r >= net->shm->box_n) return 0; /* not of the box
+                                                             world */
   if (r == net->rank || p == NULL || p->shm_in.ring == NULL) return 1;
   return uvccl__shm_box_get(&p->shm_in, op->slot_t, &data, &desc) != 1;
 }
