@@ -3,8 +3,9 @@
  * secret), as uvccl-run --host-store does, so it outlives every rank:
  *   a) grow 4 -> 6: two joiners at once; members keep their ranks, the
  *      joiners take 4 and 5; the same epoch (1) everywhere; an allreduce
- *      of the six; then a state transfer from rank 0 to the joiners, every
- *      byte checked;
+ *      of the six; a subgroup of ranks 1, 3 and 5 made from it; the
+ *      flight recorder holding its operations; then a state transfer from
+ *      rank 0 to the joiners, every byte checked;
  *   b) rank 0 killed and replaced: ranks 1-3 shrink to 3, then grow back to
  *      4 with a replacement that waited for the grow to open; allreduce;
  *   c) a joiner killed while the new world is being made: every member
@@ -173,6 +174,44 @@ static void big_check(uvccl_pg_t *g) {
   free(all);
 }
 
+static void destroy(uvccl_pg_t *g);
+
+/* The grown world of six: a subgroup of ranks 1, 3 and 5 (two members
+ * and a joiner) made from it takes an allreduce, and the flight recorder
+ * holds the grown world's operations under its prefix. */
+static void sub_and_trace_check(uvccl_pg_t *np) {
+  static const int sub_ranks[] = {1, 3, 5};
+  uvccl_pg_t sub;
+  uvccl_work_t w;
+  cbres_t c;
+  int64_t v = np->rank, sum = -1;
+  int rc, in = np->rank == 1 || np->rank == 3 || np->rank == 5;
+  char *json = NULL;
+  size_t len = 0;
+  memset(&sub, 0, sizeof(sub));
+  rc = uvccl_pg_new_group(np, &sub, sub_ranks, 3, NULL);
+  if (in && rc == 0) {
+    PREP(w, c);
+    rc = finish_work(&c, uvccl_allreduce(&sub, &w, &v, &sum, 1, UVCCL_INT64,
+                                         UVCCL_SUM, on_work), 15000);
+    rep(rc == 0 && sum == 9 && sub.size == 3, "sub", "subgroup 1, 3, 5 of "
+        "the grown world: %s %s, sum %lld", ename(rc), w.msg, (long long)sum);
+    destroy(&sub);
+  } else {
+    rep(!in && rc == UVCCL_ENOTMEMBER, "sub", "not in the subgroup: %s",
+        ename(rc));
+  }
+  rc = uvccl_trace_json(&loop, NULL, &json, &len);
+  rep(rc == 0 && json != NULL &&
+          strstr(json, "uvccl/default/grow/1/world") != NULL &&
+          strstr(json, "allreduce") != NULL,
+      "trace", "the flight recorder: %s, %zu bytes, the grown world's "
+      "prefix %s", ename(rc), len,
+      json != NULL && strstr(json, "uvccl/default/grow/1/world") ? "in it"
+                                                                  : "missing");
+  free(json);
+}
+
 static void destroy(uvccl_pg_t *g) {
   pg_closed = 0;
   uvccl_pg_destroy(g, on_pg_closed);
@@ -258,6 +297,7 @@ static int member_main(const char *role) {
     if (rc == 0) {
       kept_check(&pg, &np, strcmp(role, "grow") == 0);
       allreduce_check(&np, "after");
+      sub_and_trace_check(&np);
       transfer_check(&np);
       destroy(&np);
     }
@@ -395,6 +435,7 @@ static int joiner_main(const char *role) {
         np.rank, np.size, (long long)w.result);
     if (rc == 0) {
       allreduce_check(&np, "after");
+      if (want == 6) sub_and_trace_check(&np);
       if (want == 6) transfer_check(&np);
       destroy(&np);
     }
@@ -502,6 +543,10 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
     agg(ps, nm + nj, "after", all, "%s: an allreduce of the six", what);
     agg(ps, nm + nj, "old", members, "%s: and then one of the old four "
         "(its small collectives through the boxes of its own ranks)", what);
+    agg(ps, nm + nj, "sub", all, "%s: a subgroup of ranks 1, 3 and 5 made "
+        "from the grown world takes an allreduce", what);
+    agg(ps, nm + nj, "trace", all, "%s: the flight recorder holds the grown "
+        "world's operations under its prefix", what);
     agg(ps, nm + nj, "transfer", 0x31, "%s: rank 0's state reaches both "
         "joiners", what);
     {
@@ -648,7 +693,7 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(7 + 4 + 3 + 2 + 2 + 4 + 7 + 4 + 3 + NS_TESTS);
+  plan(9 + 4 + 3 + 2 + 2 + 4 + 9 + 4 + 3 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
