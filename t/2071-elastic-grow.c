@@ -14,6 +14,11 @@
  *   d) a member killed before the grow: the others fail the members'
  *      agreement (naming it) and keep the old world; the joiner fails too;
  *   e) a stranger (another secret) cannot join: its store refuses it;
+ *   e2) a member killed mid-grow: rank 3 dies after the agreement, while
+ *      the members wait for a joiner that comes late: every other member
+ *      fails the grow naming rank 3, shrinks the old world to 3 and
+ *      allreduces over it; the late joiner is refused (the members
+ *      declared its place failed) and fails within its deadline;
  *   f) a grow after a chain of shrinks: rank 3 killed, 4 -> 3; rank 2
  *      killed, 3 -> 2; then 2 -> 4 with two joiners, ranks 0 and 1 kept;
  *      allreduce of the four;
@@ -404,6 +409,34 @@ static int member_main(const char *role) {
         "the joiner died: %s %s after %.1f s", ename(rc), w.msg,
         now_s() - t0);
     allreduce_check(&pg, "after");
+  } else if (strcmp(role, "midgrow") == 0) {
+    double t0 = now_s();
+    if (R == 3) {
+      /* past the agreement, waiting for the joiner: then gone */
+      uvccl_pg_options_t o;
+      memset(&o, 0, sizeof(o));
+      o.timeout_ms = 20000;
+      PREP(w, c);
+      memset(&np, 0, sizeof(np));
+      rc = uvccl_pg_grow(&pg, &np, &store, 1, &o, &w, on_work);
+      run_until(&c.done, 800);
+      raise(SIGKILL);
+    }
+    rc = grow(&pg, &np, 1, 20000, &w, &c);
+    rep(rc != 0 && rc != HANG && strstr(w.msg, "rank 3") != NULL &&
+            now_s() - t0 < 10,
+        "grew", "a member died mid-grow: %s %s after %.1f s", ename(rc),
+        w.msg, now_s() - t0);
+    PREP(w, c);
+    memset(&sh, 0, sizeof(sh));
+    rc = finish_work(&c, uvccl_pg_shrink(&pg, &sh, &w, on_work), 20000);
+    if (rc == 0 && sh.size == 3) {
+      allreduce_check(&sh, "after");
+      destroy(&sh);
+    } else {
+      rep(0, "after", "shrink after the failed grow: %s %s (size %d)",
+          ename(rc), w.msg, sh.size);
+    }
   } else if (strcmp(role, "memberdies") == 0) {
     if (R == 3) raise(SIGKILL);
     rc = grow(&pg, &np, 1, 3000, &w, &c);
@@ -466,6 +499,15 @@ static int joiner_main(const char *role) {
     printf("# took place %lld (%s), dying\n", (long long)place, ename(rc));
     fflush(stdout);
     raise(SIGKILL);
+  } else if (strcmp(role, "midgrow") == 0) {
+    double t0;
+    sleep_ms(1500); /* late: the members are waiting, rank 3 is gone */
+    t0 = now_s();
+    rc = join(&np, 5000, &w, &c);
+    rep(rc != 0 && rc != HANG && now_s() - t0 < 10, "grew",
+        "a late joiner of a failed grow: %s %s after %.1f s", ename(rc),
+        w.msg, now_s() - t0);
+    rep(1, "after", "(a joiner)");
   } else if (strcmp(role, "memberdies") == 0 ||
              strcmp(role, "reconfbad") == 0) {
     rc = join(&np, 3000, &w, &c);
@@ -577,6 +619,11 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
         "agreement naming rank 3; the joiner fails too", what);
   } else if (strcmp(role, "stranger") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: refused (UVCCL_EAUTH)", what);
+  } else if (strcmp(role, "midgrow") == 0) {
+    agg(ps, nm + nj, "grew", all & ~8u, "%s: every other member fails the "
+        "grow naming rank 3, the late joiner fails too, none hangs", what);
+    agg(ps, nm + nj, "after", all & ~8u, "%s: the members shrink the old "
+        "world to 3 and allreduce over it", what);
   } else if (strcmp(role, "reconf") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: rank 1 gets no world; 0, 2, 3 become "
         "0, 1, 2, the joiner 3, epoch 1", what);
@@ -599,6 +646,7 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
   for (r = 0; r < nm + nj; r++) {
     int may_die = (strcmp(role, "kill0") == 0 && r == 0) ||
                   (strcmp(role, "memberdies") == 0 && r == 3) ||
+                  (strcmp(role, "midgrow") == 0 && r == 3) ||
                   (strcmp(role, "joinerdies") == 0 && r >= nm) ||
                   (strcmp(role, "chain") == 0 && (r == 2 || r == 3));
     if (ps[r].status != 0 && !(may_die && ps[r].status == 128 + SIGKILL))
@@ -693,12 +741,13 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(9 + 4 + 3 + 2 + 2 + 4 + 9 + 4 + 3 + NS_TESTS);
+  plan(9 + 4 + 3 + 2 + 2 + 3 + 4 + 9 + 4 + 3 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
   scenario("memberdies", 4, 1, "d) a member killed before the grow");
   scenario("stranger", 0, 1, "e) a stranger");
+  scenario("midgrow", 4, 1, "e2) a member killed mid-grow");
   scenario("chain", 4, 2, "f) a grow after a chain of shrinks");
   setenv("UVCCL_GROW", "anew", 1);
   scenario("anew", 4, 2, "g) grow 4 -> 6 anew (UVCCL_GROW=anew)");
