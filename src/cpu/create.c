@@ -185,7 +185,9 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
      * those close) and on the monitor's links. */
     char d[UVCCL__DETAIL_LEN];
     uvccl__net_reject_all(net, msg);
-    snprintf(d, sizeof(d), "its group creation failed: %.90s", msg);
+    const char *why = msg;
+    if (strncmp(why, "process group creation failed: ", 31) == 0) why += 31;
+    snprintf(d, sizeof(d), "its group creation failed: %.90s", why);
     uvccl__live_fail_self(net->live, UVCCL_FAIL_ABORTED, err, d);
     net->aborted = 1;
   }

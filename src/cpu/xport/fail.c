@@ -335,7 +335,12 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     snprintf(m2, sizeof(m2), "rank %d (%s) failed: %.100s%s", r,
              uvccl__net_addr(net, r), f->detail,
              f->origin != net->rank ? " (reported by another rank)" : "");
-    uvccl__net_creation_failed(net, UVCCL_EPEER,
+    /* A world found misconfigured (sizes, striping, secrets differ) fails
+     * every rank's creation with the same code, whichever words arrive
+     * first: the monitor's notice often beats the refused connection's. */
+    int misconf = f->cause == UVCCL_FAIL_ABORTED &&
+                  (f->err == UV_EINVAL || f->err == UVCCL_EAUTH);
+    uvccl__net_creation_failed(net, misconf ? f->err : UVCCL_EPEER,
                         "process group creation failed: %s", m2);
   }
   for (g = net->groups; g != NULL; g = g->next) {

@@ -523,10 +523,10 @@ static void hello_accept(peer_t *p, hello_t *hello) {
     return;
   }
   if (uvccl__hello_stripes(hello) != net->stripes) {
-    snprintf(why, sizeof(why), "striped TCP differs: rank %d (%s) has "
-             "UVCCL_TCP_STRIPES=%d, rank %u (%s) %d (every rank must have "
-             "the same)", net->rank, net->selfstr, net->stripes, hello->from,
-             hello->addr, uvccl__hello_stripes(hello));
+    snprintf(why, sizeof(why), "UVCCL_TCP_STRIPES differs: rank %d (%s) "
+             "has %d, rank %u (%s) %d (every rank must have the same)",
+             net->rank, net->selfstr, net->stripes, hello->from, hello->addr,
+             uvccl__hello_stripes(hello));
     peer_reject(p, "%s", why);
     net_misconfigured(net, why);
     return;
