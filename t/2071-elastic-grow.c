@@ -34,6 +34,9 @@
  *      4 leaves as a joiner comes; ranks 0, 2, 3 become 0, 1, 2 with their
  *      connections kept, the joiner 3; the one leaving gets no world;
  *      an allreduce of the new four;
+ *   i2) the same, but rank 1 dies (rather than leaves) once it is out,
+ *      while the members wait for a joiner that comes late: not a rank of
+ *      the new world, so the new world is made all the same;
  *   j) the members name different ranks to leave: every member fails at
  *      the agreement and keeps its world (an allreduce of the old four);
  *      the joiner fails at its deadline.
@@ -369,9 +372,13 @@ static int member_main(const char *role) {
       }
       destroy(&sh);
     }
-  } else if (strcmp(role, "reconf") == 0) {
+  } else if (strcmp(role, "reconf") == 0 || strcmp(role, "reconfdie") == 0) {
     int leave = 1;
     rc = reconfigure(&pg, &np, &leave, 1, 20000, &w, &c);
+    if (R == 1 && strcmp(role, "reconfdie") == 0) {
+      sleep_ms(300); /* the members are making the new world by now */
+      raise(SIGKILL);
+    }
     if (R == 1) {
       rep(rc == 0 && np.rank == -1 && np.size == 4 && w.result == 1, "grew",
           "left: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
@@ -460,8 +467,9 @@ static int joiner_main(const char *role) {
   store_open();
   if (strcmp(role, "grow") == 0 || strcmp(role, "kill0") == 0 ||
       strcmp(role, "chain") == 0 || strcmp(role, "anew") == 0 ||
-      strcmp(role, "reconf") == 0) {
+      strcmp(role, "reconf") == 0 || strcmp(role, "reconfdie") == 0) {
     int want = strcmp(role, "grow") == 0 || strcmp(role, "anew") == 0 ? 6 : 4;
+    if (strcmp(role, "reconfdie") == 0) sleep_ms(1000); /* comes late */
     rc = join(&np, 20000, &w, &c);
     rep(rc == 0 && np.size == want && np.rank >= want - 2 && w.result == 1,
         "grew", "joined: %s %s (rank %d of %d, epoch %lld)", ename(rc), w.msg,
@@ -630,6 +638,11 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
     agg(ps, nm + nj, "kept", members, "%s: the staying members' connections "
         "kept, the joiner through shared memory", what);
     agg(ps, nm + nj, "after", all, "%s: an allreduce of the new four", what);
+  } else if (strcmp(role, "reconfdie") == 0) {
+    agg(ps, nm + nj, "grew", all & ~2u, "%s: 0, 2, 3 become 0, 1, 2 and the "
+        "late joiner 3 all the same", what);
+    agg(ps, nm + nj, "after", all & ~2u, "%s: an allreduce of the new four",
+        what);
   } else if (strcmp(role, "reconfbad") == 0) {
     agg(ps, nm + nj, "grew", all, "%s: every member fails at the agreement "
         "(UV_EINVAL, naming the leave lists), the joiner at its deadline",
@@ -647,6 +660,7 @@ static void scenario(const char *role, int nm, int nj, const char *what) {
     int may_die = (strcmp(role, "kill0") == 0 && r == 0) ||
                   (strcmp(role, "memberdies") == 0 && r == 3) ||
                   (strcmp(role, "midgrow") == 0 && r == 3) ||
+                  (strcmp(role, "reconfdie") == 0 && r == 1) ||
                   (strcmp(role, "joinerdies") == 0 && r >= nm) ||
                   (strcmp(role, "chain") == 0 && (r == 2 || r == 3));
     if (ps[r].status != 0 && !(may_die && ps[r].status == 128 + SIGKILL))
@@ -741,7 +755,7 @@ int main(void) {
   parent_init(500);
   sigpipe_default();
   setenv("UVCCL_AUTH_TOKEN", SECRET, 1); /* the store's */
-  plan(9 + 4 + 3 + 2 + 2 + 3 + 4 + 9 + 4 + 3 + NS_TESTS);
+  plan(9 + 4 + 3 + 2 + 2 + 3 + 4 + 9 + 4 + 3 + 3 + NS_TESTS);
   scenario("grow", 4, 2, "a) grow 4 -> 6");
   scenario("kill0", 4, 1, "b) rank 0 replaced");
   scenario("joinerdies", 4, 1, "c) a joiner killed mid-join");
@@ -753,6 +767,7 @@ int main(void) {
   scenario("anew", 4, 2, "g) grow 4 -> 6 anew (UVCCL_GROW=anew)");
   unsetenv("UVCCL_GROW");
   scenario("reconf", 4, 1, "i) leave and join in one agreement");
+  scenario("reconfdie", 4, 1, "i2) the rank that left dies meanwhile");
   scenario("reconfbad", 4, 1, "j) different leave lists");
   ns_scenario();
   return done_testing();

@@ -169,6 +169,7 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   net->mesh_cb = NULL; /* b goes: nothing may call back with it */
   net->mesh_arg = NULL;
   net->mesh_ready = NULL;
+  net->mesh_group = NULL;
   if (b->grow == 1) {
     /* A member's grow: the old world goes on; the joiners are out, on
      * every member and on themselves. */
@@ -1105,6 +1106,7 @@ int uvccl__cpu_pg_init_grown(uv_loop_t *loop, uvccl_pg_t *parent,
   /* what the joiners bring: a connection, its shared-memory exchange and
    * a monitor link each */
   net->mesh_ready = member_mesh_ready;
+  net->mesh_group = g; /* a rank leaving meanwhile may die: not ours */
   net->mesh_cb = on_mesh;
   net->mesh_arg = b;
   LOG_DEBUG("coll", "rank %d: growing to %d ranks (net of %d), waiting for "

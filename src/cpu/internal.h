@@ -381,6 +381,8 @@ struct net_s {
    * joiners' connections, exchanges and links, whatever happens to the
    * ranks that leave meanwhile). */
   int (*mesh_ready)(net_t *net);
+  group_t *mesh_group;    /* where set, the group it makes: only its ranks'
+                             deaths fail the creation */
   unsigned char *linked;  /* by world rank: its monitor link came up */
   /* A grow (xport/grow.c): grown_cb(net, 0) once the monitor takes links
    * from the new ranks, (net, error) if it cannot. */

@@ -330,7 +330,8 @@ static void net_apply_dead(net_t *net, const uvccl__fail_t *f) {
     p->rx.rstate = RS_HDR;
     p->rlen = 0;
   }
-  if (net->mesh_cb != NULL) {
+  if (net->mesh_cb != NULL &&
+      (net->mesh_group == NULL || in_group(net->mesh_group, r))) {
     char m2[UVCCL_WORK_MSG_LEN + 64];
     snprintf(m2, sizeof(m2), "rank %d (%s) failed: %.100s%s", r,
              uvccl__net_addr(net, r), f->detail,

@@ -518,6 +518,7 @@ void uvccl__net_release(net_t *net, void (*cb)(net_t *), void *arg) {
   net->closed_arg = arg;
   net->mesh_cb = NULL;
   net->mesh_ready = NULL;
+  net->mesh_group = NULL;
   if (net->lookup_close != NULL) {
     net->lookup_close(net->lookup_arg);
     net->lookup_close = NULL;

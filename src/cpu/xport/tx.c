@@ -52,6 +52,7 @@ void uvccl__net_check_ready(net_t *net) {
   if (net->lanes_up < net->lanes_want) return;
   net->mesh_cb = NULL;
   net->mesh_ready = NULL;
+  net->mesh_group = NULL;
   cb(net, 0, NULL);
 }
 
@@ -65,6 +66,7 @@ void uvccl__net_creation_failed(net_t *net, int err, const char *fmt, ...) {
   if (cb == NULL) return;
   net->mesh_cb = NULL;
   net->mesh_ready = NULL;
+  net->mesh_group = NULL;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
