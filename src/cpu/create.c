@@ -944,8 +944,12 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
                      uvccl__heartbeat_timeout(o->heartbeat_timeout_ms), err,
                      sizeof(err))
                : UV_ENOMEM;
+  if (rc != 0) LOG_ERROR("coll", "rank %d: %s", o->rank, err);
+  /* A joiner: the ranks that failed before it joined send no connection
+   * or link (the monitor told before any dial). */
+  for (i = 0; sh != NULL && rc == 0 && i < net->size; i++)
+    if (g->inv[i] < 0) rc = uvccl__net_absent(net, i);
   if (rc != 0) {
-    LOG_ERROR("coll", "rank %d: %s", o->rank, err);
     uvccl__free(b->getw);
     uvccl__free(b->getr);
     uvccl__free(b);
@@ -953,13 +957,8 @@ static int group_start(uv_loop_t *loop, uvccl_pg_t *pg, uvccl_store_t *store,
     uvccl__net_release(net, NULL, NULL);
     return rc;
   }
-  if (sh != NULL) {
-    /* The ranks that failed before this one joined: no connection or
-     * link comes from them (told to the monitor before any dial). */
-    for (i = 0; i < net->size; i++)
-      if (g->inv[i] < 0) uvccl__net_absent(net, i);
+  if (sh != NULL)
     net->want_up = net->want_shm = net->want_links = o->size - 1;
-  }
   boot_attach(b, loop, pg);
   rc = uvccl__work_start(w, loop, sh != NULL ? "pg.join" : "pg.init",
                          &boot_ops, b, g->timeout_ms, cb);

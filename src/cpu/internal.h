@@ -629,8 +629,8 @@ void uvccl__net_peer_ready(peer_t *p);
  * grown_cb follows. 0, or an error (nothing changed). */
 int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int));
 /* A rank that failed before this one joined (a joiner's net): no
- * connection or link is expected from it. */
-void uvccl__net_absent(net_t *net, int rank);
+ * connection or link is expected from it. 0, or an error. */
+int uvccl__net_absent(net_t *net, int rank);
 /* Shared-memory inbox slots for a net of size ranks: room for as many
  * again, so ranks that join later get rings too. */
 uint32_t uvccl__shm_slots(int size);

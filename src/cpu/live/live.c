@@ -633,25 +633,28 @@ void uvccl__live_declare(uvccl__live_t *l, int rank, int cause, int err,
   post_fail_cmd(l, CMD_DECLARE, rank, cause, err, detail);
 }
 
-void uvccl__live_grow(uvccl__live_t *l, int size) {
+int uvccl__live_grow(uvccl__live_t *l, int size) {
   cmd_t *c;
-  if (l == NULL || l->app_closed || size <= l->app_size) return;
+  if (l == NULL || l->app_closed || size <= l->app_size) return UV_EINVAL;
   c = uvccl__calloc(1, sizeof(*c));
-  if (c == NULL) return;
+  if (c == NULL) return UV_ENOMEM;
   l->app_size = size;
   c->kind = CMD_GROW;
   c->rank = size;
   post_cmd(l, c);
+  return 0;
 }
 
-void uvccl__live_absent(uvccl__live_t *l, int rank) {
+int uvccl__live_absent(uvccl__live_t *l, int rank) {
   cmd_t *c;
-  if (l == NULL || l->app_closed || rank < 0 || rank >= l->app_size) return;
+  if (l == NULL || l->app_closed || rank < 0 || rank >= l->app_size)
+    return UV_EINVAL;
   c = uvccl__calloc(1, sizeof(*c));
-  if (c == NULL) return;
+  if (c == NULL) return UV_ENOMEM;
   c->kind = CMD_ABSENT;
   c->rank = rank;
   post_cmd(l, c);
+  return 0;
 }
 
 void uvccl__live_fail_self(uvccl__live_t *l, int cause, int err,

@@ -73,11 +73,13 @@ void uvccl__live_notify(uvccl__live_t *l, const uvccl__notice_t *n);
  * before a process that exits at once could lose it). */
 void uvccl__live_bye(uvccl__live_t *l);
 /* The world grows to size ranks (the new ones dial in); an
- * UVCCL__LIVE_GROWN event follows once links from them are taken. */
-void uvccl__live_grow(uvccl__live_t *l, int size);
+ * UVCCL__LIVE_GROWN event follows once links from them are taken. 0, or
+ * an error (nothing changed, no event). */
+int uvccl__live_grow(uvccl__live_t *l, int size);
 /* rank is not in the world (it failed before this rank joined): no link
- * is expected from it, and none is taken. Before any connect. */
-void uvccl__live_absent(uvccl__live_t *l, int rank);
+ * is expected from it, and none is taken. Before any connect. 0, or an
+ * error. */
+int uvccl__live_absent(uvccl__live_t *l, int rank);
 /* Stops: with bye (after uvccl__live_bye), links wait for the peers' EOF. The last event is
  * UVCCL__LIVE_CLOSED; l is freed after it. */
 void uvccl__live_close(uvccl__live_t *l, int bye);

@@ -32,6 +32,7 @@ int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int)) {
   uint64_t *hosts;
   group_t *g;
   size_t r;
+  int rc = UV_ENOMEM;
   if (size <= net->size || net->sparse || net->live == NULL ||
       net->closing || net->grown_cb != NULL)
     return UV_EINVAL;
@@ -39,16 +40,19 @@ int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int)) {
   hosts = uvccl__calloc(3 * n, sizeof(uint64_t));
   if (hosts == NULL) return UV_ENOMEM;
   for (g = net->groups; g != NULL; g = g->next)
-    if (grow_array(&g->inv, old, n, sizeof(int)) != 0) goto nomem;
+    if (grow_array(&g->inv, old, n, sizeof(int)) != 0) goto fail;
   if (grow_array(&net->peers, old, n, sizeof(peer_t *)) != 0 ||
       grow_array(&net->addrs, old, n, sizeof(*net->addrs)) != 0 ||
       grow_array(&net->fails, old, n, sizeof(*net->fails)) != 0 ||
       grow_array(&net->failed, old, n, sizeof(int)) != 0 ||
       grow_array(&net->linked, old, n, 1) != 0)
-    goto nomem;
+    goto fail;
   for (g = net->groups; g != NULL; g = g->next)
     for (r = old; r < n; r++) g->inv[r] = -1;
   for (r = old; r < n; r++) net->fails[r].rank = -1;
+  /* the monitor last: once it has the command, the net must grow */
+  rc = uvccl__live_grow(net->live, size);
+  if (rc != 0) goto fail;
   memcpy(hosts, net->hosts, old * sizeof(uint64_t));
   memcpy(hosts + n, net->kernels, old * sizeof(uint64_t));
   memcpy(hosts + 2 * n, net->lost, (size_t)net->nlost * sizeof(uint64_t));
@@ -58,15 +62,14 @@ int uvccl__net_grow(net_t *net, int size, void (*grown_cb)(net_t *, int)) {
   net->lost = hosts + 2 * n;
   net->size = size;
   net->grown_cb = grown_cb;
-  uvccl__live_grow(net->live, size);
   return 0;
-nomem:
+fail:
   /* the arrays that did grow keep their extra room, unused */
   uvccl__free(hosts);
-  return UV_ENOMEM;
+  return rc;
 }
 
-void uvccl__net_absent(net_t *net, int rank) {
-  if (rank < 0 || rank >= net->size || rank == net->rank) return;
-  uvccl__live_absent(net->live, rank);
+int uvccl__net_absent(net_t *net, int rank) {
+  if (rank < 0 || rank >= net->size || rank == net->rank) return UV_EINVAL;
+  return uvccl__live_absent(net->live, rank);
 }
