@@ -337,7 +337,7 @@ static void test_mixed(void) {
         strstr(W.w[r].msg, "mismatched") != NULL)
       failed++;
     else
-      printf("# rank %d: %s\n", r, W.w[r].msg);
+      diag("rank %d: %s %s", r, uvccl_err_name(W.w[r].status), W.w[r].msg);
   }
   is_int(failed, P, "mixed: rank 2's host buffers against the others' "
          "chunks fail every rank with a mismatch, before any timeout");

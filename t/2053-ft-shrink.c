@@ -15,7 +15,11 @@
  *   e) uvccl_pg_shrink_excluding: ranks 1-3 leave out rank 0, alive and not
  *      shrinking (the lowest rank, the store's host); bad lists refused;
  *   f) the same leaving out rank 2 while rank 3 died: both go (the result
- *      says 2 removed).
+ *      says 2 removed);
+ *   g) a group made after one of its members failed (new_group of the
+ *      world with rank 2 dead, as a shrink whose coordinator dies after
+ *      deciding makes one): born broken, its allreduce fails at once
+ *      naming rank 2, not at its timeout; a group without rank 2 works.
  * Each rank prints "shrunk to N ranks after losing rank R (reason)", as
  * uvccl-bench --shrink-on-failure does, and the members of each new group
  * (an allgather of world ranks), which the parent compares with who it
@@ -305,6 +309,53 @@ static int role_exclude(void) {
   return rank_destroy();
 }
 
+/* g: rank 2 dies; once 0 and 1 know, each makes groups of the world. */
+static int role_born(void) {
+  static const int all[] = {0, 1, 2}, two[] = {0, 1};
+  uvccl_pg_t g3, g2;
+  uvccl_pg_failure_t f;
+  int64_t v = R + 1;
+  uvccl_work_t w = {0};
+  cbres_t c = {0};
+  double t0;
+  int rc, bad = 0;
+  rank_init(30000);
+  if (R == 2) {
+    sleep_ms(50);
+    raise(SIGKILL);
+  }
+  rc = checked_allreduce(&pg, 0, &bad);
+  rep(rc == UVCCL_EPEER, "world", "the world's allreduce: %s", ename(rc));
+  rc = uvccl_pg_new_group(&pg, &g3, all, 3, NULL);
+  if (rc == 0) {
+    t0 = now_s();
+    w.data = &c;
+    rc = uvccl_allreduce(&g3, &w, &v, &v, 1, UVCCL_INT64, UVCCL_SUM, on_work);
+    rc = finish_work(&c, rc, 40000);
+    rep(rc == UVCCL_EPEER && strstr(w.msg, "global 2") != NULL &&
+            now_s() - t0 < 5,
+        "born", "allreduce on a new group holding the dead rank: %s after "
+        "%.2f s: %s", ename(rc), now_s() - t0, w.msg);
+    rc = uvccl_pg_get_failure(&g3, &f);
+    rep(rc == 1 && f.global_rank == 2 && f.rank == 2, "culprit",
+        "its failure: %d, culprit rank %d (global %d)", rc, f.rank,
+        f.global_rank);
+    uvccl_pg_destroy(&g3, NULL);
+  } else {
+    rep(0, "born", "new_group of 3: %s", ename(rc));
+  }
+  rc = uvccl_pg_new_group(&pg, &g2, two, 2, NULL);
+  if (rc == 0) {
+    rc = checked_allreduce(&g2, 1, &bad);
+    rep(rc == 0 && bad == 0, "without", "allreduce on a new group without "
+        "it: %s, %d wrong", ename(rc), bad);
+    uvccl_pg_destroy(&g2, NULL);
+  } else {
+    rep(0, "without", "new_group of 2: %s", ename(rc));
+  }
+  return rank_destroy();
+}
+
 static int rank_main(const char *role) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   sigpipe_default();
@@ -314,6 +365,7 @@ static int rank_main(const char *role) {
   P = ft_env_int("WORLD_SIZE", 0);
   if (strcmp(role, "revoke") == 0) return role_revoke();
   if (strcmp(role, "exclude") == 0) return role_exclude();
+  if (strcmp(role, "born") == 0) return role_born();
   return role_shrink();
 }
 
@@ -473,6 +525,24 @@ static void scenario_exclude(const char *name, int excl, int die) {
   unsetenv("T_DIE");
 }
 
+static void scenario_born(void) {
+  proc_t ps[3];
+  spawn_world(ps, 3, "born", 0);
+  finish_all(ps, 3, 60);
+  scenario_failed = 0;
+  agg(ps, 3, "world", 0x3, "g: rank 2 killed: the world's allreduce fails on "
+      "ranks 0 and 1");
+  agg(ps, 3, "born", 0x3, "g: a group made afterwards with rank 2 in it is "
+      "born broken: its allreduce fails at once with UVCCL_EPEER naming "
+      "global rank 2");
+  agg(ps, 3, "culprit", 0x3, "g: uvccl_pg_get_failure on it names rank 2");
+  agg(ps, 3, "without", 0x3, "g: a group made without rank 2 works, results "
+      "right");
+  agg(ps, 3, "destroy", 0x3, "g: both destroy cleanly");
+  if (scenario_failed) dump_procs(ps, 3);
+  procs_free(ps, 3);
+}
+
 int main(void) {
   static const int v_a[] = {2};
   static const int v_b[] = {6, 0, 3, 7, 1};
@@ -482,7 +552,7 @@ int main(void) {
   parent_init(900);
   srand((unsigned)getpid());
   sigpipe_default();
-  plan(3 + 5 + 2 * 6);
+  plan(3 + 5 + 2 * 6 + 5);
   chain("a: 4 ranks, rank 2 killed: 3 survivors shrink and go on, results "
         "right", 4, v_a, 1, 1);
   chain("b: 8 ranks down to 3 (ranks 6, 0, 3, 7, 1 killed one by one): a "
@@ -493,5 +563,6 @@ int main(void) {
   scenario_exclude("e: rank 0 (the coordinator, the store's host) excluded "
                    "alive", 0, -1);
   scenario_exclude("f: rank 2 excluded alive while rank 3 died", 2, 3);
+  scenario_born();
   return done_testing();
 }

@@ -492,8 +492,8 @@ static inline int agg(proc_t *ps, int n, const char *name, unsigned mask,
     if (!(mask & (1u << r))) continue;
     find_check(ps, n, r, name, &okv, det, sizeof(det));
     if (okv == 1 && all && getenv("UVCCL_T_SHOW") == NULL) continue;
-    note("  rank %d: %s%s", r, okv < 0 ? "no report" : okv ? "ok:" : "FAILED:",
-         det);
+    (all ? note : diag)("  rank %d: %s%s", r,
+                        okv < 0 ? "no report" : okv ? "ok:" : "FAILED:", det);
   }
   if (!all) scenario_failed = 1;
   return all;

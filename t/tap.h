@@ -1,6 +1,6 @@
 /* A small TAP helper for uvccl's C tests (in the spirit of picotest and
- * git's test-lib): plan, ok, is_int with both values printed, skip_all,
- * done_testing. Every test arms an alarm so a hang fails instead of
+ * git's test-lib): plan, ok, is_int with both values printed (a failure's
+ * details on stderr, which prove shows), skip_all, done_testing. Every test arms an alarm so a hang fails instead of
  * blocking CI. Header-only: each test is one C file. */
 #ifndef UVCCL_TAP_H
 #define UVCCL_TAP_H
@@ -32,8 +32,8 @@ static inline int tap_ok_(int cond, const char *file, int line,
   va_start(ap, fmt);
   tap__vprint(cond, fmt, ap);
   va_end(ap);
-  if (!cond) printf("#   failed at %s:%d\n", file, line);
   fflush(stdout);
+  if (!cond) fprintf(stderr, "#   failed at %s:%d\n", file, line);
   return cond;
 }
 #define ok(cond, ...) tap_ok_(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
@@ -45,10 +45,10 @@ static inline int tap_is_int_(long long got, long long want, const char *file,
   va_start(ap, fmt);
   tap__vprint(c, fmt, ap);
   va_end(ap);
-  if (!c)
-    printf("#   failed at %s:%d\n#          got: %lld\n#     expected: %lld\n",
-           file, line, got, want);
   fflush(stdout);
+  if (!c)
+    fprintf(stderr, "#   failed at %s:%d\n#          got: %lld\n"
+            "#     expected: %lld\n", file, line, got, want);
   return c;
 }
 #define is_int(got, want, ...)                                               \
@@ -63,10 +63,11 @@ static inline int tap_is_str_(const char *got, const char *want,
   va_start(ap, fmt);
   tap__vprint(c, fmt, ap);
   va_end(ap);
-  if (!c)
-    printf("#   failed at %s:%d\n#          got: '%s'\n#     expected: '%s'\n",
-           file, line, got ? got : "(null)", want ? want : "(null)");
   fflush(stdout);
+  if (!c)
+    fprintf(stderr, "#   failed at %s:%d\n#          got: '%s'\n"
+            "#     expected: '%s'\n", file, line, got ? got : "(null)",
+            want ? want : "(null)");
   return c;
 }
 #define is_str(got, want, ...)                                               \
@@ -82,12 +83,12 @@ static inline int tap_is_mem_(const void *got, size_t glen, const char *want,
   va_start(ap, fmt);
   tap__vprint(c, fmt, ap);
   va_end(ap);
-  if (!c)
-    printf("#   failed at %s:%d\n#          got: '%.*s' (%zu bytes)\n"
-           "#     expected: '%s'\n",
-           file, line, got ? (int)(glen > 200 ? 200 : glen) : 6,
-           got ? (const char *)got : "(null)", glen, want);
   fflush(stdout);
+  if (!c)
+    fprintf(stderr, "#   failed at %s:%d\n#          got: '%.*s' (%zu bytes)\n"
+            "#     expected: '%s'\n",
+            file, line, got ? (int)(glen > 200 ? 200 : glen) : 6,
+            got ? (const char *)got : "(null)", glen, want);
   return c;
 }
 #define is_mem(got, glen, want, ...)                                         \

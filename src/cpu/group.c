@@ -159,6 +159,7 @@ int uvccl__group_make_child(group_t *parent, uvccl_pg_t *pg, uint32_t gid,
   pg->size = n;
   pg->impl_ = g;
   pg->backend_ = UVCCL_BACKEND_TCP;
+  uvccl__net_group_born(net, g);
   return 0;
 }
 

@@ -699,6 +699,9 @@ int uvccl__net_left_early(net_t *net, const sop_t *op);
 int uvccl__net_host_lost(const net_t *net, int r);
 void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
                          char *buf, size_t len);
+/* A group made from another after one of its members failed: it is born
+ * broken (fail.c). */
+void uvccl__net_group_born(net_t *net, group_t *g);
 /* Creation failed here: every connected peer gets a REJECT with why (it
  * fails its own creation with it). */
 void uvccl__net_reject_all(net_t *net, const char *why);

@@ -179,6 +179,27 @@ void uvccl__net_fail_msg(net_t *net, group_t *g, const uvccl__fail_t *f,
              first->detail, seen);
 }
 
+/* A group made from another (a shrink, new_group, split) after one of
+ * its members failed: the verdict was given before the group existed, so
+ * it is born broken, and its operations fail at once naming that rank
+ * instead of waiting for it to their timeout. (A shrink's decision can
+ * be overtaken: the coordinator decides, sends, and dies before this
+ * rank's application calls the shrink.) */
+void uvccl__net_group_born(net_t *net, group_t *g) {
+  char msg[UVCCL_WORK_MSG_LEN];
+  int i, r;
+  for (i = 0; i < net->nfailed; i++) {
+    const uvccl__fail_t *f;
+    r = net->failed[i];
+    if (r == net->rank || !in_group(g, r)) continue;
+    f = &net->fails[r];
+    uvccl__net_fail_msg(net, g, f, msg, sizeof(msg));
+    net->up->group_break(g, UVCCL_EPEER,
+                         in_group(g, net->first.rank) ? &net->first : f, msg);
+    return;
+  }
+}
+
 /* ---- hosts lost ------------------------------------------------------------
  * A host's ranks fail together when the host does (its link down, the
  * machine gone): once every rank of another host has failed, the host is
