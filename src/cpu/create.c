@@ -328,13 +328,18 @@ static void on_ready(uvccl_work_t *w, int status) {
     boot_done(b);
 }
 
+/* The last rank at the barrier opened the gate: it waits for nothing
+ * more. (A wait sent after the set could find the store gone: the rank
+ * hosting it may pass the gate, finish and close it first.) */
 static void on_done_set(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   b->nstore--;
-  if (!b->dead && status != 0)
+  if (b->dead)
+    boot_maybe_free(b);
+  else if (status != 0)
     boot_fail(b, status, "store barrier failed: %s", w->msg);
   else
-    boot_maybe_free(b);
+    boot_done(b);
 }
 
 static void on_barrier_add(uvccl_work_t *w, int status) {
@@ -364,6 +369,7 @@ static void on_barrier_add(uvccl_work_t *w, int status) {
       return;
     }
     b->nstore++;
+    return;
   }
   keys[0] = b->waitkey;
   rc = uvccl_store_wait(b->store, &b->waitw, keys, 1,
