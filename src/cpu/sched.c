@@ -89,7 +89,7 @@ void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
  * unmapped by the net's slicer, a few MiB a turn. */
 static void tmp_release(net_t *net, char *tmp, size_t cap) {
   if (cap < UVCCL__BIG_MIN) uvccl__free(tmp);
-  else uvccl__net_retire_mem(net, tmp);
+  else uvccl__net_spare_put(net, tmp, cap);
 }
 
 static void sched_destroy(sched_t *s) {
@@ -255,15 +255,21 @@ void *uvccl__sched_tmp(sched_t *s, size_t len) {
   if (len == 0) len = 1;
   if (len > s->tmpcap) {
     /* (scratch: what it held need not be kept) */
-    char *t = len >= UVCCL__BIG_MIN ? uvccl__big_alloc(len)
-                                    : uvccl__malloc(len);
+    size_t cap = len;
+    char *t = NULL;
+    if (len >= UVCCL__BIG_MIN) {
+      t = uvccl__net_spare_take(s->g->net, len, &cap);
+      if (t == NULL) t = uvccl__big_alloc(len);
+    } else {
+      t = uvccl__malloc(len);
+    }
     if (t == NULL) {
       s->status = UV_ENOMEM;
       return NULL;
     }
     tmp_release(s->g->net, s->tmp, s->tmpcap);
     s->tmp = t;
-    s->tmpcap = len;
+    s->tmpcap = cap;
   }
   return s->tmp;
 }

@@ -109,6 +109,11 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "algorithms"),
     CHOICE(UVCCL__CFG_SMALL_TREE, "UVCCL_SMALL_TREE", "0|1", 0, "0",
            "1: small allreduces and barriers go through a tree"),
+    UINTV(UVCCL__CFG_SCRATCH_KEEP_MS, "UVCCL_SCRATCH_KEEP_MS", 0, 86400000,
+          5000, "5000",
+          "how long a collective's large scratch buffer (1 MiB or more) is "
+          "kept for the next collective that needs one, ms (0: unmapped at "
+          "once)"),
     UINTV(UVCCL__CFG_SEGMENT, "UVCCL_SEGMENT", 1, 1u << 30, 524288, "524288",
           "the pipelining segment of large collectives, bytes"),
     UINTV(UVCCL__CFG_STREAM_MIN, "UVCCL_STREAM_MIN", 0, NOMAX, 8388608,

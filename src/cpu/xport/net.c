@@ -28,6 +28,7 @@
 static void on_tick(uv_prepare_t *h) {
   net_t *net = h->data;
   uvccl__turn_tick(&net->turn);
+  if (net->spare != NULL) uvccl__net_spare_expire(net);
 }
 
 /* No same-host transport: every peer over TCP, until the group's creation
@@ -102,6 +103,7 @@ net_t *uvccl__net_new(uv_loop_t *loop, int rank, int size) {
   net->early_limit = UVCCL__EARLY_LIMIT;
   net->stripes = 1;
   net->stripe_min = SIZE_MAX;
+  uvccl__config_uint(UVCCL__CFG_SCRATCH_KEEP_MS, &net->spare_keep_ms);
   uv_idle_init(loop, &net->spin);
   net->spin.data = net;
   net->spin_open = 1;

@@ -135,6 +135,42 @@ void uvccl__net_retire_mem(net_t *net, void *p) {
   net->hooks->slicer_start(net);
 }
 
+void uvccl__net_spare_put(net_t *net, void *p, size_t cap) {
+  if (p == NULL) return;
+  if (net == NULL || net->closing || !net->slicer_open) {
+    uvccl__big_free(p);
+    return;
+  }
+  if (net->spare_keep_ms == 0) {
+    uvccl__net_retire_mem(net, p);
+    return;
+  }
+  if (net->spare != NULL && net->spare_cap >= cap) {
+    uvccl__net_retire_mem(net, p);
+  } else {
+    uvccl__net_retire_mem(net, net->spare);
+    net->spare = p;
+    net->spare_cap = cap;
+  }
+  net->spare_at = uv_now(net->loop);
+}
+
+void *uvccl__net_spare_take(net_t *net, size_t len, size_t *cap) {
+  void *p = net->spare;
+  if (p == NULL || net->spare_cap < len) return NULL;
+  *cap = net->spare_cap;
+  net->spare = NULL;
+  return p;
+}
+
+void uvccl__net_spare_expire(net_t *net) {
+  void *p = net->spare;
+  if (p == NULL || uv_now(net->loop) - net->spare_at < net->spare_keep_ms)
+    return;
+  net->spare = NULL;
+  uvccl__net_retire_mem(net, p);
+}
+
 void uvccl__net_peer_stop_read(peer_t *p) {
   if (!p->reading) return;
   p->reading = 0;
@@ -172,6 +208,8 @@ static void net_free(net_t *net) {
     net->handoffs = st->next;
     uvccl__net_early_release(st);
   }
+  uvccl__big_free(net->spare);
+  net->spare = NULL;
   uvccl__big_reap_all(&net->retired_mem);
   for (r = 0; r < net->size; r++)
     if (net->peers[r] != NULL) peer_free(net->peers[r]);
