@@ -334,6 +334,9 @@ struct peer_s {
   sop_list_t stripeq;    /* pieces waiting for a connection with room */
 };
 
+/* the large scratch buffers a net keeps for its next collectives */
+#define UVCCL__SPARES 4
+
 struct net_s {
   const struct uvccl__xport_s *local_xport; /* same-host peers: shm.c's */
   uv_loop_t *loop;
@@ -459,15 +462,19 @@ struct net_s {
   /* Large buffers no longer needed, unmapped a few MiB a turn by the
    * slicer too (src/loop/bigmem.c). */
   uvccl__big_list_t retired_mem;
-  /* The last large scratch a collective gave back (a schedule kept on a
-   * group's free list keeps its own up to 64 MiB), kept for the next
-   * that needs as much: mapped anew each time, a 256 MiB reduce_scatter
-   * touched 65,536 new pages, each a fault on the loop's thread, and
-   * unmapped them again. Retired once spare_keep_ms pass without a taker
-   * ($UVCCL_SCRATCH_KEEP_MS). */
-  void *spare;
-  size_t spare_cap;
-  uint64_t spare_at;      /* loop ms it was put back */
+  /* Large scratch (UVCCL__BIG_MIN or more) that collectives gave back,
+   * kept for the next that need as much (schedules keep small scratch
+   * only): mapped anew each time, a 256 MiB reduce_scatter's touched
+   * 65,536 new pages, each a fault on the loop's thread, and unmapped
+   * them again. Each is retired once spare_keep_ms pass without a taker
+   * ($UVCCL_SCRATCH_KEEP_MS); at most UVCCL__SPARES, for collectives in
+   * flight together. */
+  struct {
+    void *mem;
+    size_t cap;
+    uint64_t at;          /* loop ms it was given back */
+  } spares[UVCCL__SPARES];
+  int nspares;
   uint64_t spare_keep_ms; /* 0: none kept */
   /* The schedules' works (sched.c keeps their timeouts and delivery, see
    * src/loop/work.c): one timer for the earliest deadline, and a check
@@ -735,13 +742,13 @@ void uvccl__net_check_ready(net_t *net);
  * net's turns, or now when the net is closing (or NULL). */
 void uvccl__net_retire_mem(net_t *net, void *p);
 /* A large scratch (uvccl__big_alloc, cap bytes) no longer needed: kept
- * as the net's spare (the larger of the two; the other retired), or freed
- * now when the net is closing. */
+ * among the net's spares (where they are all taken, in place of the
+ * smallest if it is larger; what goes is retired), or freed now when the
+ * net is closing. */
 void uvccl__net_spare_put(net_t *net, void *p, size_t cap);
-/* The spare where it holds len bytes or more (its size in *cap), else
- * NULL. */
+/* The smallest spare that holds len bytes (its size in *cap), else NULL. */
 void *uvccl__net_spare_take(net_t *net, size_t len, size_t *cap);
-/* Retires the spare once it has waited spare_keep_ms (the tick). */
+/* Retires the spares that have waited spare_keep_ms (the tick). */
 void uvccl__net_spare_expire(net_t *net);
 void uvccl__net_maybe_closed(net_t *net);
 /* The next loop iteration polls without blocking. */

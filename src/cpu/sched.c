@@ -86,7 +86,9 @@ void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
 }
 
 /* Scratch of UVCCL__BIG_MIN bytes or more is a large buffer (bigmem.c):
- * unmapped by the net's slicer, a few MiB a turn. */
+ * it goes to the net's spares, for the next collective that needs as
+ * much; the slicer unmaps it a few MiB a turn once it has waited there
+ * long enough. */
 static void tmp_release(net_t *net, char *tmp, size_t cap) {
   if (cap < UVCCL__BIG_MIN) uvccl__free(tmp);
   else uvccl__net_spare_put(net, tmp, cap);
@@ -114,7 +116,14 @@ void uvccl__sched_free(sched_t *s) {
   s->fps = NULL;
   for (x = g->free_scheds; x != NULL; x = x->free_next) n++;
   g->nsched--;
-  if (n >= FREE_SCHEDS_MAX || g->destroying || s->tmpcap > (64u << 20)) {
+  if (s->tmpcap >= UVCCL__BIG_MIN) {
+    /* to the net's spares, which give it back once no collective has
+     * needed it for a while; a schedule keeps small scratch only */
+    tmp_release(g->net, s->tmp, s->tmpcap);
+    s->tmp = NULL;
+    s->tmpcap = 0;
+  }
+  if (n >= FREE_SCHEDS_MAX || g->destroying) {
     sched_destroy(s);
   } else {
     s->free_next = g->free_scheds;

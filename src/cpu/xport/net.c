@@ -28,7 +28,7 @@
 static void on_tick(uv_prepare_t *h) {
   net_t *net = h->data;
   uvccl__turn_tick(&net->turn);
-  if (net->spare != NULL) uvccl__net_spare_expire(net);
+  if (net->nspares > 0) uvccl__net_spare_expire(net);
 }
 
 /* No same-host transport: every peer over TCP, until the group's creation

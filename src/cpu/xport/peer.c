@@ -136,6 +136,7 @@ void uvccl__net_retire_mem(net_t *net, void *p) {
 }
 
 void uvccl__net_spare_put(net_t *net, void *p, size_t cap) {
+  int i, at = -1;
   if (p == NULL) return;
   if (net == NULL || net->closing || !net->slicer_open) {
     uvccl__big_free(p);
@@ -145,30 +146,53 @@ void uvccl__net_spare_put(net_t *net, void *p, size_t cap) {
     uvccl__net_retire_mem(net, p);
     return;
   }
-  if (net->spare != NULL && net->spare_cap >= cap) {
-    uvccl__net_retire_mem(net, p);
+  if (net->nspares < UVCCL__SPARES) {
+    at = net->nspares++;
   } else {
-    uvccl__net_retire_mem(net, net->spare);
-    net->spare = p;
-    net->spare_cap = cap;
+    for (i = 0; i < net->nspares; i++)
+      if (net->spares[i].cap < cap &&
+          (at < 0 || net->spares[i].cap < net->spares[at].cap))
+        at = i;
+    if (at < 0) {
+      uvccl__net_retire_mem(net, p);
+      return;
+    }
+    uvccl__net_retire_mem(net, net->spares[at].mem);
   }
-  net->spare_at = uv_now(net->loop);
+  net->spares[at].mem = p;
+  net->spares[at].cap = cap;
+  net->spares[at].at = uv_now(net->loop);
+}
+
+static void spare_drop(net_t *net, int i) {
+  net->spares[i] = net->spares[--net->nspares];
 }
 
 void *uvccl__net_spare_take(net_t *net, size_t len, size_t *cap) {
-  void *p = net->spare;
-  if (p == NULL || net->spare_cap < len) return NULL;
-  *cap = net->spare_cap;
-  net->spare = NULL;
+  int i, best = -1;
+  void *p;
+  for (i = 0; i < net->nspares; i++)
+    if (net->spares[i].cap >= len &&
+        (best < 0 || net->spares[i].cap < net->spares[best].cap))
+      best = i;
+  if (best < 0) return NULL;
+  p = net->spares[best].mem;
+  *cap = net->spares[best].cap;
+  spare_drop(net, best);
   return p;
 }
 
 void uvccl__net_spare_expire(net_t *net) {
-  void *p = net->spare;
-  if (p == NULL || uv_now(net->loop) - net->spare_at < net->spare_keep_ms)
-    return;
-  net->spare = NULL;
-  uvccl__net_retire_mem(net, p);
+  uint64_t now = uv_now(net->loop);
+  int i = 0;
+  while (i < net->nspares) {
+    if (now - net->spares[i].at < net->spare_keep_ms) {
+      i++;
+      continue;
+    }
+    uvccl__net_retire_mem(net, net->spares[i].mem);
+    spare_drop(net, i);
+  }
 }
 
 void uvccl__net_peer_stop_read(peer_t *p) {
@@ -208,8 +232,7 @@ static void net_free(net_t *net) {
     net->handoffs = st->next;
     uvccl__net_early_release(st);
   }
-  uvccl__big_free(net->spare);
-  net->spare = NULL;
+  while (net->nspares > 0) uvccl__big_free(net->spares[--net->nspares].mem);
   uvccl__big_reap_all(&net->retired_mem);
   for (r = 0; r < net->size; r++)
     if (net->peers[r] != NULL) peer_free(net->peers[r]);
