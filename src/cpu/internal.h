@@ -161,6 +161,7 @@ struct sched_s {
   char *tmp;             /* scratch owned by the schedule */
   size_t tmpcap;
   void *user;            /* algorithm state (bytes collectives, split) */
+  size_t user_cap;       /* its size where it is large scratch (spares) */
   int (*finish)(sched_t *s); /* runs before the work completes (ok);
                                 nonzero fails the work with that code */
   void (*release)(sched_t *s); /* frees user */

@@ -468,7 +468,31 @@ int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
   return uvccl__sched_start(s, work, cb);
 }
 
-static void free_user(sched_t *s) { uvccl__free(s->user); }
+/* The flat buffer: a large one comes from the net's spares and goes
+ * back to them (sched.c says why). */
+static void free_flat(sched_t *s) {
+  if (s->user_cap >= UVCCL__BIG_MIN)
+    uvccl__net_spare_put(s->g->net, s->user, s->user_cap);
+  else
+    uvccl__free(s->user);
+  s->user_cap = 0;
+}
+
+static char *flat_alloc(sched_t *s, size_t len) {
+  size_t cap = len ? len : 1;
+  char *p = NULL;
+  if (cap >= UVCCL__BIG_MIN) {
+    p = uvccl__net_spare_take(s->g->net, cap, &cap);
+    if (p == NULL) p = uvccl__big_alloc(cap);
+  } else {
+    p = uvccl__malloc(cap);
+  }
+  if (p == NULL) return NULL;
+  s->user = p;
+  s->user_cap = cap;
+  s->release = free_flat;
+  return p;
+}
 
 int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
                                     const uvccl_buf_t *bufs, size_t nbufs,
@@ -495,13 +519,11 @@ int uvccl__host_allreduce_coalesced(uvccl_pg_t *pg, uvccl_work_t *work,
     return rc;
   }
   /* One flat buffer: one allreduce instead of nbufs small ones. */
-  flat = uvccl__malloc(total ? total : 1);
+  flat = flat_alloc(s, total);
   if (flat == NULL) {
     uvccl__sched_free(s);
     return UV_ENOMEM;
   }
-  s->user = flat;
-  s->release = free_user;
   in = uvccl__sop_nop(s);
   for (i = 0; i < nbufs; i++) {
     uvccl__sop_dep(s, uvccl__sop_copy(s, flat + off, bufs[i].base,
