@@ -749,6 +749,11 @@ void uvccl__net_retire_mem(net_t *net, void *p);
 void uvccl__net_spare_put(net_t *net, void *p, size_t cap);
 /* The smallest spare that holds len bytes (its size in *cap), else NULL. */
 void *uvccl__net_spare_take(net_t *net, size_t len, size_t *cap);
+/* Scratch of len bytes (its size in *cap): large from the spares or
+ * mapped anew, small from malloc; NULL: out of memory. Given back with
+ * uvccl__net_scratch_put (large to the spares). */
+void *uvccl__net_scratch_get(net_t *net, size_t len, size_t *cap);
+void uvccl__net_scratch_put(net_t *net, void *p, size_t cap);
 /* Retires the spares that have waited spare_keep_ms (the tick). */
 void uvccl__net_spare_expire(net_t *net);
 void uvccl__net_maybe_closed(net_t *net);

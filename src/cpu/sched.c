@@ -90,8 +90,7 @@ void uvccl__sched_describe(sched_t *s, int dtype, uint64_t count_in,
  * much; the slicer unmaps it a few MiB a turn once it has waited there
  * long enough. */
 static void tmp_release(net_t *net, char *tmp, size_t cap) {
-  if (cap < UVCCL__BIG_MIN) uvccl__free(tmp);
-  else uvccl__net_spare_put(net, tmp, cap);
+  if (tmp != NULL) uvccl__net_scratch_put(net, tmp, cap);
 }
 
 static void sched_destroy(sched_t *s) {
@@ -264,14 +263,8 @@ void *uvccl__sched_tmp(sched_t *s, size_t len) {
   if (len == 0) len = 1;
   if (len > s->tmpcap) {
     /* (scratch: what it held need not be kept) */
-    size_t cap = len;
-    char *t = NULL;
-    if (len >= UVCCL__BIG_MIN) {
-      t = uvccl__net_spare_take(s->g->net, len, &cap);
-      if (t == NULL) t = uvccl__big_alloc(len);
-    } else {
-      t = uvccl__malloc(len);
-    }
+    size_t cap;
+    char *t = uvccl__net_scratch_get(s->g->net, len, &cap);
     if (t == NULL) {
       s->status = UV_ENOMEM;
       return NULL;

@@ -471,25 +471,14 @@ int uvccl__host_allreduce(uvccl_pg_t *pg, uvccl_work_t *work,
 /* The flat buffer: a large one comes from the net's spares and goes
  * back to them (sched.c says why). */
 static void free_flat(sched_t *s) {
-  if (s->user_cap >= UVCCL__BIG_MIN)
-    uvccl__net_spare_put(s->g->net, s->user, s->user_cap);
-  else
-    uvccl__free(s->user);
+  uvccl__net_scratch_put(s->g->net, s->user, s->user_cap);
   s->user_cap = 0;
 }
 
 static char *flat_alloc(sched_t *s, size_t len) {
-  size_t cap = len ? len : 1;
-  char *p = NULL;
-  if (cap >= UVCCL__BIG_MIN) {
-    p = uvccl__net_spare_take(s->g->net, cap, &cap);
-    if (p == NULL) p = uvccl__big_alloc(cap);
-  } else {
-    p = uvccl__malloc(cap);
-  }
+  char *p = uvccl__net_scratch_get(s->g->net, len, &s->user_cap);
   if (p == NULL) return NULL;
   s->user = p;
-  s->user_cap = cap;
   s->release = free_flat;
   return p;
 }

@@ -164,6 +164,19 @@ void uvccl__net_spare_put(net_t *net, void *p, size_t cap) {
   net->spares[at].at = uv_now(net->loop);
 }
 
+void *uvccl__net_scratch_get(net_t *net, size_t len, size_t *cap) {
+  void *p;
+  *cap = len ? len : 1;
+  if (*cap < UVCCL__BIG_MIN) return uvccl__malloc(*cap);
+  p = uvccl__net_spare_take(net, *cap, cap);
+  return p != NULL ? p : uvccl__big_alloc(*cap);
+}
+
+void uvccl__net_scratch_put(net_t *net, void *p, size_t cap) {
+  if (cap < UVCCL__BIG_MIN) uvccl__free(p);
+  else uvccl__net_spare_put(net, p, cap);
+}
+
 static void spare_drop(net_t *net, int i) {
   net->spares[i] = net->spares[--net->nspares];
 }
