@@ -52,8 +52,11 @@ int64_t uvccl__cpu_pg_grow_keep(const uvccl_pg_t *pg,
   }
   for (i = 0; i < net->size; i++) {
     peer_t *p = net->peers[i];
-    if (i != net->rank && p != NULL && p->state == PEER_UP && g->inv[i] < 0)
-      return 0; /* a live rank outside the group */
+    /* A live rank outside the group; not one a shrink decided had failed,
+     * whose verdict may reach this rank only after the shrink did. */
+    if (i != net->rank && p != NULL && p->state == PEER_UP &&
+        g->inv[i] < 0 && !uvccl__agree_declared(net, i))
+      return 0;
   }
   n = (size_t)g->size * 7 + 1;
   *ranks = uvccl__malloc(n);

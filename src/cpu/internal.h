@@ -811,6 +811,8 @@ int uvccl__shm_box_needs(net_t *net, sop_t *op, int world_rank);
 /* The net's shrink upcalls (every world net gets them at creation). */
 void uvccl__shrink_attach(net_t *net);
 void uvccl__agree_free_all(net_t *net);
+/* 1 where a shrink on this net decided world_rank had failed. */
+int uvccl__agree_declared(const net_t *net, int world_rank);
 /* g is being destroyed: a pending shrink of it fails. */
 void uvccl__shrink_forget_group(group_t *g);
 

@@ -173,6 +173,15 @@ static int member_gone(const net_t *net, int world_rank) {
   return p->state == PEER_DEAD && p->left;
 }
 
+int uvccl__agree_declared(const net_t *net, int world_rank) {
+  const agree_t *a;
+  int i;
+  for (a = net->agrees; a != NULL; a = a->next)
+    for (i = 0; a->decided && a->decision != NULL && i < a->n; i++)
+      if (a->ranks[i] == world_rank && a->decision[i]) return 1;
+  return 0;
+}
+
 static void learn_failures(agree_t *a) {
   int i;
   for (i = 0; i < a->n; i++)
