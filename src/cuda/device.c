@@ -32,8 +32,13 @@ enum { OP_IDLE = 0, OP_QUEUED, OP_ON_GPU, OP_COMPLETED };
 
 /* Adaptive polling: after progress, spin (yielding) this long, then sleep
  * on the condvar in doubling steps up to the cap; a submission wakes the
- * thread at once. */
-#define SPIN_NS 20000u
+ * thread at once. The spin outlasts a staged chunk's copy (a few MiB at a
+ * copy engine's rate) and a small collective: a sleep, once entered, can
+ * last far longer than asked (timer slack, a sandboxed kernel), and each
+ * staged operation waits for two copies, so a shorter spin added a fixed
+ * cost of hundreds of microseconds from 1 MiB up (bench/RESULTS.md,
+ * "GPU buffers across hosts"). */
+#define SPIN_NS 200000u
 #define BACKOFF_MIN_US 50u
 #define BACKOFF_MAX_US 1000u
 
