@@ -6,6 +6,8 @@
 # it by tools/torch-ext.sh).
 #
 #   tools/gpu-check.sh DIR
+# On a GPU machine that cannot build: tools/gpu-pack.sh where it can,
+# carry .gpu/, then `. .gpu/unpack.sh && tools/gpu-check.sh DIR` there.
 # Steps: the GPU tests (t/30*, t/204*), nccl_bench and stage_bench,
 # uvccl-bench on GPU buffers (staged, 2 processes; NCCL, 1 process), the
 # PyTorch backend's CUDA checks (t/run-torch-cuda.sh), DDP on CUDA against
