@@ -424,6 +424,7 @@ struct net_s {
   uint64_t spin_until_ns;
   uint32_t spin_us;      /* the window kick_spin asked for */
   int spin_kicked;       /* activity since on_spin last looked */
+  int spin_yields;       /* the window is TCP's: give the CPU away each turn */
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed
                             (spins yielding), 3 more so */
   uint64_t inflight;     /* schedules pending on this net */

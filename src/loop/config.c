@@ -94,9 +94,10 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
     CHOICE(UVCCL__CFG_BUSY_POLL_FORCE, "UVCCL_BUSY_POLL_FORCE", "0|1", 0, "0",
            "1: busy polling stays on with more ranks than CPUs"),
     UINTV(UVCCL__CFG_TCP_SPIN_US, "UVCCL_TCP_SPIN_US", 0, 1000000, 100, "100",
-          "with more ranks than CPUs (up to 2 a CPU), how long a loop with "
-          "collectives in flight over TCP keeps polling, yielding the CPU "
-          "each turn, before it sleeps, us (0: sleep at once)"),
+          "how long a loop with collectives in flight over TCP keeps "
+          "polling, yielding the CPU each turn, before it sleeps, where "
+          "this host has at most 2 ranks a CPU (more: it sleeps at once), "
+          "us (0: sleep at once)"),
     UINTV(UVCCL__CFG_TCP_STRIPES, "UVCCL_TCP_STRIPES", 1, 16, 1, "1",
           "TCP connections to each rank of another host; a large frame is "
           "cut across them (4 on lossy links: 2-4x one connection there; "

@@ -171,7 +171,7 @@ static void on_spin(uv_idle_t *h) {
    * in case the rank awaited waits for it (the scheduler may put two
    * spinning ranks on one CPU for a while; a plain spin then holds the
    * CPU the other needs for a whole time slice). */
-  if (net->spin_check == 2 ||
+  if (net->spin_check == 2 || net->spin_yields ||
       (window > 20000 && net->spin_until_ns - now < window - 20000))
     sched_yield();
 }
@@ -308,12 +308,15 @@ static int spin_oversubscribed(net_t *net) {
  *   machine). $UVCCL_SHM_SPIN_US (default 100: longer than a wake-up
  *   takes here, so two ranks never settle into waking each other turn by
  *   turn; 0: sleep at once).
- * - tcp: with more ranks than CPUs, a loop waiting on TCP sleeps in epoll,
- *   and each message then costs a wake-up (on a virtual machine an
- *   interrupt between CPUs); there it too keeps polling, yielding the CPU
- *   each turn (on_spin), so the rank whose answer it awaits runs
- *   meanwhile. $UVCCL_TCP_SPIN_US (default 100; bench/RESULTS.md,
- *   "Across hosts", 2026-11-28 evening). */
+ * - tcp: a loop that sleeps in epoll while it waits on TCP pays a wake-up
+ *   for each message (on a virtual machine an interrupt between CPUs,
+ *   tens of microseconds: most of a small collective's time). It too
+ *   keeps polling, yielding the CPU each turn (on_spin), so that a rank it
+ *   awaits on the same CPU runs meanwhile: with a CPU each, a 4 B
+ *   allreduce between 2 ranks over TCP took 7x less (bench/RESULTS.md,
+ *   "TCP waits polling"), with 2 ranks on one CPU 1.5x more than asleep.
+ *   Up to 2 ranks a CPU; past that nobody spins. $UVCCL_TCP_SPIN_US
+ *   (default 100). */
 enum { SPIN_SHM = 0, SPIN_TCP };
 
 static uint32_t spin_window_us(int which) {
@@ -345,8 +348,13 @@ void uvccl__net_kick_spin(net_t *net) {
    * the rank whose answer is awaited runs at once: 4 ranks on 2 cores
    * wait 14 us for a 4 B allreduce over shared memory that way, 55 us
    * sleeping in epoll. Past 2 ranks a CPU nobody spins (the spinners'
-   * turns then delay the ranks awaited). */
-  if (us == 0 && net->spin_check == 2) us = spin_window_us(SPIN_TCP);
+   * turns then delay the ranks awaited). Waits on TCP spin yielding
+   * whether or not ranks outnumber CPUs (above spin_window_us). */
+  net->spin_yields = 0;
+  if (us == 0 && net->spin_check <= 2) {
+    us = spin_window_us(SPIN_TCP);
+    net->spin_yields = 1;
+  }
   if (us == 0 || net->spin_check == 3) return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
