@@ -141,6 +141,8 @@ struct sched_s {
   uint32_t remaining;    /* ops not yet done */
   uint32_t ready_head, ready_tail;
   int running;           /* inside the executor loop */
+  int big;               /* a transfer over UVCCL__SPIN_SMALL_MAX bytes
+                            (net_t.inflight_big) */
   int finished;          /* every op done */
   int completed;         /* the work was completed (ok or not) */
   int failing;           /* failed; completes once libuv gives back the
@@ -426,8 +428,13 @@ struct net_s {
   int spin_kicked;       /* activity since on_spin last looked */
   int spin_yields;       /* the window is TCP's: give the CPU away each turn */
   int spin_check;        /* 0 not yet, 1 spin allowed, 2 oversubscribed
-                            (spins yielding), 3 more so */
+                            (spins yielding), 3 more so (spins yielding
+                            only while every schedule is small), 4 even
+                            more (never spins) */
   uint64_t inflight;     /* schedules pending on this net */
+  uint64_t inflight_big; /* those with a large transfer (sched_t.big) */
+  int host_big;          /* another rank of this host has one (looked at
+                            by kick_spin and on_spin, spin_check 3) */
   struct uvccl__twatch_s *twatch; /* the world's dump requests (store) */
   /* Shared memory with the ranks of this host (shm.c); NULL: off. */
   struct uvccl__shm_net_s *shm;
@@ -696,6 +703,16 @@ void uvccl__net_deadline_off(net_t *net);
 int uvccl__net_poll_fast(net_t *net);
 /* 1 when more ranks run on this host than it has CPUs (decided once). */
 int uvccl__net_oversubscribed(net_t *net);
+/* A schedule whose transfers all move this much or less is small: with
+ * 3 or 4 ranks a CPU, loops spin (yielding) only while every schedule in
+ * flight on this host is (net.c, uvccl__net_kick_spin). */
+#define UVCCL__SPIN_SMALL_MAX ((size_t)128 * 1024)
+/* 1 when a loop that waits polls yielding the CPU each turn rather than
+ * spinning plainly: ranks outnumber CPUs (net.c). */
+static inline int uvccl__net_spin_yielding(const net_t *net) {
+  return net->spin_check == 2 ||
+         (net->spin_check == 3 && net->inflight_big == 0 && !net->host_big);
+}
 void uvccl__net_slice_add(net_t *net, sop_t *op);
 void uvccl__net_slice_remove(net_t *net, sop_t *op);
 group_t *uvccl__net_group(net_t *net, uint32_t gid);
@@ -793,6 +810,10 @@ typedef struct uvccl__xport_s {
   void (*peer_down)(peer_t *p);
   void (*net_close)(net_t *net);
   void (*net_free)(net_t *net);
+  /* Tells the host's other ranks whether a large collective is in flight
+   * here (net_t.inflight_big); host_big: 1 when one of them has one. */
+  void (*set_big)(net_t *net, int big);
+  int (*host_big)(net_t *net);
 } uvccl__xport_t;
 
 extern const uvccl__xport_t uvccl__shm_xport;

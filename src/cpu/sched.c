@@ -386,6 +386,8 @@ static void sched_complete(sched_t *s, int status) {
   }
   group_unlink(g, s);
   if (net->inflight > 0) net->inflight--;
+  if (s->big && net->inflight_big > 0 && --net->inflight_big == 0)
+    net->local_xport->set_big(net, 0);
   if (net->inflight == 0) uvccl__net_deadline_off(net);
   if (s->nwriting == 0) uvccl__sched_free(s);
   complete_ordered(g);
@@ -770,6 +772,21 @@ static int fp_prelude(sched_t *s) {
   return s->status;
 }
 
+/* 1 when one of s's transfers moves more than UVCCL__SPIN_SMALL_MAX
+ * bytes (local copies and reductions do not count: they keep the CPU
+ * busy whether or not the loop spins). */
+static int sched_big(const sched_t *s) {
+  uint32_t i;
+  for (i = 0; i < s->nops; i++) {
+    const sop_t *op = &s->ops[i];
+    if ((op->type == SOP_SEND || op->type == SOP_RECV ||
+         op->type == SOP_RECV_RED || op->type == SOP_BOX) &&
+        op->len > UVCCL__SPIN_SMALL_MAX)
+      return 1;
+  }
+  return 0;
+}
+
 int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
   group_t *g = s->g;
   net_t *net = g->net;
@@ -849,6 +866,8 @@ int uvccl__sched_start(sched_t *s, uvccl_work_t *w, uvccl_work_cb cb) {
   else g->pend_head = s;
   g->pend_tail = s;
   net->inflight++;
+  s->big = sched_big(s);
+  if (s->big && net->inflight_big++ == 0) net->local_xport->set_big(net, 1);
   uvccl__net_kick_spin(net);
   for (i = 0; i < s->nops; i++)
     if (s->ops[i].deps == 0) ready_push(s, i);
@@ -1090,7 +1109,7 @@ static void sched_progress(uvccl_work_t *w) {
    * a look that finds nothing yields the CPU (net.c, oversubscribed) */
   for (i = 1; uvccl__work_is_live(w); i++) {
     if (!uvccl__net_poll_fast(net)) return;
-    if ((i & 31) == 0 || net->spin_check == 2) {
+    if ((i & 31) == 0 || uvccl__net_spin_yielding(net)) {
       uint64_t now = uv_hrtime();
       if (until == 0) until = now + PROGRESS_NS;
       else if (now > until) return;

@@ -95,9 +95,10 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "1: busy polling stays on with more ranks than CPUs"),
     UINTV(UVCCL__CFG_TCP_SPIN_US, "UVCCL_TCP_SPIN_US", 0, 1000000, 100, "100",
           "how long a loop with collectives in flight over TCP keeps "
-          "polling, yielding the CPU each turn, before it sleeps, where "
-          "this host has at most 2 ranks a CPU (more: it sleeps at once), "
-          "us (0: sleep at once)"),
+          "polling, yielding the CPU each turn, before it sleeps (with 3 "
+          "or 4 ranks a CPU on this host: only while every collective in "
+          "flight moves at most 128 KiB a transfer; more: it sleeps at "
+          "once), us (0: sleep at once)"),
     UINTV(UVCCL__CFG_TCP_STRIPES, "UVCCL_TCP_STRIPES", 1, 16, 1, "1",
           "TCP connections to each rank of another host; a large frame is "
           "cut across them (4 on lossy links: 2-4x one connection there; "
@@ -139,7 +140,10 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "each shared-memory ring's size, KiB"),
     UINTV(UVCCL__CFG_SHM_SPIN_US, "UVCCL_SHM_SPIN_US", 0, 1000000, 100, "100",
           "how long a loop with shared-memory collectives in flight looks at "
-          "its rings before it sleeps, us (0: sleep at once)"),
+          "its rings before it sleeps (with more ranks than CPUs on this "
+          "host, yielding the CPU each turn; with 3 or 4 ranks a CPU, only "
+          "while every collective in flight on the host moves at most 128 "
+          "KiB a transfer; more: it sleeps at once), us (0: sleep at once)"),
     CHOICE(UVCCL__CFG_SHM_CMA, "UVCCL_SHM_CMA", "auto|0|1", 0, "auto",
            "single copy (process_vm_readv) for large frames: auto measures "
            "whether it pays"),

@@ -40,6 +40,7 @@ static void none_on_frame(peer_t *p, const frame_hdr_t *h,
                           const unsigned char *payload) {}
 static int none_send(peer_t *p, sop_t *op) { return UV_ENOTSUP; }
 static void none_net_void(net_t *net) {}
+static void none_set_big(net_t *net, int big) {}
 
 static const uvccl__xport_t none_xport = {
     .name = "none",
@@ -55,6 +56,8 @@ static const uvccl__xport_t none_xport = {
     .peer_down = none_peer,
     .net_close = none_net_void,
     .net_free = none_net_void,
+    .set_big = none_set_big,
+    .host_big = none_net,
 };
 
 static const uvccl__net_hooks_t tcp_hooks = {
@@ -146,6 +149,16 @@ static uint32_t net_busy_us(net_t *net) {
   return us;
 }
 
+/* With 3 or 4 ranks a CPU: whether a rank of this host has a large
+ * collective in flight (see uvccl__net_kick_spin). Without shared memory
+ * the others cannot be seen: taken to have one (8 ranks on 2 CPUs over
+ * TCP spinning beside 8 MiB allreduces made them 1.3x slower). */
+static void spin_look_host(net_t *net) {
+  if (net->spin_check == 3 && net->inflight_big == 0)
+    net->host_big = !net->local_xport->active(net) ||
+                    net->local_xport->host_big(net);
+}
+
 static void on_spin(uv_idle_t *h) {
   net_t *net = h->data;
   uint64_t now, window;
@@ -156,6 +169,11 @@ static void on_spin(uv_idle_t *h) {
   }
   if (net->inflight == 0) {
     uv_idle_stop(h);
+    return;
+  }
+  spin_look_host(net);
+  if (!uvccl__net_spin_yielding(net) && net->spin_check != 1) {
+    uv_idle_stop(h); /* a large collective came: see kick_spin */
     return;
   }
   now = uv_hrtime();
@@ -171,7 +189,7 @@ static void on_spin(uv_idle_t *h) {
    * in case the rank awaited waits for it (the scheduler may put two
    * spinning ranks on one CPU for a while; a plain spin then holds the
    * CPU the other needs for a whole time slice). */
-  if (net->spin_check == 2 || net->spin_yields ||
+  if (uvccl__net_spin_yielding(net) || net->spin_yields ||
       (window > 20000 && net->spin_until_ns - now < window - 20000))
     sched_yield();
 }
@@ -228,16 +246,17 @@ void uvccl__net_deadline_off(net_t *net) {
 
 int uvccl__net_poll_fast(net_t *net) {
   if (net->closing || !net->local_xport->active(net) ||
-      (net->spin_check != 1 && net->spin_check != 2) ||
+      (net->spin_check != 1 && !uvccl__net_spin_yielding(net)) ||
       !uv_is_active((uv_handle_t *)&net->spin) ||
       uv_is_active((uv_handle_t *)&net->slicer))
     return 0;
-  /* Oversubscribed (up to 2 ranks a CPU): give the CPU away when nothing
+  /* Oversubscribed (spinning yielding): give the CPU away when nothing
    * moved, as on_spin does, but without the loop turn around it (an
    * epoll_wait, the timers, the handles): with ranks taking turns on a
    * CPU, a turn's length is the latency, and that system call was half
    * of a turn's system calls. */
-  if (!net->local_xport->poll(net) && net->spin_check == 2) sched_yield();
+  if (!net->local_xport->poll(net) && uvccl__net_spin_yielding(net))
+    sched_yield();
   return 1;
 }
 
@@ -293,11 +312,15 @@ static int spin_oversubscribed(net_t *net) {
   if (ncpu <= 0 || local <= ncpu) return 0;
   LOG_INFO("coll", "busy polling gives way: %d ranks on this host, %ld "
            "CPUs (%s; UVCCL_BUSY_POLL_FORCE=1 spins anyway)", local, ncpu,
-           local <= 2 * ncpu ? "loops spin only briefly, yielding the CPU "
-                               "each turn"
-                             : "nobody spins");
-  /* up to 2 ranks a CPU, loops still spin, yielding (below) */
-  return local <= 2 * ncpu ? 1 : 2;
+           local <= 2 * ncpu
+               ? "loops spin only briefly, yielding the CPU each turn"
+           : local <= 4 * ncpu
+               ? "loops spin only briefly, yielding the CPU each turn, "
+                 "while no large collective is in flight"
+               : "nobody spins");
+  /* up to 2 ranks a CPU, loops still spin, yielding (below); up to 4,
+   * only for small collectives (uvccl__net_kick_spin); past that, nobody */
+  return local <= 2 * ncpu ? 1 : local <= 4 * ncpu ? 2 : 3;
 }
 
 /* How long a loop with collectives in flight keeps polling before it
@@ -315,7 +338,8 @@ static int spin_oversubscribed(net_t *net) {
  *   awaits on the same CPU runs meanwhile: with a CPU each, a 4 B
  *   allreduce between 2 ranks over TCP took 7x less (bench/RESULTS.md,
  *   "TCP waits polling"), with 2 ranks on one CPU 1.5x more than asleep.
- *   Up to 2 ranks a CPU; past that nobody spins. $UVCCL_TCP_SPIN_US
+ *   With 3 or 4 ranks a CPU, only while the collectives in flight are
+ *   small (uvccl__net_kick_spin); with more, never. $UVCCL_TCP_SPIN_US
  *   (default 100). */
 enum { SPIN_SHM = 0, SPIN_TCP };
 
@@ -347,15 +371,22 @@ void uvccl__net_kick_spin(net_t *net) {
   /* Oversubscribed: loops spin yielding the CPU each turn (on_spin), so
    * the rank whose answer is awaited runs at once: 4 ranks on 2 cores
    * wait 14 us for a 4 B allreduce over shared memory that way, 55 us
-   * sleeping in epoll. Past 2 ranks a CPU nobody spins (the spinners'
-   * turns then delay the ranks awaited). Waits on TCP spin yielding
-   * whether or not ranks outnumber CPUs (above spin_window_us). */
+   * sleeping in epoll. With 3 or 4 ranks a CPU, only while every
+   * collective in flight here and at the ranks we reach through shared
+   * memory is small (UVCCL__SPIN_SMALL_MAX): 8 ranks on 2 CPUs then ran
+   * a 4 B allreduce 4-9x faster over shared memory and 2x over TCP, where
+   * spinning through large ones too made broadcasts of 1-4 MiB 20-30%
+   * slower (the spinners' turns delay the ranks that copy). With more,
+   * nobody spins. Waits on TCP spin yielding whether or
+   * not ranks outnumber CPUs (above spin_window_us). */
   net->spin_yields = 0;
-  if (us == 0 && net->spin_check <= 2) {
+  spin_look_host(net);
+  if (net->spin_check != 1 && !uvccl__net_spin_yielding(net)) return;
+  if (us == 0) {
     us = spin_window_us(SPIN_TCP);
     net->spin_yields = 1;
   }
-  if (us == 0 || net->spin_check == 3) return;
+  if (us == 0) return;
   /* on_spin moves the deadline: one clock read per loop turn, not one
    * per message */
   net->spin_us = us;

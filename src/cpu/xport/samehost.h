@@ -76,6 +76,8 @@ void uvccl__shm_ring_corrupt(peer_t *p);
 /* The transport's table entries (uvccl__shm_xport, shm.c). */
 int uvccl__shm_net_init(net_t *net, char *err, size_t errlen);
 int uvccl__shm_active(net_t *net);
+void uvccl__shm_set_big_here(net_t *net, int big);
+int uvccl__shm_host_big(net_t *net);
 int uvccl__shm_poll(net_t *net);
 void uvccl__shm_peer_up(peer_t *p);
 void uvccl__shm_on_frame(peer_t *p, const frame_hdr_t *h,

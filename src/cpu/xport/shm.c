@@ -162,6 +162,24 @@ int uvccl__shm_active(net_t *net) {
   return net->shm != NULL && net->shm->nrx > 0;
 }
 
+void uvccl__shm_set_big_here(net_t *net, int big) {
+  if (net->shm != NULL && net->shm->ib.hdr != NULL)
+    uvccl__shm_set_big(&net->shm->ib, big);
+}
+
+int uvccl__shm_host_big(net_t *net) {
+  shm_net_t *sn = net->shm;
+  int i;
+  if (sn == NULL) return 0;
+  for (i = 0; i < sn->nrx; i++) {
+    peer_t *p = net->peers[sn->rx[i]];
+    if (p != NULL && p->state == PEER_UP && p->shm_out != NULL &&
+        p->shm_out->peer != NULL && uvccl__shm_big(p->shm_out->peer))
+      return 1;
+  }
+  return 0;
+}
+
 void uvccl__shm_peer_up(peer_t *p) {
   net_t *net = p->net;
   uvccl__shm_info_t info;
@@ -499,4 +517,6 @@ const uvccl__xport_t uvccl__shm_xport = {
     .peer_down = uvccl__shm_peer_down,
     .net_close = uvccl__shm_net_close,
     .net_free = uvccl__shm_net_free,
+    .set_big = uvccl__shm_set_big_here,
+    .host_big = uvccl__shm_host_big,
 };

@@ -530,6 +530,15 @@ void uvccl__shm_set_boxes_ok(uvccl__shm_inbox_t *ib, int ok) {
   atomic_thread_fence(memory_order_seq_cst);
 }
 
+void uvccl__shm_set_big(uvccl__shm_inbox_t *ib, int big) {
+  atomic_store_explicit(&ib->hdr->big, big ? 1u : 0u, memory_order_relaxed);
+}
+
+int uvccl__shm_big(const uvccl__shm_inbox_hdr_t *h) {
+  return atomic_load_explicit(&((uvccl__shm_inbox_hdr_t *)h)->big,
+                              memory_order_relaxed) != 0;
+}
+
 int uvccl__shm_boxes_ok(const uvccl__shm_inbox_hdr_t *h) {
   return atomic_load_explicit(&((uvccl__shm_inbox_hdr_t *)h)->boxes_ok,
                               memory_order_acquire) == 1;

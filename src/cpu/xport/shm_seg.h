@@ -36,7 +36,10 @@ typedef struct {
    * takes small collectives through boxes (shm_box.c); written
    * before creation's store barrier, read after it */
   _Atomic uint32_t boxes_ok;
-  char pad0[36];
+  /* 1: the owner has a large collective in flight (net.c: with 3 or 4
+   * ranks a CPU, a loop spins only while no rank of its host has) */
+  _Atomic uint32_t big;
+  char pad0[32];
   _Atomic uint32_t sleeping; /* the owner's loop is about to block */
   char pad1[60];
   /* Which rings have news: producer s sets bit s after it publishes, the
@@ -196,6 +199,9 @@ void uvccl__shm_nudge(uvccl__shm_out_t *o);
 
 void uvccl__shm_set_boxes_ok(uvccl__shm_inbox_t *ib, int ok);
 int uvccl__shm_boxes_ok(const uvccl__shm_inbox_hdr_t *h);
+/* The inbox's `big` flag. */
+void uvccl__shm_set_big(uvccl__shm_inbox_t *ib, int big);
+int uvccl__shm_big(const uvccl__shm_inbox_hdr_t *h);
 void uvccl__shm_box_put(uvccl__shm_out_t *o, uint64_t t, uint64_t desc,
                         const void *src, size_t n);
 int uvccl__shm_box_get(const uvccl__shm_in_t *in, uint64_t t,
