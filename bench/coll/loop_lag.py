@@ -23,18 +23,22 @@ for line in open(sys.argv[1]):
 
 print("| W | transport | op | MiB | build | jobs | lag p99 | lag max | os max | "
       "own p99 | own max | cb wall max | cb cpu max | cb >2 ms cpu | "
+      "steady cb cpu max | steady >2 ms | "
       "MiB/cb | op ms (median) | op ms (worst) | steal ms | ok |")
 print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-      "---:|---:|---:|---|")
+      "---:|---:|---:|---:|---:|---|")
 for key in order:
     rs = cells[key]
     w, t, op, mib, build = key
     mx = lambda k: max(r[k] for r in rs)
+    mxs = lambda k, alt: max(r.get(k, r[alt]) for r in rs)
     print("| %d | %s | %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | "
-          "%.2f | %.2f | %d | %.2f | %.1f | %.1f | %d | %s |" % (
+          "%.2f | %.2f | %d | %.2f | %d | %.2f | %.1f | %.1f | %d | %s |" % (
               w, t, op, mib, build, len(rs), mx("lag_p99"), mx("lag_max"),
               mx("os_max"), mx("own_p99"), mx("own_max"),
               mx("cb_wall_max"), mx("cb_cpu_max"), mx("cb_over_2ms"),
+              mxs("cb_cpu_max_steady", "cb_cpu_max"),
+              mxs("cb_over_2ms_steady", "cb_over_2ms"),
               mx("cb_max_mib"), statistics.median(r["op_med"] for r in rs),
               mx("op_max"), max(r.get("steal_ms", 0) for r in rs),
               "exact" if all(r["ok"] for r in rs) else "WRONG"))
