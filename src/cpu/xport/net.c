@@ -374,11 +374,12 @@ void uvccl__net_kick_spin(net_t *net) {
    * sleeping in epoll. With 3 or 4 ranks a CPU, only while every
    * collective in flight here and at the ranks we reach through shared
    * memory is small (UVCCL__SPIN_SMALL_MAX): 8 ranks on 2 CPUs then ran
-   * a 4 B allreduce 4-9x faster over shared memory and 2x over TCP, where
-   * spinning through large ones too made broadcasts of 1-4 MiB 20-30%
-   * slower (the spinners' turns delay the ranks that copy). With more,
-   * nobody spins. Waits on TCP spin yielding whether or
-   * not ranks outnumber CPUs (above spin_window_us). */
+   * a 4 B allreduce 4-9x faster over shared memory, and 4 emulated hosts
+   * of 2 ranks 1.3-1.7x, where spinning through large ones too made
+   * broadcasts of 1-4 MiB 20-30% slower (the spinners' turns delay the
+   * ranks that copy). With more, nobody spins. Waits on TCP spin
+   * yielding whether or not ranks outnumber CPUs (above
+   * spin_window_us). */
   net->spin_yields = 0;
   spin_look_host(net);
   if (net->spin_check != 1 && !uvccl__net_spin_yielding(net)) return;
