@@ -2,8 +2,10 @@
  * with the fake CUDA runtime (t/fake/cudart.c), 3 ranks on one device and
  * 64 KiB chunks. Every chunked collective exact (allreduce out of place
  * and in place, broadcast, reduce, allgather also "in place", reduce_scatter,
- * a host buffer beside a device one); the overlap itself: with rank 0's
- * copy of its last chunk held back, the first chunk's result is already
+ * a host buffer beside a device one; an allgather's own block copied on
+ * the device, not through the host, and not at all in place); the overlap
+ * itself: with rank 0's copy of its last chunk held back, the first
+ * chunk's result is already
  * in another rank's device memory; the order: a whole staged collective
  * called between two chunked ones waits for the first one's last chunk on
  * every rank; a cancelled chunked collective; every pinned buffer freed; a
@@ -118,12 +120,21 @@ static void test_blocks(world_t *W) {
   void *in[P], *out[P];
   int32_t *h = malloc(n * P * 4), *host_out = malloc(n * 4);
   int r, q, bad = 0, rc;
+  uint64_t h2d, d2d;
   for (r = 0; r < P; r++) {
     in[r] = dev_fill_i32(n, r, in_val);
     out[r] = dev_on(0, n * P * 4);
-    uvccl_allgather(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT32, NULL);
   }
+  h2d = fake.copied(1);
+  d2d = fake.copied(3);
+  for (r = 0; r < P; r++)
+    uvccl_allgather(&W->pg[r], &W->w[r], in[r], out[r], n, UVCCL_INT32, NULL);
   rc = world_wait(W);
+  /* the own block goes device to device, only the others' cross */
+  is_int((int)(fake.copied(1) - h2d), P * (P - 1) * (int)n * 4,
+         "allgather in chunks: the other ranks' blocks copied to the device");
+  is_int((int)(fake.copied(3) - d2d), P * (int)n * 4,
+         "allgather in chunks: each rank's own block copied on the device");
   for (r = 0; r < P; r++) {
     get(h, out[r], n * P * 4);
     for (q = 0; q < P; q++)
@@ -140,10 +151,17 @@ static void test_blocks(world_t *W) {
       for (i = 0; i < n; i++)
         h[(size_t)q * n + i] = q == r ? in_val(r, i) : -1;
     put(out[r], h, n * P * 4);
+  }
+  h2d = fake.copied(1);
+  d2d = fake.copied(3);
+  for (r = 0; r < P; r++)
     uvccl_allgather(&W->pg[r], &W->w[r], (char *)out[r] + (size_t)r * n * 4,
                     out[r], n, UVCCL_INT32, NULL);
-  }
   rc = world_wait(W);
+  is_int((int)(fake.copied(1) - h2d), P * (P - 1) * (int)n * 4,
+         "allgather in place in chunks: the other ranks' blocks copied in");
+  is_int((int)(fake.copied(3) - d2d), 0,
+         "allgather in place in chunks: the own block not copied at all");
   for (r = 0; r < P; r++) {
     get(h, out[r], n * P * 4);
     for (q = 0; q < P; q++)

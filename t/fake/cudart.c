@@ -51,6 +51,8 @@ static double g_copy_us_per_byte;
 /* fake_cuda_stall_copy: the next async copy from g_stall_src waits. */
 static const void *g_stall_src;
 static volatile uint32_t *g_stall_flag;
+/* Bytes copied by kind (cudaMemcpyKind 0-4), for fake_cuda_copied. */
+static uint64_t g_copied[5];
 static __thread int t_device;
 static __thread int t_last_error;
 
@@ -90,6 +92,31 @@ static alloc_t *find_alloc_locked(const void *p) {
     if ((const char *)p >= a->p && (const char *)p < a->p + (a->n ? a->n : 1))
       return a;
   return NULL;
+}
+
+/* A copy's kind must say where its pointers are, as a real runtime's
+ * does (only cudaMemcpyDefault infers it): a copy given the wrong kind
+ * fails here instead of passing unseen. Counts the bytes of those that
+ * pass. */
+static int copy_kind_ok(void *dst, const void *src, size_t n, int kind) {
+  alloc_t *a;
+  int dd, sd, ok;
+  pthread_mutex_lock(&g_lock);
+  a = find_alloc_locked(dst);
+  dd = a != NULL && a->device >= 0;
+  a = find_alloc_locked(src);
+  sd = a != NULL && a->device >= 0;
+  switch (kind) {
+  case 0: ok = !dd && !sd; break;
+  case 1: ok = dd && !sd; break;
+  case 2: ok = !dd && sd; break;
+  case 3: ok = dd && sd; break;
+  case 4: ok = 1; break;
+  default: ok = 0;
+  }
+  if (ok) g_copied[kind] += n;
+  pthread_mutex_unlock(&g_lock);
+  return ok;
 }
 
 static int do_alloc(void **p, size_t n, int device) {
@@ -382,9 +409,9 @@ EXPORT int cudaStreamSynchronize(void *stream);
 
 EXPORT int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
   int r = init();
-  (void)kind;
   if (r) return fail(r);
   if (n && (!dst || !src)) return fail(E_INVALID_VALUE);
+  if (!copy_kind_ok(dst, src, n, kind)) return fail(E_INVALID_VALUE);
   /* Synchronous with the default stream, as the legacy stream is. */
   r = cudaStreamSynchronize(NULL);
   if (r) return r;
@@ -406,8 +433,8 @@ EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
                            void *stream) {
   item_t it = {.type = IT_COPY, .dst = dst, .src = src, .n = n};
   volatile uint32_t *stall = NULL;
-  (void)kind;
   if (n && (!dst || !src)) return fail(E_INVALID_VALUE);
+  if (!copy_kind_ok(dst, src, n, kind)) return fail(E_INVALID_VALUE);
   pthread_mutex_lock(&g_lock);
   if (g_stall_src != NULL && src == g_stall_src) {
     stall = g_stall_flag;
@@ -669,6 +696,15 @@ EXPORT void fake_cuda_set_query_delay_us(unsigned us) {
 }
 
 EXPORT int fake_cuda_current_device(void) { return t_device; }
+
+EXPORT uint64_t fake_cuda_copied(int kind) {
+  uint64_t n;
+  if (kind < 0 || kind > 4) return 0;
+  pthread_mutex_lock(&g_lock);
+  n = g_copied[kind];
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
 
 EXPORT int fake_cuda_live_allocations(void) {
   alloc_t *a;

@@ -33,6 +33,11 @@ int fake_cuda_stall_copy(const void *src, volatile uint32_t *flag);
 int fake_cuda_current_device(void);
 /* Number of live fake allocations (device + pinned), to check for leaks. */
 int fake_cuda_live_allocations(void);
+/* Bytes copied so far with cudaMemcpyKind kind (0 host to host, 1 host to
+ * device, 2 device to host, 3 device to device, 4 inferred). A copy whose
+ * kind disagrees with where its pointers are fails (cudaErrorInvalidValue)
+ * and is not counted. */
+uint64_t fake_cuda_copied(int kind);
 
 /* Tests do not link the fake (uvccl dlopens it); they reach these hooks
  * through the copy uvccl loaded: fake_hooks_load(path, &h) after the first
@@ -48,19 +53,20 @@ typedef struct {
   int (*current_device)(void);
   int (*live_allocations)(void);
   int (*stall_copy)(const void *src, volatile uint32_t *flag);
+  uint64_t (*copied)(int kind);
 } fake_hooks_t;
 
 static inline int fake_hooks_load(const char *path, fake_hooks_t *h) {
   void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  void *syms[7];
-  static const char *const names[7] = {
+  void *syms[8];
+  static const char *const names[8] = {
       "fake_cuda_enqueue",           "fake_cuda_stream_wait_flag",
       "fake_cuda_ptr_device",        "fake_cuda_set_query_delay_us",
       "fake_cuda_current_device",    "fake_cuda_live_allocations",
-      "fake_cuda_stall_copy"};
+      "fake_cuda_stall_copy",        "fake_cuda_copied"};
   int i;
   if (lib == NULL) return -1;
-  for (i = 0; i < 7; i++)
+  for (i = 0; i < 8; i++)
     if ((syms[i] = dlsym(lib, names[i])) == NULL) return -1;
   dlclose(lib); /* drops only the reference taken here */
   memcpy(h, syms, sizeof(*h));
