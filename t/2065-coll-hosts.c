@@ -14,7 +14,8 @@
  *   d) 4 ranks on hosts "a b a b": hosts alike, so large allreduces reduce
  *      in each host (rings 0 2 and 1 3), across the hosts (0 1 and 2 3),
  *      and gather back, and allgather(v) and reduce_scatter(v) go across
- *      and within the hosts in two rings; exact (b too); with 4 TCP
+ *      and within the hosts in two rings, and large broadcasts in two
+ *      parts, each down a chain across the hosts of its own; exact (b too); with 4 TCP
  *      connections to each rank of the other host and frames of 8 KiB
  *      or more cut across them (UVCCL_TCP_STRIPES, _STRIPE_MIN);
  *   e) 6 ranks on hosts "a b c a b c" (3 hosts of 2, scattered) in

@@ -65,7 +65,7 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
            "ranks one after another (each host's link carries each byte "
            "once however the ranks are placed); host: that, and where every "
            "host has as many ranks (two or more), allreduces, allgathers, "
-           "reduce_scatters, barriers and small broadcasts and reduces go "
+           "reduce_scatters, barriers, broadcasts and small reduces go "
            "within each host and across the hosts in two levels (hosts of "
            "different sizes: allreduces and barriers through each host's "
            "leader, and allgathers and reduce_scatters too where every host "

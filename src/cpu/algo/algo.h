@@ -14,7 +14,9 @@
  *    levels (ring.c).
  *  - reduce_scatter: a ring, natively (never P allreduces).
  *  - broadcast: binomial tree for small S (across hosts alike, one tree
- *    across the hosts and one in each), a pipelined chain for large.
+ *    across the hosts and one in each), a pipelined chain for large
+ *    (across hosts alike, one chain across the hosts for each place in a
+ *    host, each with its part of the buffer, passed on within the host).
  *  - reduce: the mirror image.
  *  - allgather(v): Bruck (log2 P rounds) for small totals at P > 2, else a
  *    ring, segmented.
@@ -160,14 +162,18 @@ int uvccl__ring_spans_hosts(const group_t *g);
  * short, so the segment stays as configured. Alike on every rank: the
  * hosts are known to all (ring.c). */
 #define CHAIN_SEG_MIN 32768
-static inline uint32_t chain_nseg(const group_t *g, size_t bytes) {
+static inline uint32_t chain_nseg_hops(const group_t *g, size_t bytes,
+                                       int hops) {
   uint32_t n = nseg_for(bytes, g->segment);
-  size_t want = 8 * (size_t)(g->size > 1 ? g->size - 1 : 1),
+  size_t want = 8 * (size_t)(hops > 1 ? hops : 1),
          most = bytes / CHAIN_SEG_MIN;
   if (!uvccl__ring_spans_hosts(g)) return n;
   if (want > most) want = most;
   if (want > 65536) want = 65536;
   return n > want ? n : (uint32_t)want;
+}
+static inline uint32_t chain_nseg(const group_t *g, size_t bytes) {
+  return chain_nseg_hops(g, bytes, g->size - 1);
 }
 
 /* Shared by the families (allreduce.c). */

@@ -1,6 +1,7 @@
 /* broadcast and reduce: a binomial tree for small payloads (across hosts
  * alike, one tree within each host and one across the hosts), a pipelined
- * chain in the rings' order for large. */
+ * chain in the rings' order for large (a broadcast across hosts alike: a
+ * chain across the hosts for each place in a host, each with its part). */
 #include "algo.h"
 
 /* ---- broadcast ----------------------------------------------------------- */
@@ -101,6 +102,78 @@ static void bcast_chain(sched_t *s, char *buf, size_t n, int root) {
   }
 }
 
+/* Large, across hosts alike (L ranks a host, L >= 2): the payload in L
+ * parts, part j down the column of place j (a chain across the hosts
+ * from the root's host on), and within each host from the rank at place j
+ * to the others. In the root's host the root hands part j to place j,
+ * which sends it on down its column and to its host's others, and its own
+ * place's part to every rank of its host. So every rank of a host carries
+ * 1/L of the bytes over a connection of its own, where one chain crosses
+ * each link on one: the link still carries each byte once, but a loss
+ * slows one of L streams, not the only one, and each rank does 1/L of the
+ * TCP work. A directed pair carries each (part, segment) once: tagged so.
+ * 0, having added nothing, where the hosts are not alike. */
+static int bcast_split(sched_t *s, char *buf, size_t n, int root) {
+  group_t *g = s->g;
+  ring_t in_host, across;
+  const int *cols;
+  int L, H, l0, h0, me_l, me_h, last, i, j, m;
+  size_t per;
+  uint32_t nseg, k;
+  if (!uvccl__ring_hosts(g, &in_host, &across)) return 0;
+  L = in_host.P;
+  H = across.P;
+  per = (n + (size_t)L - 1) / (size_t)L;
+  if (per < CHAIN_SEG_MIN) return 0;
+  cols = uvccl__ring_columns(g);
+  for (i = 0; i < L * H && cols[i] != root; i++) {
+  }
+  l0 = i / H;
+  h0 = i % H;
+  me_l = in_host.q;
+  me_h = across.q;
+  last = mod(me_h - h0, H) == H - 1; /* the end of every column */
+#define AT(place, host) cols[(place) * H + mod((host), H)]
+  nseg = chain_nseg_hops(g, per, H); /* H - 1 hops across, one within */
+  for (j = 0; j < L; j++) {
+    size_t po, pl;
+    seg_range(n, (uint32_t)L, (uint32_t)j, &po, &pl);
+    for (k = 0; k < nseg; k++) {
+      uint32_t tag = (uint32_t)j * nseg + k, got = NONE, snd;
+      size_t o, l;
+      char *at;
+      seg_range(pl, nseg, k, &o, &l);
+      at = buf + po + o;
+      if (g->rank == root) {
+        /* has it: part j to place j, its own place's part to all */
+        for (m = 0; m < L; m++)
+          if (m != l0 && (m == j || j == l0))
+            uvccl__sop_send(s, AT(m, h0), tag, at, l);
+        if (j == l0 && H > 1) uvccl__sop_send(s, AT(j, h0 + 1), tag, at, l);
+        continue;
+      }
+      if (me_h == h0)
+        got = uvccl__sop_recv(s, me_l == j || j == l0 ? root : AT(j, h0),
+                              tag, at, l);
+      else
+        got = uvccl__sop_recv(s, me_l == j ? AT(j, me_h - 1) : AT(j, me_h),
+                              tag, at, l);
+      if (me_l != j) continue;
+      if (!last) { /* on down the column */
+        snd = uvccl__sop_send(s, AT(j, me_h + 1), tag, at, l);
+        uvccl__sop_dep(s, got, snd);
+      }
+      for (m = 0; m < L; m++) /* and to the host's others */
+        if (m != j && (me_h != h0 || m != l0)) {
+          snd = uvccl__sop_send(s, AT(m, me_h), tag, at, l);
+          uvccl__sop_dep(s, got, snd);
+        }
+    }
+  }
+#undef AT
+  return 1;
+}
+
 int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
                           size_t count, uvccl_dtype_t dtype, int root,
                           uvccl_work_cb cb) {
@@ -121,7 +194,7 @@ int uvccl__host_broadcast(uvccl_pg_t *pg, uvccl_work_t *work, void *buf,
   } else if (g->size > 1) {
     if (n <= g->small_max || g->size == 2)
       bcast_small(s, buf, n, root);
-    else
+    else if (!bcast_split(s, buf, n, root))
       bcast_chain(s, buf, n, root);
   }
   uvccl__sched_stream(s, n);
