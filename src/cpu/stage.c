@@ -265,9 +265,6 @@ static int issue_in(uvccl__gpu_op_t *op) {
   return 0;
 }
 
-/* Chunk c's bytes of every staged buffer, one way: a buffer of ranks'
- * blocks is P pieces (block r's chunk, at r * count in the caller's
- * buffer, at r * n within the chunk's run in the pinned one). */
 /* An allgather's own block, on the way out: it is the caller's input,
  * and when both sit on the device it is copied from there (device to
  * device, at the device's own speed) instead of through the host, so only
@@ -283,6 +280,9 @@ static const char *own_block_src(const gstage_t *st, const sbuf_t *b,
   return (const char *)in->user + off * uvccl_dtype_size(st->dtype);
 }
 
+/* Chunk c's bytes of every staged buffer, one way: a buffer of ranks'
+ * blocks is P pieces (block r's chunk, at r * count in the caller's
+ * buffer, at r * n within the chunk's run in the pinned one). */
 static int chunk_copy(uvccl__gpu_op_t *op, const chunk_t *c, int to_host,
                       void *stream) {
   gstage_t *st = c->st;
