@@ -5,8 +5,8 @@
  * a host buffer beside a device one; an allgather's own block copied on
  * the device, not through the host, and not at all in place); the overlap
  * itself: with rank 0's copy of its last chunk held back, the first
- * chunk's result is already
- * in another rank's device memory; the order: a whole staged collective
+ * chunk's result is already in another rank's device memory; the order:
+ * a whole staged collective
  * called between two chunked ones waits for the first one's last chunk on
  * every rank; a cancelled chunked collective; every pinned buffer freed; a
  * rank with host buffers against the others' chunks: a clear error. */
