@@ -6,10 +6,10 @@
  * the device, not through the host, and not at all in place); the overlap
  * itself: with rank 0's copy of its last chunk held back, the first
  * chunk's result is already in another rank's device memory; the order:
- * a whole staged collective
- * called between two chunked ones waits for the first one's last chunk on
- * every rank; a cancelled chunked collective; every pinned buffer freed; a
- * rank with host buffers against the others' chunks: a clear error. */
+ * a whole staged collective called between two chunked ones waits for the
+ * first one's last chunk on every rank; a cancelled chunked collective;
+ * every pinned buffer freed; a rank with host buffers against the others'
+ * chunks: a clear error. */
 #include "tap.h"
 #include "world.h"
 #include "gpu.h"
