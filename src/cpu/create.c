@@ -100,6 +100,7 @@ typedef struct {
   char key[256];
   char value[160];
   uvccl_work_t setw, addw, waitw, donew;
+  uvccl_work_t passw, allw; /* after the gate (barrier_through) */
   uvccl_work_t *getw;      /* one per lower rank */
   int ngets, ngot;
   int nstore;              /* store works in flight */
@@ -107,6 +108,8 @@ typedef struct {
   int dead;                /* the creation work completed */
   uint64_t deadline;
   char waitkey[256];
+  char passkey[280];       /* waitkey/through: the ranks past the gate */
+  char allkey[280];        /* waitkey/all: every one of them is */
   /* sparse worlds (see below) */
   int sparse;
   long long gen;
@@ -141,6 +144,8 @@ static void boot_maybe_free(boot_t *b) {
   uvccl_work_cleanup(&b->addw);
   uvccl_work_cleanup(&b->waitw);
   uvccl_work_cleanup(&b->donew);
+  uvccl_work_cleanup(&b->passw);
+  uvccl_work_cleanup(&b->allw);
   uvccl_work_cleanup(&b->tickw);
   uvccl__free(b->getw);
   uvccl__free(b->getr);
@@ -198,6 +203,8 @@ static void boot_fail(boot_t *b, int err, const char *fmt, ...) {
   uvccl_work_cancel(&b->addw);
   uvccl_work_cancel(&b->waitw);
   uvccl_work_cancel(&b->donew);
+  uvccl_work_cancel(&b->passw);
+  uvccl_work_cancel(&b->allw);
   uvccl_work_cancel(&b->tickw);
   for (i = 0; i < (b->sparse ? b->nnb : b->ngets); i++)
     uvccl_work_cancel(&b->getw[i]);
@@ -287,6 +294,10 @@ static void boot_abandon(uvccl_work_t *w, int status) {
   } else if (!b->mesh_done) {
     snprintf(where, sizeof(where), "the monitor links of %d of %d peers are "
              "up", net->links_up, net->want_links);
+  } else if (b->allw.state == UVCCL_WORK_PENDING ||
+             b->passw.state == UVCCL_WORK_PENDING) {
+    snprintf(where, sizeof(where), "past the store barrier; waiting for the "
+             "other ranks to pass it too");
   } else {
     snprintf(where, sizeof(where), "connected; waiting at the store barrier "
              "for the other ranks");
@@ -317,7 +328,14 @@ static void boot_done(boot_t *b) {
   boot_maybe_free(b);
 }
 
-static void on_ready(uvccl_work_t *w, int status) {
+/* Past the gate, rank 0, whose process hosts the store when the world
+ * made it (env://, tcp://), must not finish before every other rank is
+ * past it too: the user may destroy the world at once, closing the store
+ * while another rank is between its ADD's reply and its WAIT, and that
+ * rank's creation then fails with the store lost (t/2070's d, under load).
+ * So each other rank counts itself through the gate (an ADD, acknowledged
+ * before it finishes); the last to do so sets a key rank 0 waits for. */
+static void on_all(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   b->nstore--;
   if (b->dead)
@@ -328,9 +346,69 @@ static void on_ready(uvccl_work_t *w, int status) {
     boot_done(b);
 }
 
-/* The last rank at the barrier opened the gate: it waits for nothing
- * more. (A wait sent after the set could find the store gone: the rank
- * hosting it may pass the gate, finish and close it first.) */
+static void on_through(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  int rc;
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "store barrier failed: %s", w->msg);
+    return;
+  }
+  if (w->result < b->g->size - 1) {
+    boot_done(b);
+    return;
+  }
+  rc = uvccl_store_set(b->store, &b->allw, b->allkey, "1", 1, on_all);
+  if (rc != 0) {
+    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
+    return;
+  }
+  b->nstore++;
+}
+
+static void barrier_through(boot_t *b) {
+  const char *keys[1];
+  int rc;
+  if (b->g->size == 1) {
+    boot_done(b);
+    return;
+  }
+  snprintf(b->passkey, sizeof(b->passkey), "%s/through", b->waitkey);
+  snprintf(b->allkey, sizeof(b->allkey), "%s/all", b->waitkey);
+  if (b->g->rank != 0) {
+    rc = uvccl_store_add(b->store, &b->passw, b->passkey, 1, on_through);
+  } else {
+    keys[0] = b->allkey;
+    rc = uvccl_store_wait(b->store, &b->allw, keys, 1,
+                          b->deadline > uvccl__now_ms()
+                              ? b->deadline - uvccl__now_ms()
+                              : 1,
+                          on_all);
+  }
+  if (rc != 0) {
+    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
+    return;
+  }
+  b->nstore++;
+}
+
+static void on_ready(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  b->nstore--;
+  if (b->dead)
+    boot_maybe_free(b);
+  else if (status != 0)
+    boot_fail(b, status, "store barrier failed: %s", w->msg);
+  else
+    barrier_through(b);
+}
+
+/* The last rank at the barrier opens the gate: it waits for no WAIT of
+ * its own (the gate is open), only for its SET's acknowledgement. */
 static void on_done_set(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   b->nstore--;
@@ -339,7 +417,7 @@ static void on_done_set(uvccl_work_t *w, int status) {
   else if (status != 0)
     boot_fail(b, status, "store barrier failed: %s", w->msg);
   else
-    boot_done(b);
+    barrier_through(b);
 }
 
 static void on_barrier_add(uvccl_work_t *w, int status) {
@@ -828,7 +906,7 @@ static void boot_group(boot_t *b, group_t *g, uvccl_pg_t *pg,
   snprintf(b->prefix, sizeof(b->prefix), "%s",
            o->prefix ? o->prefix : "uvccl/default");
   b->setw.data = b->addw.data = b->waitw.data = b->donew.data = b;
-  b->tickw.data = b;
+  b->passw.data = b->allw.data = b->tickw.data = b;
 }
 
 /* The group goes on its net's list and becomes pg's, being created. */
