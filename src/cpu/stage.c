@@ -668,8 +668,11 @@ static void chunk_starts(gstage_t *st) {
     chunk_t *c = &st->chunks[st->next_coll++];
     int rc = chunk_start(c);
     if (rc != 0) {
-      user_complete(st, rc, "starting a chunk's collective on the host "
-                            "buffers");
+      /* a broken group's refusal says why it broke (c->w.msg) */
+      char msg[UVCCL_WORK_MSG_LEN];
+      snprintf(msg, sizeof(msg), "a chunk refused: %.160s",
+               c->w.msg[0] ? c->w.msg : uvccl_strerror(rc));
+      user_complete(st, rc, msg);
       break;
     }
     c->running = 1;
