@@ -18,9 +18,20 @@
 
 #define TORCHRUN "/usr/bin/torchrun"
 
+/* torchrun's last lines, shown when a check fails */
+#define TAIL 40
+static char tail[TAIL][256];
+static int ntail;
+
+static void show_tail(void) {
+  int i;
+  for (i = ntail > TAIL ? ntail - TAIL : 0; i < ntail; i++)
+    diag("torchrun: %s", tail[i % TAIL]);
+}
+
 static void run(int n) {
   char cmd[2048], line[1024], *build = getenv("UVCCL_BUILD_DIR");
-  int rows = 0, bad = 0, inuse = 0, st;
+  int rows = 0, bad = 0, inuse = 0, st, pass = 1;
   FILE *p;
 
   if (build == NULL) build = UVCCL_BUILD_DIR;
@@ -34,8 +45,11 @@ static void run(int n) {
            n, free_port(), build);
   p = popen(cmd, "r");
   tap_require(p != NULL, "popen");
+  ntail = 0;
   while (fgets(line, sizeof(line), p) != NULL) {
     char *l = strstr(line, "]:");
+    snprintf(tail[ntail++ % TAIL], sizeof(tail[0]), "%.*s",
+             (int)strcspn(line, "\n"), line);
     if (strstr(line, "address already in use")) inuse++;
     if (l == NULL || strncmp(line, "[default0]", 10) != 0) continue;
     l += 2;
@@ -50,13 +64,15 @@ static void run(int n) {
     }
   }
   st = pclose(p);
-  ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "torchrun --nproc_per_node %d "
+  pass &= ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "torchrun --nproc_per_node %d "
      "uvccl-bench: exit status %d", n, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   /* allreduce and broadcast at 4 sizes, allgather at 3 (4 B is less than
    * an element a rank) */
-  ok(rows == 11 && bad == 0, "%d ranks: %d rows, %d not checked", n, rows,
+  pass &= ok(rows == 11 && bad == 0, "%d ranks: %d rows, %d not checked", n, rows,
      bad);
-  is_int(inuse, 0, "%d ranks: nobody tried to serve the agent's port", n);
+  pass &= is_int(inuse, 0, "%d ranks: nobody tried to serve the agent's port",
+                 n);
+  if (!pass) show_tail();
 }
 
 int main(void) {
