@@ -10,20 +10,25 @@
  * and those of q - t - 2 are reduced into work as they arrive (in the
  * last ring, this rank's own block into recvbuf, scaled); have[b * nseg + k]:
  * the op after which segment k of block b holds what this rank adds
- * (NONE: the input, from the start), updated with what arrives. */
+ * (NONE: the input, from the start), updated with what arrives. A
+ * position's m items go in the order jfirst, jfirst - 1, ... (mod m). */
 static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
-                              int m, uint32_t nseg, int from_input, int last,
-                              const char *in, char *work, char *recvbuf,
-                              const size_t *off, const size_t *counts,
-                              uint32_t *have, uint32_t *first) {
-  int P = x->P, st, j, me = s->g->rank;
+                              int m, int jfirst, uint32_t nseg,
+                              int from_input, int last, const char *in,
+                              char *work, char *recvbuf, const size_t *off,
+                              const size_t *counts, uint32_t *have,
+                              uint32_t *first) {
+  int P = x->P, st, i, j, me = s->g->rank;
   size_t es = s->esize;
   uint32_t k;
   const char *mine = from_input ? in : work; /* what this rank adds */
   for (st = 0; st < P - 1; st++) {
     int ps = mod(x->q - st - 1, P), pr = mod(x->q - st - 2, P);
-    for (j = 0; j < m; j++) {
-      int bs = items[ps * m + j], br = items[pr * m + j];
+    for (i = 0; i < m; i++) {
+      int bs, br;
+      j = mod(jfirst - i, m);
+      bs = items[ps * m + j];
+      br = items[pr * m + j];
       for (k = 0; k < nseg; k++) {
         size_t so, sl, ro, rl;
         uint32_t tag = ((uint32_t)st * (uint32_t)m + (uint32_t)j) * nseg + k;
@@ -35,7 +40,7 @@ static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
                               (st == 0 ? mine : work) + (off[bs] + so) * es,
                               sl * es);
         uvccl__sop_dep(s, have[(size_t)bs * nseg + k], snd);
-        if (first != NULL && st == 0 && j == 0) first[k] = snd;
+        if (first != NULL && st == 0 && i == 0) first[k] = snd;
         dst = last && br == me ? recvbuf + ro * es
                                : work + (off[br] + ro) * es;
         rcv = uvccl__sop_recv_red_from(s, x->left, tag, dst,
@@ -61,7 +66,12 @@ static void ring_reduce_items(sched_t *s, const ring_t *x, const int *items,
  * leave a host are held together (allreduce.c says why): a rank starts
  * segment k across only once its left neighbour in the host has its own
  * block's segment k - CROSS_AHEAD; nothing else comes back into the host
- * here, so the neighbour says so with an empty message. */
+ * here, so the neighbour says so with an empty message. The host ring
+ * hands over the column's blocks in the order the ring across adds them
+ * (the previous host's first, then the one before it...): in host order
+ * the block the first host adds first, the last host's, came last, and
+ * the ring across, as slow as its slowest member, waited for the whole
+ * host ring. */
 static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
                                 const ring_t *across, const char *sendbuf,
                                 char *recvbuf, const size_t *counts,
@@ -81,9 +91,10 @@ static int reduce_scatter_hosts(sched_t *s, const ring_t *in_host,
   }
   for (p = 0; p < P * (int)nseg; p++) have[p] = NONE;
   /* the host ring's position p carries column p */
-  ring_reduce_items(s, in_host, uvccl__ring_columns(g), H, nseg, 1, 0,
-                    sendbuf, work, recvbuf, off, counts, have, NULL);
-  ring_reduce_items(s, across, across->R, 1, nseg, 0, 1, sendbuf, work,
+  ring_reduce_items(s, in_host, uvccl__ring_columns(g), H,
+                    mod(across->q - 1, H), nseg, 1, 0, sendbuf, work, recvbuf,
+                    off, counts, have, NULL);
+  ring_reduce_items(s, across, across->R, 1, 0, nseg, 0, 1, sendbuf, work,
                     recvbuf, off, counts, have, first);
   /* (tags past the host ring's: the same two neighbours) */
   for (k = 0; k + CROSS_AHEAD < nseg; k++) {
