@@ -328,142 +328,102 @@ static void boot_done(boot_t *b) {
   boot_maybe_free(b);
 }
 
+/* A store work of the creation came back: 1 when the creation is over
+ * (it had ended, or this failed it with what, and the store's message). */
+static int boot_store_fail(boot_t *b, uvccl_work_t *w, int status,
+                           const char *what) {
+  b->nstore--;
+  if (b->dead) {
+    boot_maybe_free(b);
+    return 1;
+  }
+  if (status != 0) {
+    boot_fail(b, status, "%s: %s", what, w->msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void boot_store_started(boot_t *b, int rc, const char *what) {
+  if (rc != 0)
+    boot_fail(b, rc, "%s: %s", what, uvccl_strerror(rc));
+  else
+    b->nstore++;
+}
+
+#define BARRIER "store barrier failed"
+
+static uint64_t boot_left_ms(const boot_t *b) {
+  uint64_t now = uvccl__now_ms();
+  return b->deadline > now ? b->deadline - now : 1;
+}
+
+static void on_all(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  if (!boot_store_fail(b, w, status, BARRIER)) boot_done(b);
+}
+
+static void on_through(uvccl_work_t *w, int status) {
+  boot_t *b = w->data;
+  if (boot_store_fail(b, w, status, BARRIER)) return;
+  if (w->result < b->g->size - 1)
+    boot_done(b);
+  else
+    boot_store_started(b, uvccl_store_set(b->store, &b->allw, b->allkey, "1",
+                                          1, on_all),
+                       BARRIER);
+}
+
 /* Past the gate, rank 0, whose process hosts the store when the world
  * made it (env://, tcp://), must not finish before every other rank is
  * past it too: the user may destroy the world at once, closing the store
  * while another rank is between its ADD's reply and its WAIT, and that
  * rank's creation then fails with the store lost (t/2070's d, under load).
  * So each other rank counts itself through the gate (an ADD, acknowledged
- * before it finishes); the last to do so sets a key rank 0 waits for. */
-static void on_all(uvccl_work_t *w, int status) {
+ * before it finishes); the last to do so sets a key rank 0 waits for.
+ * (The gate's last rank waits for no WAIT of its own, only for its SET's
+ * acknowledgement: the gate is open.) */
+static void on_gate(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
-  b->nstore--;
-  if (b->dead)
-    boot_maybe_free(b);
-  else if (status != 0)
-    boot_fail(b, status, "store barrier failed: %s", w->msg);
-  else
-    boot_done(b);
-}
-
-static void on_through(uvccl_work_t *w, int status) {
-  boot_t *b = w->data;
-  int rc;
-  b->nstore--;
-  if (b->dead) {
-    boot_maybe_free(b);
-    return;
-  }
-  if (status != 0) {
-    boot_fail(b, status, "store barrier failed: %s", w->msg);
-    return;
-  }
-  if (w->result < b->g->size - 1) {
-    boot_done(b);
-    return;
-  }
-  rc = uvccl_store_set(b->store, &b->allw, b->allkey, "1", 1, on_all);
-  if (rc != 0) {
-    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
-    return;
-  }
-  b->nstore++;
-}
-
-static void barrier_through(boot_t *b) {
   const char *keys[1];
-  int rc;
+  if (boot_store_fail(b, w, status, BARRIER)) return;
   if (b->g->size == 1) {
     boot_done(b);
     return;
   }
   snprintf(b->passkey, sizeof(b->passkey), "%s/through", b->waitkey);
   snprintf(b->allkey, sizeof(b->allkey), "%s/all", b->waitkey);
-  if (b->g->rank != 0) {
-    rc = uvccl_store_add(b->store, &b->passw, b->passkey, 1, on_through);
-  } else {
-    keys[0] = b->allkey;
-    rc = uvccl_store_wait(b->store, &b->allw, keys, 1,
-                          b->deadline > uvccl__now_ms()
-                              ? b->deadline - uvccl__now_ms()
-                              : 1,
-                          on_all);
-  }
-  if (rc != 0) {
-    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
-    return;
-  }
-  b->nstore++;
-}
-
-static void on_ready(uvccl_work_t *w, int status) {
-  boot_t *b = w->data;
-  b->nstore--;
-  if (b->dead)
-    boot_maybe_free(b);
-  else if (status != 0)
-    boot_fail(b, status, "store barrier failed: %s", w->msg);
-  else
-    barrier_through(b);
-}
-
-/* The last rank at the barrier opens the gate: it waits for no WAIT of
- * its own (the gate is open), only for its SET's acknowledgement. */
-static void on_done_set(uvccl_work_t *w, int status) {
-  boot_t *b = w->data;
-  b->nstore--;
-  if (b->dead)
-    boot_maybe_free(b);
-  else if (status != 0)
-    boot_fail(b, status, "store barrier failed: %s", w->msg);
-  else
-    barrier_through(b);
+  keys[0] = b->allkey;
+  boot_store_started(
+      b,
+      b->g->rank != 0
+          ? uvccl_store_add(b->store, &b->passw, b->passkey, 1, on_through)
+          : uvccl_store_wait(b->store, &b->allw, keys, 1, boot_left_ms(b),
+                             on_all),
+      BARRIER);
 }
 
 static void on_barrier_add(uvccl_work_t *w, int status) {
   boot_t *b = w->data;
   int64_t gen;
   const char *keys[1];
-  int rc;
-  b->nstore--;
-  if (b->dead) {
-    boot_maybe_free(b);
-    return;
-  }
-  if (status != 0) {
-    boot_fail(b, status, "store barrier failed: %s", w->msg);
-    return;
-  }
+  if (boot_store_fail(b, w, status, BARRIER)) return;
   /* Generations let a prefix be reused by a later group of the same
    * size: the last of each generation opens its gate. */
   gen = (w->result - 1) / b->g->size;
   snprintf(b->waitkey, sizeof(b->waitkey), "%s/ready/%lld", b->prefix,
            (long long)gen);
-  if (w->result % b->g->size == 0) {
-    rc = uvccl_store_set(b->store, &b->donew, b->waitkey, "1", 1,
-                         on_done_set);
-    if (rc != 0) {
-      boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
-      return;
-    }
-    b->nstore++;
-    return;
-  }
   keys[0] = b->waitkey;
-  rc = uvccl_store_wait(b->store, &b->waitw, keys, 1,
-                        b->deadline > uvccl__now_ms()
-                            ? b->deadline - uvccl__now_ms()
-                            : 1,
-                        on_ready);
-  if (rc != 0) {
-    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
-    return;
-  }
-  b->nstore++;
+  boot_store_started(
+      b,
+      w->result % b->g->size == 0
+          ? uvccl_store_set(b->store, &b->donew, b->waitkey, "1", 1, on_gate)
+          : uvccl_store_wait(b->store, &b->waitw, keys, 1, boot_left_ms(b),
+                             on_gate),
+      BARRIER);
 }
 
 static void boot_maybe_barrier(boot_t *b) {
-  int rc;
   if (b->dead || !b->mesh_done || b->ngot < b->ngets) return;
   if (b->sparse) {
     /* No store barrier: the neighbours are linked, the rest connect when
@@ -474,12 +434,9 @@ static void boot_maybe_barrier(boot_t *b) {
   /* said before the barrier, read after it (shm_box.c) */
   if (!b->grow) uvccl__shm_boxes_offer(b->g->net);
   snprintf(b->key, sizeof(b->key), "%s/ready", b->prefix);
-  rc = uvccl_store_add(b->store, &b->addw, b->key, 1, on_barrier_add);
-  if (rc != 0) {
-    boot_fail(b, rc, "store barrier failed: %s", uvccl_strerror(rc));
-    return;
-  }
-  b->nstore++;
+  boot_store_started(b, uvccl_store_add(b->store, &b->addw, b->key, 1,
+                                        on_barrier_add),
+                     BARRIER);
 }
 
 static void on_mesh(net_t *net, int status, const char *msg) {
@@ -601,27 +558,6 @@ static void on_published(uvccl_work_t *w, int status) {
  * from the store (lookup_t below), so the store must outlive the group: a
  * world that embeds the store server keeps it up at destroy until the
  * other ranks' clients are gone (server_linger in pg.c). */
-
-static int boot_store_fail(boot_t *b, uvccl_work_t *w, int status,
-                           const char *what) {
-  b->nstore--;
-  if (b->dead) {
-    boot_maybe_free(b);
-    return 1;
-  }
-  if (status != 0) {
-    boot_fail(b, status, "%s: %s", what, w->msg);
-    return 1;
-  }
-  return 0;
-}
-
-static void boot_store_started(boot_t *b, int rc, const char *what) {
-  if (rc != 0)
-    boot_fail(b, rc, "%s: %s", what, uvccl_strerror(rc));
-  else
-    b->nstore++;
-}
 
 /* A published address ("host port nonce monitor-port world") into the
  * book; 0, or an error with why. */
