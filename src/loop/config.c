@@ -106,6 +106,12 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
     UINTV(UVCCL__CFG_TCP_STRIPE_MIN, "UVCCL_TCP_STRIPE_MIN", 8192, NOMAX,
           262144, "262144",
           "the smallest frame, bytes, cut across a rank's TCP connections"),
+    TEXT(UVCCL__CFG_TCP_LOCAL_CC, "UVCCL_TCP_LOCAL_CC", "cubic",
+         "the congestion control of TCP connections between ranks within "
+         "one host (both ends on one address): one that does not pace, "
+         "since the loopback has no queue to spare (a pacing one, bbr, "
+         "costs the loop a timer interrupt every few packets); system: "
+         "the system's default, as for connections between hosts"),
     UINTV(UVCCL__CFG_SMALL_MAX, "UVCCL_SMALL_MAX", 0, NOMAX, 65536, "65536",
           "the largest collective, in bytes, that takes the small-message "
           "algorithms"),

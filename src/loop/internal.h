@@ -137,6 +137,9 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt);
  * whose peer must be found gone within about timeout_ms (0: leave the
  * socket alone). */
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
+/* A connection between ranks: where both its ends are one address (one
+ * host), the congestion control of UVCCL_TCP_LOCAL_CC. */
+void uvccl__tune_local(int fd);
 /* What a read's UV_EOF on tcp means: UV_EOF when the peer closed it (its
  * kernel said so: the process exited), UV_ETIMEDOUT when this side's
  * kernel gave up on it (a timeout, or a reset, whose error another call

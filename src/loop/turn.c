@@ -5,6 +5,10 @@
 
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static const char *const site_names[UVCCL__SITES] = {
     "read", "write", "ring", "spin", "slice", "call", "timer"};
@@ -35,6 +39,17 @@ int uvccl__turn_clock(uvccl__turn_t *t) {
 
 /* A timed turn this long (CPU) is named in the debug log. */
 #define LONG_TURN_NS 2000000u
+
+/* The kernel's id of the calling thread, which a long turn's log line
+ * carries so that a kernel trace of the same run can say what ran inside
+ * it (bench/coll/long_turns.sh); the process's elsewhere. */
+static long thread_id(void) {
+#ifdef __linux__
+  return (long)syscall(SYS_gettid);
+#else
+  return (long)uv_os_getpid();
+#endif
+}
 
 /* Bucket bounds of uvccl_loop_stats_t's histograms, in ns. */
 static const uint64_t hist_ns[UVCCL_LOOP_HIST - 1] = {
@@ -71,9 +86,9 @@ static void turn_count(uvccl__turn_t *t) {
     st->cpu_hist[bucket(cpu)]++;
     if (cpu >= LONG_TURN_NS)
       LOG_DEBUG("loop", "a long turn: %s, %.3f ms of CPU (%.3f ms on the "
-                "clock, from %.6f s), %llu bytes", site_names[t->site],
-                (double)cpu / 1e6, (double)wall / 1e6, (double)t->t0 / 1e9,
-                (unsigned long long)bytes);
+                "clock, from %.6f s), %llu bytes, thread %ld",
+                site_names[t->site], (double)cpu / 1e6, (double)wall / 1e6,
+                (double)t->t0 / 1e9, (unsigned long long)bytes, thread_id());
   }
 }
 

@@ -82,7 +82,10 @@ void uvccl__net_peer_up(peer_t *p) {
   {
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
+    {
       uvccl__tune_socket(fd, net->hb_ms, 0);
+      uvccl__tune_local(fd);
+    }
   }
   /* Same host? Each side offers its inbox (shm.c); creation completes
    * once every peer answered. */
