@@ -138,7 +138,7 @@ uint64_t uvccl__heartbeat_timeout(uint64_t opt);
  * socket alone). */
 void uvccl__tune_socket(int fd, uint64_t timeout_ms, int user_timeout);
 /* A connection between ranks: where both its ends are one address (one
- * host), the congestion control of UVCCL_TCP_LOCAL_CC. */
+ * host), the congestion control of UVCCL_TCP_LOCAL_CC (congestion.c). */
 void uvccl__tune_local(int fd);
 /* What a read's UV_EOF on tcp means: UV_EOF when the peer closed it (its
  * kernel said so: the process exited), UV_ETIMEDOUT when this side's

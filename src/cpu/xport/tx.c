@@ -81,8 +81,7 @@ void uvccl__net_peer_up(peer_t *p) {
             p->addrstr);
   {
     uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0)
-    {
+    if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0) {
       uvccl__tune_socket(fd, net->hb_ms, 0);
       uvccl__tune_local(fd);
     }
