@@ -12,6 +12,10 @@ page_fault_*. Prints a Markdown table: for each long callback, the time its
 thread was on a CPU inside it, what the interrupts handled there took
 (charged to the thread where the kernel has no IRQ time accounting), and
 what is left, the thread's own work (uvccl's, and its system calls').
+"Longest silence": the longest stretch inside the callback with no event
+at all on the thread's CPU; past one timer tick (4 ms at HZ=250) the
+virtual CPU missed its tick, i.e. did not run guest code for about that
+long, time the hypervisor held it that the thread's clock still counts.
 """
 import bisect
 import re
@@ -40,7 +44,7 @@ def turns_of(path):
                               cpu=float(m.group(3)), wall=wall * 1e3,
                               t0=t0, t1=t0 + wall, bytes=int(m.group(6)),
                               tid=int(m.group(7)), oncpu=0.0, faults=0,
-                              cat={}))
+                              silent=0.0, cat={}))
     return turns
 
 
@@ -66,6 +70,8 @@ class Windows:
                 continue
             if key == "oncpu":
                 t["oncpu"] += d
+            elif key == "silent":
+                t["silent"] = max(t["silent"], d)
             else:
                 t["cat"][key] = t["cat"].get(key, 0.0) + d
 
@@ -83,6 +89,7 @@ class Windows:
 def scan(trace, wins):
     stack = {}      # cpu -> [[key, start, child time]]
     oncpu = {}      # tid -> since when it runs
+    last = {}       # cpu -> (time of its last event, the task then)
     with open(trace, errors="replace") as f:
         for line in f:
             if line.startswith("#"):
@@ -93,6 +100,14 @@ def scan(trace, wins):
             pid, cpu, ts, ev, rest = (int(m.group(2)), int(m.group(3)),
                                       float(m.group(4)), m.group(5),
                                       m.group(6))
+            # a stretch with no event at all on a CPU that runs one of
+            # the threads: not even its timer tick (HZ), so the virtual
+            # CPU did not run guest code then, whatever the thread's
+            # clock says
+            prev = last.get(cpu)
+            if prev is not None and prev[1] in wins:
+                wins[prev[1]].add(prev[0], ts, "silent")
+            last[cpu] = (ts, pid)
             if ev == "sched_switch":
                 s = SWITCH.search(rest)
                 if not s:
@@ -146,8 +161,9 @@ def main():
     wins = {tid: Windows(ts) for tid, ts in by_tid.items()}
     scan(sys.argv[2], wins)
     print("| rank | site | KiB | CPU ms | on a CPU ms | interrupts ms "
-          "| of which network softirqs | page faults | own ms |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| of which network softirqs | page faults | longest silence ms "
+          "| own ms |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     own_over = 0
     own_max = 0.0
     totals = {}
@@ -160,9 +176,10 @@ def main():
         own = max(t["cpu"] - irq, 0.0)
         own_max = max(own_max, own)
         own_over += own >= 2.0
-        print("| %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %.2f |" % (
-            t["rank"], t["site"], t["bytes"] // 1024, t["cpu"],
-            t["oncpu"] * 1e3, irq, net, t["faults"], own))
+        print("| %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f |"
+              % (t["rank"], t["site"], t["bytes"] // 1024, t["cpu"],
+                 t["oncpu"] * 1e3, irq, net, t["faults"], t["silent"] * 1e3,
+                 own))
     print()
     print("%d callbacks of 2 ms of CPU or more; without the interrupts "
           "handled inside them, %d (the longest %.2f ms)." % (
