@@ -48,20 +48,26 @@ for v in local_timer call_function call_function_single reschedule irq_work \
   EVENTS="$EVENTS irq_vectors:${v}_entry irq_vectors:${v}_exit"
 done
 
+# what the tracer was set to, given back at exit
 old_clock=$(sed 's/.*\[\(.*\)\].*/\1/' "$T/trace_clock")
 old_kb=$(sed 's/ .*//' "$T/buffer_size_kb")
+old_on=$(cat "$T/tracing_on")
+old_events=$(cat "$T/set_event")
 restore() {
   echo 0 > "$T/tracing_on"
   : > "$T/set_event"
   : > "$T/trace"
   echo "$old_kb" > "$T/buffer_size_kb"
   echo "$old_clock" > "$T/trace_clock"
+  for e in $old_events; do echo "$e" >> "$T/set_event"; done
+  echo "$old_on" > "$T/tracing_on"
 }
 trap restore EXIT
 
 tenv=""
 [ "$TRANSPORT" = tcp ] && tenv="UVCCL_TRANSPORT=tcp"
 : > "$OUT/long_turns.md"
+: > "$OUT/trace-stats.txt"
 for J in $(seq 1 "$JOBS"); do
   echo 0 > "$T/tracing_on"
   : > "$T/set_event"
