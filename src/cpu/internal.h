@@ -262,6 +262,8 @@ struct peer_s {
   rx_t srx;
   uint32_t srx_pad;      /* ring: padding still to skip after a frame */
   int reading;
+  uint64_t read_c0;      /* uv_hrtime when a timed read's buffer was
+                            given (rx.c; 0: not timed) */
   int read_refused;      /* on_alloc gave an empty buffer: the turn was
                             spent (on_read gets UV_ENOBUFS) */
   int paused;            /* early frames over their limit */

@@ -37,18 +37,19 @@ static int sendq_fd(uvccl__sendq_t *q) {
 }
 
 /* The least a sendmsg in a spent turn may take (a step worth its system
- * call), and the most one takes: a turn larger than that sends in pieces
- * and looks at its clock between them (turn.c). Smaller pieces cost TCP
- * its bandwidth on loopback (each push wakes the receiver; see
- * bench/RESULTS.md). */
+ * call), and the most one takes (less while calls are slow: turn.h's
+ * pieces): a turn larger than that sends in pieces and looks at its clock
+ * between them (turn.c). Smaller pieces cost TCP its bandwidth on
+ * loopback (each push wakes the receiver; see bench/RESULTS.md). */
 #define SENDQ_STEP (64u * 1024)
 #define SENDQ_PIECE (512u * 1024)
 
 static size_t sendq_allow(uvccl__sendq_t *q, size_t want) {
-  size_t n;
+  size_t n, piece;
   if (q->turn == NULL) return want;
   n = uvccl__turn_allow(q->turn, want, SENDQ_STEP);
-  return n < SENDQ_PIECE ? n : SENDQ_PIECE;
+  piece = uvccl__piece_get(&q->turn->send, SENDQ_PIECE);
+  return n < piece ? n : piece;
 }
 
 /* One sendmsg of up to 16 buffers, at most max bytes; bytes written, 0
@@ -74,6 +75,22 @@ static ssize_t sendq_sendv(int fd, const uv_buf_t *bufs, unsigned n, size_t max)
   if (r >= 0) return r;
   if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
   return -errno;
+}
+
+/* sendq_sendv, timed when it may move a piece's worth (turn.h). */
+static ssize_t sendq_sendv_timed(uvccl__sendq_t *q, int fd,
+                                 const uv_buf_t *bufs, unsigned n, size_t max) {
+  uint64_t c0;
+  ssize_t r;
+  if (q->turn == NULL ||
+      !uvccl__piece_timed(&q->turn->send, SENDQ_PIECE, max))
+    return sendq_sendv(fd, bufs, n, max);
+  c0 = uv_hrtime();
+  r = sendq_sendv(fd, bufs, n, max);
+  if (r > 0)
+    uvccl__turn_io(q->turn, &q->turn->send, SENDQ_PIECE, (size_t)r,
+                   uv_hrtime() - c0);
+  return r;
 }
 
 /* Drops the first `done` bytes of bufs[*idx..n). */
@@ -115,7 +132,7 @@ ssize_t uvccl__sendq_try(uvccl__sendq_t *q, const uv_buf_t *bufs, unsigned n) {
   /* pieces while the socket takes them and the turn lasts */
   while (left > 0) {
     size_t max = sendq_allow(q, left);
-    ssize_t r = sendq_sendv(fd, b + idx, n - idx, max);
+    ssize_t r = sendq_sendv_timed(q, fd, b + idx, n - idx, max);
     if (r < 0) return done > 0 ? (ssize_t)done : r; /* (seen again later) */
     if (r == 0) break;
     if (q->turn != NULL) uvccl__turn_charge(q->turn, (size_t)r);
@@ -171,7 +188,8 @@ static void sendq_on_poll(uv_poll_t *h, int status, int events) {
     /* The turn is over: the socket is still writable, so the loop comes
      * back for the rest at its next iteration. */
     if (q->turn != NULL && uvccl__turn_spent(q->turn)) goto out;
-    n = sendq_sendv(fd, r->bufs + r->idx, r->nbufs - r->idx, sendq_allow(q, r->left));
+    n = sendq_sendv_timed(q, fd, r->bufs + r->idx, r->nbufs - r->idx,
+                          sendq_allow(q, r->left));
     if (n < 0) {
       q->err = (int)n;
       uv_poll_stop(h);

@@ -28,6 +28,31 @@ void uvccl__turn_init(uvccl__turn_t *t, size_t budget, uint64_t ns_budget,
   t->st.timed = timing;
 }
 
+void uvccl__piece_learn(uvccl__piece_t *p, size_t max, size_t bytes,
+                        uint64_t ns) {
+  size_t cur = uvccl__piece_get(p, max), n;
+  if (ns > UVCCL__PIECE_TARGET_NS) {
+    /* what would have taken the target, in whole pages */
+    n = (size_t)((double)bytes * UVCCL__PIECE_TARGET_NS / (double)ns);
+    n &= ~(size_t)4095;
+    if (n < UVCCL__PIECE_MIN) n = UVCCL__PIECE_MIN;
+    if (n < cur) p->now = n;
+  } else if (cur < max && (double)ns * (double)cur <
+                              (double)bytes * (UVCCL__PIECE_TARGET_NS / 2)) {
+    /* at this call's rate a whole piece takes under half the target (a
+     * send the socket took only part of counts too: where ranks
+     * outnumber CPUs the socket is often full) */
+    n = cur * 2;
+    p->now = n >= max ? 0 : n;
+  }
+}
+
+void uvccl__turn_io(uvccl__turn_t *t, uvccl__piece_t *p, size_t max,
+                    size_t bytes, uint64_t ns) {
+  uvccl__piece_learn(p, max, bytes, ns);
+  if (ns > UVCCL__PIECE_TARGET_NS / 2 && t->depth > 0) t->clock_at = t->left;
+}
+
 /* Another TURN_CLOCK_EVERY bytes moved: 1 when the turn has run out of
  * time (from its start: see uvccl__turn_enter). */
 int uvccl__turn_clock(uvccl__turn_t *t) {

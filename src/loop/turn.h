@@ -38,8 +38,45 @@ typedef enum {
 
 #define UVCCL__TURN_CLOCK_EVERY ((int64_t)64 * 1024)
 
+/* What one system call of a turn (a sendmsg, a read) moves at most: a
+ * piece that learns from the time its last calls took, so that one call
+ * stays near UVCCL__PIECE_TARGET_NS even while the kernel or the memory
+ * is several times slower than usual. At 4 ranks on 2 vCPUs a sendmsg of
+ * 512 KiB took 2-3.7 ms now and then, and a read of 128 KiB into pages
+ * touched for the first time 4-8 ms while the host was slow to back them
+ * (bench/RESULTS.md, "Loop responsiveness"); the turn's clock, read
+ * between calls, cannot cut a call short. A call that took longer than
+ * the target shrinks the piece to what would have fit it (at least
+ * UVCCL__PIECE_MIN); one at a rate that would move a whole piece in
+ * under half of it doubles it again, up to the caller's largest. */
+#define UVCCL__PIECE_TARGET_NS ((uint64_t)1000000)
+#define UVCCL__PIECE_MIN ((size_t)16 * 1024)
+/* Calls of fewer bytes are not timed, but for a piece cut smaller (see
+ * uvccl__piece_timed): a small frame's send has nothing to cut. */
+#define UVCCL__PIECE_TIMED ((size_t)64 * 1024)
+
+typedef struct {
+  size_t now; /* 0: the caller's largest */
+} uvccl__piece_t;
+
+static inline size_t uvccl__piece_get(const uvccl__piece_t *p, size_t max) {
+  return p->now == 0 || p->now > max ? max : p->now;
+}
+void uvccl__piece_learn(uvccl__piece_t *p, size_t max, size_t bytes,
+                        uint64_t ns);
+/* 1 when a call that may move len bytes is timed: UVCCL__PIECE_TIMED or
+ * a whole piece (a piece cut below that must still be timed, or it never
+ * grows back: untimed, pieces cut to 16-60 KiB stayed there, and the
+ * collectives were 5-35% slower at 4 ranks on 2 vCPUs). */
+static inline int uvccl__piece_timed(const uvccl__piece_t *p, size_t max,
+                                     size_t len) {
+  size_t cur = uvccl__piece_get(p, max);
+  return len >= (cur < UVCCL__PIECE_TIMED ? cur : UVCCL__PIECE_TIMED);
+}
+
 typedef struct {
   int64_t budget;        /* bytes a turn may move */
+  uvccl__piece_t send, read; /* a sendmsg's and a read's (above) */
   int64_t left;          /* what the turn under way still may */
   uint64_t ns_budget;    /* and the time it may take (0: no limit) */
   int64_t clock_at;      /* `left` when the clock is next looked at */
@@ -68,6 +105,12 @@ static inline void uvccl__turn_charge(uvccl__turn_t *t, size_t n) {
   t->left -= (int64_t)n;
 }
 int uvccl__turn_clock(uvccl__turn_t *t);
+/* A system call of the turn under way moved `bytes` in `ns` (uv_hrtime's
+ * clock, as the turn's: a clock read costs 20-30 ns there, the thread's
+ * CPU clock 260 ns, a system call here): its piece learns, and a slow
+ * call makes the turn look at its clock at once (it may be spent). */
+void uvccl__turn_io(uvccl__turn_t *t, uvccl__piece_t *p, size_t max,
+                    size_t bytes, uint64_t ns);
 /* 1 when the turn under way has used its budget (never outside a turn). */
 static inline int uvccl__turn_spent(uvccl__turn_t *t) {
   if (t->depth == 0) return 0;

@@ -9,15 +9,28 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 /* ---- receiving ----------------------------------------------------------- */
 
 /* The least a read in a spent turn takes (see uvccl__turn_allow), and
- * the most one does: libuv reads again at once when a read fills its
- * buffer, within the same turn, which looks at its clock between reads
- * (see SENDQ_PIECE in sendq.c). */
+ * the most one does (less while reads are slow: turn.h's pieces): libuv
+ * reads again at once when a read fills its buffer, within the same turn,
+ * which looks at its clock between reads (see SENDQ_PIECE in sendq.c). */
 #define READ_STEP (64u * 1024)
 #define READ_PIECE (128u * 1024)
 
+static size_t read_piece(net_t *net) {
+  return uvccl__piece_get(&net->turn.read, READ_PIECE);
+}
+
 static size_t read_allow(net_t *net, uint64_t left) {
   size_t n = uvccl__turn_allow(&net->turn, (size_t)left, READ_STEP);
-  return n < READ_PIECE ? n : READ_PIECE;
+  size_t piece = read_piece(net);
+  return n < piece ? n : piece;
+}
+
+/* libuv's read follows the buffer at once: a buffer of a piece's worth is
+ * timed from here to on_read (turn.h). */
+static void read_clock_start(peer_t *p, const uv_buf_t *buf) {
+  p->read_c0 = uvccl__piece_timed(&p->net->turn.read, READ_PIECE, buf->len)
+                  ? uv_hrtime()
+                  : 0;
 }
 
 /* libuv reads a socket in a loop of alloc and read callbacks, all one
@@ -39,10 +52,12 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   case RS_DIRECT:
     buf->base = p->rx.cur_op->buf + p->rx.cur_got;
     buf->len = read_allow(p->net, left);
+    read_clock_start(p, buf);
     return;
   case RS_EARLY:
     buf->base = p->rx.cur_early->data + p->rx.cur_got;
     buf->len = read_allow(p->net, left);
+    read_clock_start(p, buf);
     return;
   case RS_REDUCE:
     /* Only this frame's bytes: the reduction consumes them in place. */
@@ -54,7 +69,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     }
     /* (each read is reduced at once: a piece, so the turn's clock is read
      * between them) */
-    if (buf->len > READ_PIECE) buf->len = READ_PIECE;
+    if (buf->len > read_piece(p->net)) buf->len = read_piece(p->net);
+    read_clock_start(p, buf);
     return;
   default:
     /* At a frame boundary: read the header and a little more, so a small
@@ -897,6 +913,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     p->read_refused = 0; /* the turn was spent: the loop comes back */
   } else {
     if (n > 0) uvccl__turn_charge(&net->turn, (size_t)n);
+    if (p->read_c0 != 0 && n > 0)
+      uvccl__turn_io(&net->turn, &net->turn.read, READ_PIECE, (size_t)n,
+                     uv_hrtime() - p->read_c0);
+    p->read_c0 = 0;
     peer_read(p, n);
   }
   uvccl__turn_leave(&net->turn); /* net outlives p's callbacks */
