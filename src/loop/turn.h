@@ -106,7 +106,7 @@ static inline void uvccl__turn_charge(uvccl__turn_t *t, size_t n) {
 }
 int uvccl__turn_clock(uvccl__turn_t *t);
 /* A system call of the turn under way moved `bytes` in `ns` (uv_hrtime's
- * clock, as the turn's: a clock read costs 20-30 ns there, the thread's
+ * clock, as the turn's: a clock read costs about 40 ns there, the thread's
  * CPU clock 260 ns, a system call here): its piece learns, and a slow
  * call makes the turn look at its clock at once (it may be spent). */
 void uvccl__turn_io(uvccl__turn_t *t, uvccl__piece_t *p, size_t max,
