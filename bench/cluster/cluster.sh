@@ -29,6 +29,12 @@
 #               FAKE_CUDA_COPY_MBPS (the fake's copy rate)
 #   uvccl-gpuK  the same in chunks of K KiB (UVCCL_STAGE_CHUNK; uvccl-gpu0:
 #               whole)
+#   tcp         bench/cluster/tcp_ring.py: no library, plain TCP, one
+#               process a host in a ring of hosts, each sending what the
+#               link limit says the collective must carry through its link
+#               while it receives as much: the limit as TCP can reach it
+#               (headers, acknowledgements, the same losses)
+#   tcpN        the same on N connections to the next host
 #   gloo        bench/coll/gloo_bench.py --env (/usr/bin/python3, Debian's
 #               PyTorch), GLOO_SOCKET_IFNAME=eth0
 #   openmpi     bench/coll/mpi_bench (mpirun in host 0's namespace, its
@@ -85,8 +91,8 @@ N=(-n "$ITERS" -w "$WARMUP")
 # ranks a host: L each, or SHAPE's (hosts of different sizes)
 if [ -n "$SHAPE" ]; then read -r -a per <<< "$SHAPE"; else per=(); for i in $(seq 1 "$H"); do per+=("$L"); done; fi
 H=${#per[@]}
-W=0
-for i in "${per[@]}"; do W=$((W + i)); done
+W=0 min_per=${per[0]}
+for i in "${per[@]}"; do W=$((W + i)); if [ "$i" -lt "$min_per" ]; then min_per=$i; fi; done
 [ "$(id -u)" = 0 ] || { echo "cluster.sh: needs root (network namespaces)"; exit 1; }
 command -v ip > /dev/null && command -v tc > /dev/null ||
   { echo "cluster.sh: needs ip and tc (iproute2)"; exit 1; }
@@ -211,6 +217,26 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
   grep '^{' "$TMP/out.0" | head -n 1
 }
 
+run_tcp() { # impl op bytes -> host 0's JSON row (no placement: one process a host)
+  local impl=$1 op=$2 bytes=$3 wire h pids=() streams=${1#tcp}
+  case $op in
+    allreduce) wire=$(( bytes * 2 * (H - 1) / H )) ;;
+    allgather | reduce_scatter) wire=$(( bytes * (W - min_per) / W )) ;;
+    broadcast) wire=$bytes ;;
+    *) echo '{"time_us":null}'; return 0 ;;
+  esac
+  port=$((port + 2))
+  for h in $(seq $((H - 1)) -1 0); do
+    ip netns exec "$TAG$h" /usr/bin/python3 "$ROOT/bench/cluster/tcp_ring.py" \
+      --host "$h" --hosts "$H" --port "$port" --op "$op" --size "$bytes" \
+      --bytes "$wire" --streams "${streams:-1}" "${N[@]}" --json \
+      > "$TMP/out.$h" 2> "$TMP/err.$h" &
+    pids+=($!)
+  done
+  wait "${pids[@]}" || { echo "cluster.sh: tcp_ring failed:" >&2; cat "$TMP"/err.* >&2; return 1; }
+  grep '^{' "$TMP/out.0" | head -n 1
+}
+
 run_mpi() { # placement op bytes
   local place=$1 op=$2 bytes=$3 hosts="" i map
   for i in $(seq 0 $((H - 1))); do hosts+="${hosts:+,}10.215.0.$((i + 1)):${per[$i]}"; done
@@ -256,6 +282,7 @@ for p in $(seq 1 "$PASSES"); do
         b=$(to_bytes "$s")
         for impl in "${impls[@]}"; do
           if [ "$impl" = openmpi ]; then row=$(run_mpi "$place" "$op" "$b") || exit 1
+          elif [[ $impl == tcp* ]]; then row=$(run_tcp "$impl" "$op" "$b") || exit 1
           else row=$(run_ranks "$impl" "$place" "$op" "$b") || exit 1; fi
           echo "{\"impl2\":\"$impl\",\"place\":\"$place\",\"pass\":$p,${row#\{}" >> "$TMP/rows.jsonl"
         done
@@ -300,19 +327,30 @@ def label(b):
     return f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
 def ms(v):  # small messages take microseconds: keep three figures
     return f"{v:.0f}" if v >= 10 else f"{v:.3g}"
+# with tcp (plain TCP, one connection a host pair) in the run: how far
+# uvccl is from what TCP itself moves, and the most that any library over
+# TCP could lead the best other one by (the best other's time over tcp's)
+floor = "tcp" in impls
 print()
 print("| op | size | placement | link limit ms | " +
-      " | ".join(f"{i} ms" for i in impls) + " | uvccl vs best other |")
-print("|---|---:|---|---:|" + "---:|" * len(impls) + "---:|")
+      " | ".join(f"{i} ms" for i in impls) + " | uvccl vs best other |" +
+      (" uvccl / tcp | room vs best other |" if floor else ""))
+print("|---|---:|---|---:|" + "---:|" * len(impls) + "---:|" +
+      ("---:|---:|" if floor else ""))
 for (op, b, place) in sorted(cells):
     c = cells[(op, b, place)]
     lim = share.get(op, 1.0) * b * 8 / bps * 1e3
     med = {i: statistics.median(c[i]) for i in impls if i in c}
-    others = [med[i] for i in med if not i.startswith("uvccl")]
+    others = [med[i] for i in med if not i.startswith(("uvccl", "tcp"))]
     vs = f"{min(others) / med['uvccl']:.2f}x" if others and "uvccl" in med else "-"
+    tail = ""
+    if floor:
+        t = med.get("tcp")
+        tail = (f" {med['uvccl'] / t:.2f} |" if t and "uvccl" in med else " - |") + \
+               (f" {min(others) / t:.2f}x |" if t and others else " - |")
     print(f"| {op} | {label(b)} | {place} | {ms(lim)} | " +
           " | ".join(ms(med[i]) if i in med else "-" for i in impls) +
-          f" | {vs} |")
+          f" | {vs} |" + tail)
 if bad:
     print(f"\n{bad} rows failed their result check")
     sys.exit(1)
