@@ -219,6 +219,7 @@ run_ranks() { # impl placement op bytes -> rank 0's JSON row on stdout
 
 run_tcp() { # impl op bytes -> host 0's JSON row (no placement: one process a host)
   local impl=$1 op=$2 bytes=$3 wire h pids=() streams=${1#tcp}
+  # what the busiest host's link must carry: the summary's share (below)
   case $op in
     allreduce) wire=$(( bytes * 2 * (H - 1) / H )) ;;
     allgather | reduce_scatter) wire=$(( bytes * (W - min_per) / W )) ;;

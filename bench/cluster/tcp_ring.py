@@ -13,7 +13,8 @@ carry for the collective, so the time is that collective's limit through
 TCP, at the same rates, queues and losses as the libraries see.
 
   tcp_ring.py --host I --hosts H --addr-fmt 10.215.0.%d --port P \
-              --bytes N [--streams S] [-n ITERS] [-w WARMUP] [--json]
+              --bytes N [--op OP --size S] [--streams S] [-n ITERS]
+              [-w WARMUP] [--json]
 
 Host I listens on its address (10.215.0.(I+1)) at P, connects S times to
 host I+1. Before every iteration, a barrier (a token twice round the ring,
@@ -153,7 +154,7 @@ def main():
         t0 = time.perf_counter()
         try:
             transfer()
-        except (OSError, BlockingIOError) as e:
+        except OSError as e:
             print(f"tcp_ring: host {me}: {e}", file=sys.stderr)
             return 1
         if it >= a.w:
