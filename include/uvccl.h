@@ -701,9 +701,10 @@ typedef struct {
   /* Striped TCP: with a rank of another host, this many connections
    * (at most 16), and a frame of tcp_stripe_min bytes or more is cut
    * across them, received straight into place (one TCP stream loses much
-   * of a lossy link's rate: 4 moved 2-4x one connection's bytes under 1%
-   * loss; on clean links they gain nothing and cost up to a fifth in
-   * pipelined broadcasts, bench/RESULTS.md). 0 = $UVCCL_TCP_STRIPES and
+   * of a lossy link's rate where round trips are long: 4 moved 3-4x one
+   * connection's bytes under 1% loss and 2 ms round trips; on clean links
+   * they gain nothing and cost up to a fifth in pipelined broadcasts,
+   * bench/RESULTS.md). 0 = $UVCCL_TCP_STRIPES and
    * $UVCCL_TCP_STRIPE_MIN, else 1 (one connection) and 256 KiB. Every
    * rank of the world must have the same count (creation fails with
    * UV_EINVAL, naming both, where two differ). The world's values hold for

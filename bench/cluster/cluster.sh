@@ -57,8 +57,16 @@
 #   ROWS=FILE (keep every run's JSON row there)
 #   LOSS=0 (percent of the packets host LOSS_HOST=0's link drops, each way,
 #   at random: nftables' numgen, since this kernel has no netem; needs nft;
-#   that host sends and receives packets of one segment each then, so that
-#   a drop is one packet's, not a large send's)
+#   every host sends packets of one segment then, so that a drop is one
+#   packet's, not a large send's)
+#   LOSS_AT=wire (where: wire, the switch's port, so that neither end's
+#   stack sees the drop, as on a real link; stack, the lossy host's own
+#   output and input hooks, as in older rows of bench/RESULTS.md: a drop
+#   at the output hook is an error to TCP, which sends the segment again
+#   later, not a loss)
+#   CC= (the hosts' TCP congestion control, e.g. cubic, Linux's default;
+#   empty: the machine's, named in the header; one the machine does not
+#   allow joins net.ipv4.tcp_allowed_congestion_control for the run)
 #   QUEUE_MS=100 (how much a link queues before it drops, in time at RATE:
 #   tbf's latency)
 #   WRAP= (a command every rank's program is started through, uvccl's,
@@ -84,6 +92,8 @@ IMPLS=${IMPLS:-"uvccl uvccl-ring uvccl-rank gloo openmpi"}
 ITERS=${ITERS:-5}
 LOSS=${LOSS:-0}
 LOSS_HOST=${LOSS_HOST:-0}
+LOSS_AT=${LOSS_AT:-wire}
+CC=${CC:-}
 DELAY_US=${DELAY_US:-0}
 QUEUE_MS=${QUEUE_MS:-100}
 WARMUP=${WARMUP:-1}
@@ -100,6 +110,7 @@ command -v ip > /dev/null && command -v tc > /dev/null ||
 LOSS_PM=$(awk -v l="$LOSS" 'BEGIN { printf "%d", l * 10 + 0.5 }')
 [ "$LOSS_PM" = 0 ] || command -v nft > /dev/null ||
   { echo "cluster.sh: LOSS needs nft (nftables)"; exit 1; }
+case $LOSS_AT in wire | stack) ;; *) echo "cluster.sh: LOSS_AT: wire or stack"; exit 1 ;; esac
 
 [ "$DELAY_US" = 0 ] || command -v iptables > /dev/null ||
   { echo "cluster.sh: DELAY_US needs iptables"; exit 1; }
@@ -111,9 +122,21 @@ cleanup() {
   local i
   [ ${#delays[@]} = 0 ] || kill "${delays[@]}" 2> /dev/null || true
   for i in $(seq 0 "$H"); do ip netns del "$TAG$i" 2> /dev/null || true; done
+  [ -z "$cc_allowed" ] || sysctl -qw net.ipv4.tcp_allowed_congestion_control="$cc_allowed"
   rm -rf "$TMP"
 }
 trap cleanup EXIT
+# a network namespace may only pick an algorithm the machine allows: CC
+# joins that list for the run (put back at the end)
+cc_allowed=
+if [ -n "$CC" ]; then
+  allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+  if [[ " $allowed " != *" $CC "* ]]; then
+    sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed $CC" ||
+      { echo "cluster.sh: CC=$CC: not available here"; exit 1; }
+    cc_allowed=$allowed
+  fi
+fi
 
 make -C "$ROOT" -s build/bin/uvccl-bench > /dev/null
 have_mpi=0
@@ -139,6 +162,7 @@ for i in $(seq 0 $((H - 1))); do
   ip -n "$TAG$i" addr add 10.215.0.$((i + 1))/24 dev eth0
   ip -n "$TAG$i" link set eth0 up
   ip -n "$TAG$i" link set lo up
+  [ -z "$CC" ] || ip netns exec "$TAG$i" sysctl -qw net.ipv4.tcp_congestion_control="$CC"
   # the host's link, both ways: out of the host, and out of the switch
   # towards it
   ip netns exec "$TAG$i" tc qdisc add dev eth0 root tbf rate "$RATE" \
@@ -157,7 +181,19 @@ if [ "$DELAY_US" != 0 ]; then
       --queue-num 0 --queue-bypass
   done
 fi
-if [ "$LOSS_PM" != 0 ]; then
+if [ "$LOSS_PM" != 0 ] && [ "$LOSS_AT" = wire ]; then
+  # every host sends packets of one segment (a GSO packet crosses a veth
+  # whole: its drop would be 45 packets'); the switch's port drops them,
+  # so neither end's stack sees the drop (at a host's output hook TCP gets
+  # an error and sends the segment again later instead)
+  for i in $(seq 0 $((H - 1))); do ip -n "$TAG$i" link set eth0 gso_max_segs 1; done
+  ip netns exec "$SW" nft -f - << NFT
+table netdev loss {
+  chain from_host { type filter hook ingress device "p$LOSS_HOST" priority 0; numgen random mod 1000 < $LOSS_PM drop; }
+  chain to_host { type filter hook egress device "p$LOSS_HOST" priority 0; numgen random mod 1000 < $LOSS_PM drop; }
+}
+NFT
+elif [ "$LOSS_PM" != 0 ]; then
   ip -n "$TAG$LOSS_HOST" link set eth0 gso_max_segs 1 gro_max_size 1500 2> /dev/null ||
     ip -n "$TAG$LOSS_HOST" link set eth0 gso_max_segs 1
   ip netns exec "$TAG$LOSS_HOST" nft -f - << NFT
@@ -295,7 +331,8 @@ done
 [ -n "${ROWS:-}" ] && cp "$TMP/rows.jsonl" "$ROWS"
 if [ -n "$SHAPE" ]; then shape="hosts of ${per[*]} ranks"; else shape="$H hosts x $L ranks"; fi
 echo "# bench/cluster/cluster.sh: $shape, links $RATE each way (tc tbf),"
-[ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen)"
+[ "$LOSS_PM" = 0 ] || echo "# host $LOSS_HOST's link drops $LOSS% of the packets each way (nftables numgen, $([ "$LOSS_AT" = wire ] && echo "on the wire" || echo "in the host's stack"))"
+echo "# TCP congestion control: ${CC:-$(sysctl -n net.ipv4.tcp_congestion_control)}"
 [ "$DELAY_US" = 0 ] || echo "# every host's link holds what it sends $DELAY_US us (delay.c, NFQUEUE): round trips of $((2 * DELAY_US)) us and more"
 echo "# uvccl $(git -C "$ROOT" rev-parse --short HEAD); $PASSES passes of $ITERS timed iterations (median); $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs"
 python3 - "$TMP/rows.jsonl" "${per[*]}" "$RATE" "${impls[*]}" << 'PY'

@@ -32,6 +32,14 @@ import sys
 import time
 
 CHUNK = 1 << 20
+# a receiving socket wakes the selector once this much has arrived (or all
+# that is left): when a lossy link's hosts send packets of one segment,
+# waking for each would make this process, not the link, the limit
+LOWAT = 256 << 10
+
+
+def set_lowat(sock, n):
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, max(1, min(n, LOWAT)))
 
 
 def connect(addr, port, deadline):
@@ -129,6 +137,7 @@ def main():
                 sock.setblocking(False)
                 sel.register(sock, ev, buf[:parts[i]])
                 at[sock] = 0
+            set_lowat(prv[i], parts[i])
         try:
             while at:
                 for key, ev in sel.select():
@@ -139,6 +148,8 @@ def main():
                         n = sock.recv_into(buf[off:], min(len(buf) - off, CHUNK))
                         if n == 0:
                             raise ConnectionError("the peer closed its connection")
+                        if 0 < len(buf) - off - n < LOWAT:
+                            set_lowat(sock, len(buf) - off - n)
                     at[sock] = off + n
                     if at[sock] == len(buf):
                         sel.unregister(sock)
@@ -147,6 +158,8 @@ def main():
             sel.close()
             for c in nxt + prv:
                 c.setblocking(True)
+            for c in prv:
+                set_lowat(c, 1)
 
     times = []
     for it in range(a.w + a.n):

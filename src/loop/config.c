@@ -101,8 +101,8 @@ static const uvccl__cfg_var_t vars[UVCCL__CFG_COUNT] = {
           "once), us (0: sleep at once)"),
     UINTV(UVCCL__CFG_TCP_STRIPES, "UVCCL_TCP_STRIPES", 1, 16, 1, "1",
           "TCP connections to each rank of another host; a large frame is "
-          "cut across them (4 on lossy links: 2-4x one connection there; "
-          "every rank must have the same)"),
+          "cut across them (4 where links lose packets and are long: 3-4x "
+          "one connection there; every rank must have the same)"),
     UINTV(UVCCL__CFG_TCP_STRIPE_MIN, "UVCCL_TCP_STRIPE_MIN", 8192, NOMAX,
           262144, "262144",
           "the smallest frame, bytes, cut across a rank's TCP connections"),
