@@ -12,6 +12,10 @@
 # uvccl-bench on GPU buffers (staged, 2 processes; NCCL, 1 process), the
 # PyTorch backend's CUDA checks (t/run-torch-cuda.sh), DDP on CUDA against
 # Gloo (2 ranks), and bench/torch on CUDA tensors (1 and 2 ranks).
+# GPU_CHECK_TORCH=0 leaves the PyTorch steps out (and the extension's
+# build); GPU_CHECK_LOOP_LAG=1 adds the loop's lag under staged GPU
+# collectives beside the same job on host buffers (bench/coll/loop_lag.sh,
+# W=2, both transports, 2 jobs each; the summaries in DIR/loop-lag-*).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu-check.sh DIR}
@@ -22,7 +26,7 @@ step() { # name seconds command...
   shift 2
   t0=$(date +%s.%N)
   # shell functions too: the command runs in a bash that has them
-  timeout -k 5 "$secs" bash -c "$(declare -f ext_build tests ddp); PY=$PY; $*" \
+  timeout -k 5 "$secs" bash -c "$(declare -f ext_build loop_lag tests ddp); PY=$PY; $*" \
     >"$out/$name.log" 2>&1
   rc=$?
   printf "%-14s rc=%-3s %6.1fs\n" "$name" "$rc" "$(awk "BEGIN { print $(date +%s.%N) - $t0 }")"
@@ -30,10 +34,17 @@ step() { # name seconds command...
 ext_build() {
   PYTHON=$PY tools/torch-ext.sh
 }
+loop_lag() { # tag, then arguments of the benchmark
+  local tag=$1
+  shift
+  WORLDS=2 JOBS=2 SIZES=64M,256M LAG_ARGS="$*" bench/coll/loop_lag.sh "$tag"
+  cp -r "bench/coll/out/$tag" "$out/$tag"
+}
 nvidia-smi -L
+torch=${GPU_CHECK_TORCH:-1}
 # the extension builds while the C tests run
-( step torch-ext 300 ext_build ) &
-ext=$!
+ext=
+[ "$torch" = 1 ] && { ( step torch-ext 300 ext_build ) & ext=$!; }
 tests() {
   for t in t/3001*.t t/3002-gpu-device-cuda.t t/3004*.t t/3010*.t t/204*.t; do
     echo "## $t"
@@ -47,7 +58,12 @@ if [ "${GPU_CHECK_TORCH_ONLY:-0}" != 1 ]; then
   step bench-staged 120 build/bin/uvccl-run -n 2 build/bin/uvccl-bench --gpu --op all
   step bench-nccl 120 build/bin/uvccl-run -n 1 build/bin/uvccl-bench --backend nccl --op all
 fi
-wait $ext
+if [ "${GPU_CHECK_LOOP_LAG:-0}" = 1 ]; then
+  t=$(date +%m%d-%H%M)
+  step loop-lag-host 150 "out=$out; loop_lag gpu-host-$t"
+  step loop-lag-gpu 200 "out=$out; loop_lag gpu-staged-$t --gpu"
+fi
+[ -n "$ext" ] && wait $ext
 ddp() {
   local port r
   port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -57,7 +73,7 @@ ddp() {
   done
   wait
 }
-if [ -n "$(ls python/uvccl_torch/_C*.so 2>/dev/null)" ]; then
+if [ "$torch" = 1 ] && [ -n "$(ls python/uvccl_torch/_C*.so 2>/dev/null)" ]; then
   step torch-cuda 300 PYTHON=$PY t/run-torch-cuda.sh
   step torch-ddp 180 ddp
   step torch-bench1 120 env BENCH_DEVICE=cuda $PY bench/torch/bench.py allreduce 1 3

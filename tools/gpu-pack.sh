@@ -10,28 +10,43 @@
 # LD_LIBRARY_PATH to the packed libuv and to the CUDA runtime and NCCL of
 # the machine's PyTorch wheels (python3's nvidia.* packages). The tests
 # name build/ by the absolute path they were built in, so unpack.sh links
-# that path to build/ where it does not exist.
+# that path to build/ where it does not exist. For the PyTorch extension
+# (tools/torch-ext.sh, built there by tools/gpu-check.sh) it packs
+# libuvccl.a and libuv's headers, and unpack.sh points UV_CFLAGS and
+# UV_LIBS at them.
 #
 #   tools/gpu-pack.sh            # after make and make tests
 set -eu
 cd "$(dirname "$0")/.."
-[ -x build/bin/uvccl-bench ] && [ -x build/bench/stage_bench ] ||
+[ -x build/bin/uvccl-bench ] && [ -x build/bench/stage_bench ] &&
+  [ -x build/bench/uvccl-loop-lag ] ||
   { echo "gpu-pack: build first (make && make tests)" >&2; exit 2; }
 rm -rf .gpu
 mkdir -p .gpu/build/bench .gpu/t .gpu/lib
-cp -a build/bin build/fake .gpu/build/
+cp -a build/bin build/fake build/libuvccl.a .gpu/build/
 rm -f .gpu/build/bin/uvccl-vsearch .gpu/build/bin/uvccl-demo
-cp build/bench/stage_bench build/bench/nccl_bench .gpu/build/bench/
+cp build/bench/stage_bench build/bench/nccl_bench build/bench/uvccl-loop-lag \
+  .gpu/build/bench/
 for t in t/3001-*.t t/3002-gpu-device-cuda.t t/3004-*.t t/3010-*.t t/204*.t; do
   [ -f "$t" ] && cp "$t" .gpu/t/
 done
 uv=$(ldd build/bin/uvccl-bench | awk '/libuv\.so/ { print $3 }')
 [ -n "$uv" ] && cp -L "$uv" .gpu/lib/
+uvh=$(echo '#include <uv.h>' | ${CC:-cc} $(pkg-config --cflags libuv 2>/dev/null) -M -E - 2>/dev/null |
+  tr ' \\' '\n\n' | grep '/uv\.h$' | head -1)
+if [ -n "$uvh" ]; then
+  mkdir -p .gpu/include
+  cp -r "$uvh" "$(dirname "$uvh")/uv" .gpu/include/
+fi
 cat > .gpu/unpack.sh << EOF
 # sourced on the GPU machine, from the repository root
 mkdir -p build && cp -a .gpu/build/. build/ && cp .gpu/t/*.t t/
 _nv=\$(python3 -c 'import nvidia, glob, os; print(":".join(d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, "*", "lib"))))' 2>/dev/null)
 export LD_LIBRARY_PATH=\$PWD/.gpu/lib\${_nv:+:\$_nv}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 [ -e "$PWD/build" ] || { mkdir -p "$PWD" && ln -s "\$PWD/build" "$PWD/build"; }
+# for tools/torch-ext.sh: the packed libuv and its headers
+[ -d .gpu/include ] && export UV_CFLAGS="-I\$PWD/.gpu/include"
+ls .gpu/lib/libuv.so* > /dev/null 2>&1 &&
+  export UV_LIBS="\$(ls \$PWD/.gpu/lib/libuv.so* | head -1) -Wl,-rpath,\$PWD/.gpu/lib"
 EOF
 du -sh .gpu | sed 's/^/gpu-pack: /'

@@ -38,7 +38,11 @@
  *
  *   build/bin/uvccl-run -n 2 build/bench/uvccl-loop-lag \
  *       [--op allreduce,broadcast,allgather,reduce_scatter|all]
- *       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats]
+ *       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats] [--gpu]
+ *
+ * --gpu puts the buffers in GPU memory (device $LOCAL_RANK, else 0): the
+ * collectives are staged through pinned host memory by the device thread,
+ * whose hand-offs to the loop are then what the ticks see.
  *
  * --no-stats leaves the callbacks untimed (loop_stats off: two reads of
  * the thread's CPU clock a callback, about 10% of a 256 MiB collective's
@@ -84,6 +88,9 @@ static struct {
   int no_stats;
   int op_i, size_i, iter;     /* where the run is */
   float *sbuf, *rbuf;         /* the largest size's buffers */
+  int gpu;                    /* --gpu: the collectives' buffers on the
+                                 device, sbuf and rbuf their host copies */
+  void *dsbuf, *drbuf;
   size_t n;                   /* elements of the cell's buffer */
   /* the cell's ticks */
   int measuring;
@@ -105,6 +112,18 @@ static struct {
 static void die(const char *what, int rc) {
   fprintf(stderr, "loop_lag: %s: %s %s\n", what, uvccl_strerror(rc), B.w.msg);
   exit(1);
+}
+
+/* The buffers the collectives run on. */
+static void *send_buf(void) { return B.gpu ? B.dsbuf : (void *)B.sbuf; }
+static void *recv_buf(void) { return B.gpu ? B.drbuf : (void *)B.rbuf; }
+
+/* --gpu: the host copies to the device before a cell, the result back
+ * after it (outside the timed part; blocking). */
+static void gpu_copy(void *dst, const void *src, size_t n) {
+  int rc;
+  if (!B.gpu || n == 0) return;
+  if ((rc = uvccl_gpu_memcpy(dst, src, n)) != 0) die("uvccl_gpu_memcpy", rc);
 }
 
 /* The loop thread's CPU time and run delay so far (ns): time it ran, and
@@ -215,6 +234,8 @@ static void fill(void) {
     }
   }
   for (k = 0; k < out; k++) B.rbuf[k] = -2.0f;
+  gpu_copy(B.dsbuf, B.sbuf, in * sizeof(float));
+  gpu_copy(B.drbuf, B.rbuf, out * sizeof(float));
 }
 
 /* Every element of the output, sampled at growing strides (the whole
@@ -223,6 +244,10 @@ static int check(void) {
   size_t in, out, k, bad = 0;
   const float *res = cur_op() == OP_BROADCAST ? B.sbuf : B.rbuf;
   cell_counts(&in, &out);
+  if (cur_op() == OP_BROADCAST)
+    gpu_copy(B.sbuf, B.dsbuf, out * sizeof(float));
+  else
+    gpu_copy(B.rbuf, B.drbuf, out * sizeof(float));
   for (k = 0; k < out; k += 1 + k % 61)
     if (res[k] != want(k)) bad++;
   if (out > 0 && res[out - 1] != want(out - 1)) bad++;
@@ -245,12 +270,13 @@ static void report(void) {
            "\"cb_cpu_max\":%.3f,\"cb_over_2ms\":%.0f,\"callbacks\":%.0f,"
            "\"cb_max_mib\":%.2f,\"op_med\":%.2f,\"op_max\":%.2f,"
            "\"cb_cpu_max_steady\":%.3f,\"cb_over_2ms_steady\":%.0f,"
-           "\"ok\":%s}\n",
+           "\"gpu\":%s,\"ok\":%s}\n",
            op, mib, B.pg.size, B.iters, r[R_TICKS], r[R_P50], r[R_P99],
            r[R_MAX], r[R_OS99], r[R_OSMAX], r[R_OWN99], r[R_OWNMAX],
            r[R_CBWALL], r[R_CBCPU], r[R_CB2MS], r[R_CBS],
            r[R_MAXBYTES] / (1 << 20), r[R_OPMED], r[R_OPMAX], r[R_SCBCPU],
-           r[R_SCB2MS], r[R_BAD] > 0 ? "false" : "true");
+           r[R_SCB2MS], B.gpu ? "true" : "false",
+           r[R_BAD] > 0 ? "false" : "true");
   } else {
     printf("%-14s %5.0f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f "
            "%7.3f %6.0f %6.2f %8.2f %8.2f  %s\n",
@@ -369,18 +395,19 @@ static void on_barrier(uvccl_work_t *w, int status) {
   B.op_t0 = uv_hrtime();
   switch (cur_op()) {
   case OP_ALLREDUCE:
-    rc = uvccl_allreduce(&B.pg, &B.w, B.sbuf, B.rbuf, in, UVCCL_FLOAT32,
-                         UVCCL_SUM, on_op);
+    rc = uvccl_allreduce(&B.pg, &B.w, send_buf(), recv_buf(), in,
+                         UVCCL_FLOAT32, UVCCL_SUM, on_op);
     break;
   case OP_BROADCAST:
-    rc = uvccl_broadcast(&B.pg, &B.w, B.sbuf, in, UVCCL_FLOAT32, 0, on_op);
-    break;
-  case OP_ALLGATHER:
-    rc = uvccl_allgather(&B.pg, &B.w, B.sbuf, B.rbuf, in, UVCCL_FLOAT32,
+    rc = uvccl_broadcast(&B.pg, &B.w, send_buf(), in, UVCCL_FLOAT32, 0,
                          on_op);
     break;
+  case OP_ALLGATHER:
+    rc = uvccl_allgather(&B.pg, &B.w, send_buf(), recv_buf(), in,
+                         UVCCL_FLOAT32, on_op);
+    break;
   default:
-    rc = uvccl_reduce_scatter(&B.pg, &B.w, B.sbuf, B.rbuf, out,
+    rc = uvccl_reduce_scatter(&B.pg, &B.w, send_buf(), recv_buf(), out,
                               UVCCL_FLOAT32, UVCCL_SUM, on_op);
     break;
   }
@@ -414,9 +441,10 @@ static void on_created(uvccl_work_t *w, int status) {
   (void)w;
   if (status != 0) die("group", status);
   if (B.pg.rank == 0 && !B.json) {
-    printf("# loop lag, %d ranks (%s between ranks 0 and 1); times in ms, "
+    printf("# loop lag, %d ranks (%s between ranks 0 and 1)%s; times in ms, "
            "MAX over ranks\n",
-           B.pg.size, B.pg.size > 1 ? uvccl_pg_peer_transport(&B.pg, 1) : "-");
+           B.pg.size, B.pg.size > 1 ? uvccl_pg_peer_transport(&B.pg, 1) : "-",
+           B.gpu ? ", GPU buffers staged" : "");
     printf("%-14s %5s %7s %7s %7s %7s %7s %7s %7s %7s %7s %6s %6s %8s %8s\n",
            "# op", "MiB", "lag50", "lag99", "lagmax", "os99", "osmax",
            "own99", "ownmax", "cbwall", "cbcpu", "cb>2ms", "MiB/cb",
@@ -430,7 +458,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: uvccl-run -n W uvccl-loop-lag [--op "
           "allreduce,broadcast,allgather,reduce_scatter|all]\n"
-          "       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats]\n");
+          "       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats] "
+          "[--gpu]\n");
   exit(2);
 }
 
@@ -474,6 +503,7 @@ int main(int argc, char **argv) {
       {"iters", required_argument, NULL, 'n'},
       {"json", no_argument, NULL, 'j'},
       {"no-stats", no_argument, NULL, 's' + 256},
+      {"gpu", no_argument, NULL, 'g'},
       {NULL, 0, NULL, 0}};
   uvccl_pg_options_t o;
   uint64_t largest = 0;
@@ -492,6 +522,7 @@ int main(int argc, char **argv) {
     case 'n': B.iters = atoi(optarg); break;
     case 'j': B.json = 1; break;
     case 's' + 256: B.no_stats = 1; break;
+    case 'g': B.gpu = 1; break;
     default: usage();
     }
   }
@@ -510,6 +541,19 @@ int main(int argc, char **argv) {
    * memset of zeros may become a calloc that touches nothing) */
   memset(B.sbuf, 0x55, largest);
   memset(B.rbuf, 0x55, largest);
+  if (B.gpu) {
+    const char *lr = getenv("LOCAL_RANK");
+    int dev = lr ? atoi(lr) : 0, count = 0;
+    if (uvccl_gpu_device_count(&count) != 0 || count == 0) {
+      fprintf(stderr, "loop_lag: --gpu: %s\n",
+              uvccl_gpu_unavailable_reason() ? uvccl_gpu_unavailable_reason()
+                                             : "no CUDA device");
+      return 1;
+    }
+    if ((rc = uvccl_gpu_malloc(dev % count, &B.dsbuf, largest)) != 0 ||
+        (rc = uvccl_gpu_malloc(dev % count, &B.drbuf, largest)) != 0)
+      die("--gpu: uvccl_gpu_malloc", rc);
+  }
   B.sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
   memset(&o, 0, sizeof(o));
 #ifdef UVCCL_LOOP_HIST
@@ -523,6 +567,8 @@ int main(int argc, char **argv) {
   rc = uv_loop_close(&B.loop);
   free(B.sbuf);
   free(B.rbuf);
+  if (B.dsbuf) uvccl_gpu_free(B.dsbuf);
+  if (B.drbuf) uvccl_gpu_free(B.drbuf);
   free(B.opms);
   free(B.lag);
   free(B.os);
