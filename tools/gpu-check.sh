@@ -15,7 +15,8 @@
 # GPU_CHECK_TORCH=0 leaves the PyTorch steps out (and the extension's
 # build); GPU_CHECK_LOOP_LAG=1 adds the loop's lag under staged GPU
 # collectives beside the same job on host buffers (bench/coll/loop_lag.sh,
-# W=2, both transports, 2 jobs each; the summaries in DIR/loop-lag-*).
+# W=2, both transports, 2 jobs each; logs in DIR/loop-lag-*.log, every
+# job in DIR/gpu-host-* and DIR/gpu-staged-*).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu-check.sh DIR}

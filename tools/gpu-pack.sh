@@ -45,8 +45,9 @@ _nv=\$(python3 -c 'import nvidia, glob, os; print(":".join(d for p in nvidia.__p
 export LD_LIBRARY_PATH=\$PWD/.gpu/lib\${_nv:+:\$_nv}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 [ -e "$PWD/build" ] || { mkdir -p "$PWD" && ln -s "\$PWD/build" "$PWD/build"; }
 # for tools/torch-ext.sh: the packed libuv and its headers
-[ -d .gpu/include ] && export UV_CFLAGS="-I\$PWD/.gpu/include"
-ls .gpu/lib/libuv.so* > /dev/null 2>&1 &&
+if [ -d .gpu/include ]; then export UV_CFLAGS="-I\$PWD/.gpu/include"; fi
+if ls .gpu/lib/libuv.so* > /dev/null 2>&1; then
   export UV_LIBS="\$(ls \$PWD/.gpu/lib/libuv.so* | head -1) -Wl,-rpath,\$PWD/.gpu/lib"
+fi
 EOF
 du -sh .gpu | sed 's/^/gpu-pack: /'
