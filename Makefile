@@ -120,7 +120,10 @@ OTHER_BENCHES := $(BUILD)/bench/uvccl_chaos $(BUILD)/bench/uvccl-store-bench \
 		 $(BUILD)/bench/uvccl-tls-store-bench $(BUILD)/bench/uvccl-loop-lag \
 		 $(BUILD)/bench/uvccl-transfer-bench $(BUILD)/bench/uvccl-elastic-cycles \
 		 $(BUILD)/bench/uvccl-bindings-chain
-all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) torch examples py nodejs
+# The system calls' times, preloaded into the ranks of a loop-lag run
+# (bench/coll/call_times.c, CALL_TIMES=1 bench/coll/loop_lag.sh).
+CALL_TIMES  := $(BUILD)/bench/call_times.so
+all: deps $(STATIC) $(SHARED) $(TOOLS) $(GPU_BENCHES) $(OTHER_BENCHES) $(CALL_TIMES) torch examples py nodejs
 
 # The asyncio binding, from a make of its own (Python's headers arrive with
 # deps on a fresh machine).
@@ -262,6 +265,14 @@ $(BUILD)/bin/%: tools/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(BUILD)/dep
 	@$(if $(Q),echo "  TOOL    $@")
 	$(Q)$(LINK_ONE)
+
+# Without sanitizers, like the fakes: it is preloaded into programs that
+# may have them or not.
+$(CALL_TIMES): bench/coll/call_times.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) -std=gnu11 -O2 -g -Wall -Wextra -fPIC -shared $(CFLAGS) $(LDFLAGS) \
+	  -o $@ $< -ldl
 
 # The benchmarks built with everything: program, then its source.
 BENCH_TABLE := \

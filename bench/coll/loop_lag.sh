@@ -13,6 +13,9 @@
 #     see the same minutes of a noisy machine
 #   ENVS= extra variables for the ranks ("UVCCL_TURN_BYTES=262144 ...")
 #   LAG_ARGS= more arguments for the benchmark (--no-stats)
+#   CALL_TIMES=1 also times the ranks' TCP system calls by size
+#     (bench/coll/call_times.c, preloaded): a table per build after the
+#     summary, the counts in calls/LABEL/
 # Output: one JSON line per cell, build and job in bench/coll/out/TAG/
 # raw.jsonl (with the CPU time the hypervisor stole from the machine
 # during that job, /proc/stat), and the summary (bench/coll/loop_lag.py:
@@ -29,9 +32,11 @@ SIZES=${SIZES:-16M,64M,256M}
 ITERS=${ITERS:-}
 BINS=${BINS:-uvccl:$ROOT/build/bench/uvccl-loop-lag}
 ENVS=${ENVS:-}
+CALL_TIMES=${CALL_TIMES:-0}
 RUN=$ROOT/build/bin/uvccl-run
 
 [ -x "$ROOT/build/bench/uvccl-loop-lag" ] && [ -x "$RUN" ] || make -C "$ROOT" >/dev/null
+[ "$CALL_TIMES" = 1 ] && { [ -f "$ROOT/build/bench/call_times.so" ] || make -C "$ROOT" >/dev/null; }
 mkdir -p "$OUT"
 : > "$OUT/raw.jsonl"
 {
@@ -51,8 +56,13 @@ for W in $WORLDS; do
         L=${LB%%:*}
         B=${LB#*:}
         echo "== W=$W $T job $J $L" >&2
+        cenv=""
+        if [ "$CALL_TIMES" = 1 ]; then
+          mkdir -p "$OUT/calls/$L"
+          cenv="LD_PRELOAD=$ROOT/build/bench/call_times.so CALL_TIMES_OUT=$OUT/calls/$L"
+        fi
         s0=$(awk '/^cpu /{print $9}' /proc/stat)
-        env $tenv $ENVS "$RUN" -n "$W" --no-prefix "$B" --json --op "$OPS" \
+        env $tenv $ENVS $cenv "$RUN" -n "$W" --no-prefix "$B" --json --op "$OPS" \
           --sizes "$SIZES" ${ITERS:+--iters $ITERS} ${LAG_ARGS:-} 2>>"$OUT/stderr.log" \
           > "$OUT/job.tmp"
         s1=$(awk '/^cpu /{print $9}' /proc/stat)
@@ -65,4 +75,9 @@ for W in $WORLDS; do
 done
 echo "steal after: $(awk '/^cpu /{print $9}' /proc/stat) ticks" >> "$OUT/env.txt"
 rm -f "$OUT/job.tmp"
-/usr/bin/python3 "$ROOT/bench/coll/loop_lag.py" "$OUT/raw.jsonl" | tee "$OUT/summary.md"
+{
+  /usr/bin/python3 "$ROOT/bench/coll/loop_lag.py" "$OUT/raw.jsonl"
+  if [ "$CALL_TIMES" = 1 ]; then
+    for LB in $BINS; do /usr/bin/python3 "$ROOT/bench/coll/call_times.py" "$OUT/calls/${LB%%:*}"; done
+  fi
+} | tee "$OUT/summary.md"
