@@ -106,7 +106,7 @@ VSEARCH_SRCS := $(sort $(wildcard examples/vsearch/*.c))
 VSEARCH_OBJS := $(VSEARCH_SRCS:%.c=$(BUILD)/%.o)
 VSEARCH      := $(if $(wildcard /usr/include/h2o.h),$(BUILD)/bin/uvccl-vsearch)
 
-.PHONY: all deps check demo install clean fuzz tests bench-store torch torch-ext torch-suite examples examples-build py py-ext nodejs nodejs-addon
+.PHONY: all deps check demo install clean fuzz tests valgrind bench-store torch torch-ext torch-suite examples examples-build py py-ext nodejs nodejs-addon
 # The GPU benchmarks (bench/gpu/) are built with everything, so they never
 # rot on machines without a GPU; they run on one (bench/gpu/README.md).
 GPU_BENCHES := $(BUILD)/bench/nccl_bench $(BUILD)/bench/stage_bench
@@ -319,6 +319,11 @@ check: all
 
 demo: all
 	$(Q)./tools/demo.sh $(BUILD)
+
+# The tests under valgrind's memcheck, every process they start followed
+# (tools/valgrind.sh: the tests that finish in minutes there; CI runs it).
+valgrind: tests
+	$(Q)./tools/valgrind.sh
 
 # PyTorch's distributed_test.py against the backend (minutes: not in check)
 torch-suite: all

@@ -121,6 +121,7 @@ static inline int child_drain(child_t *ch, int block) {
     if (ch->cap - ch->len < 4096) {
       ch->cap = ch->cap ? ch->cap * 2 : 8192;
       ch->buf = realloc(ch->buf, ch->cap);
+      ch->buf[ch->len] = '\0'; /* a string even before the first read */
     }
     if (!block) {
       struct pollfd pf = {ch->fd, POLLIN, 0};

@@ -37,6 +37,8 @@ command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need="$need libclang-rt-14-dev"
+# The memory checker: make valgrind, and the Node.js addon's test under it.
+command -v valgrind >/dev/null 2>&1 || need="$need valgrind"
 [ -z "$need" ] && exit 0
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -27,6 +27,8 @@ cp -a build/bin build/fake build/libuvccl.a .gpu/build/
 rm -f .gpu/build/bin/uvccl-vsearch .gpu/build/bin/uvccl-demo
 cp build/bench/stage_bench build/bench/nccl_bench build/bench/uvccl-loop-lag \
   .gpu/build/bench/
+# the system calls' times beside the loop's lag (CALL_TIMES=1 loop_lag.sh)
+[ -f build/bench/call_times.so ] && cp build/bench/call_times.so .gpu/build/bench/
 for t in t/3001-*.t t/3002-gpu-device-cuda.t t/3004-*.t t/3010-*.t t/204*.t; do
   [ -f "$t" ] && cp "$t" .gpu/t/
 done
