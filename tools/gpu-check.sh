@@ -16,7 +16,10 @@
 # build); GPU_CHECK_LOOP_LAG=1 adds the loop's lag under staged GPU
 # collectives beside the same job on host buffers (bench/coll/loop_lag.sh,
 # W=2, both transports, 2 jobs each; logs in DIR/loop-lag-*.log, every
-# job in DIR/gpu-host-* and DIR/gpu-staged-*).
+# job in DIR/gpu-host-* and DIR/gpu-staged-*). GPU_CHECK_LOOP_LAG_W4=1
+# adds issue 30's W=4 question on 2 CPUs of this machine (taskset -c 0,1,
+# host buffers, both transports, 2 jobs, the fixed-work probe beside
+# uvccl's callbacks: loop_lag.c --probe; DIR/w4-pinned-*).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu-check.sh DIR}
@@ -63,6 +66,11 @@ if [ "${GPU_CHECK_LOOP_LAG:-0}" = 1 ]; then
   t=$(date +%m%d-%H%M)
   step loop-lag-host 150 "out=$out; loop_lag gpu-host-$t"
   step loop-lag-gpu 200 "out=$out; loop_lag gpu-staged-$t --gpu"
+fi
+if [ "${GPU_CHECK_LOOP_LAG_W4:-0}" = 1 ]; then
+  t=$(date +%m%d-%H%M)
+  step loop-lag-w4 420 "WORLDS=4 JOBS=2 SIZES=64M,256M LAG_ARGS='--probe 150' \
+    taskset -c 0,1 bench/coll/loop_lag.sh w4-pinned-$t; cp -r bench/coll/out/w4-pinned-$t $out/"
 fi
 [ -n "$ext" ] && wait $ext
 ddp() {

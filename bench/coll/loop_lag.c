@@ -39,10 +39,22 @@
  *   build/bin/uvccl-run -n 2 build/bench/uvccl-loop-lag \
  *       [--op allreduce,broadcast,allgather,reduce_scatter|all]
  *       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats] [--gpu]
+ *       [--probe US]
  *
  * --gpu puts the buffers in GPU memory (device $LOCAL_RANK, else 0): the
  * collectives are staged through pinned host memory by the device thread,
  * whose hand-offs to the loop are then what the ticks see.
+ *
+ * --probe US runs a control on the loop beside uvccl's callbacks: each
+ * tick does US microseconds of arithmetic (no memory, no system call),
+ * timed on the thread's CPU clock like uvccl's callbacks. A probe that
+ * takes 2 ms of CPU took it from the machine (an interrupt charged to the
+ * thread, a virtual CPU the hypervisor held without saying so), not from
+ * its work: how often that happens, per second of CPU, is the floor any
+ * callback of that length meets on this machine. The row then also has
+ * sums over the ranks and the whole cell, warm-up included (the probes',
+ * and uvccl's callbacks' CPU time and counts of 1 and 2 ms or more), to
+ * compare the two rates.
  *
  * --no-stats leaves the callbacks untimed (loop_stats off: two reads of
  * the thread's CPU clock a callback, about 10% of a 256 MiB collective's
@@ -59,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../tools/size_arg.h"
@@ -71,7 +84,13 @@ static const char *const op_names[NOPS] = {"allreduce", "broadcast",
 enum {
   R_P50, R_P99, R_MAX, R_OS99, R_OSMAX, R_OWN99, R_OWNMAX, R_CBWALL,
   R_CBCPU, R_CB2MS, R_MAXBYTES, R_OPMED, R_OPMAX, R_BAD, R_TICKS, R_CBS,
-  R_SCBCPU, R_SCB2MS, NR
+  R_SCBCPU, R_SCB2MS, R_PROBEMAX, NR
+};
+
+/* Sums over the ranks (--probe). */
+enum {
+  S_PROBES, S_PROBE_NS, S_PROBE_1MS, S_PROBE_2MS, S_CBS, S_CB_NS, S_CB_1MS,
+  S_CB_2MS, NS
 };
 
 static struct {
@@ -102,9 +121,15 @@ static struct {
   uint64_t op_t0;
   int sched_fd;
   double row[NR];
+  double sums[NS];
+  /* --probe */
+  uint64_t probe_us, probe_iters;
+  int probing;                /* the cell's ticks, warm-up too */
+  uint64_t probes, probe_ns, probe_1ms, probe_2ms, probe_max;
   /* the warm-up iteration's callbacks (counted apart, then with the
    * rest) */
   uint64_t warm_cpu_max, warm_2ms;
+  uint64_t warm_cbs, warm_cpu_ns, warm_1ms;
   int rc;
   int stats_ok;
 } B;
@@ -142,9 +167,54 @@ static void sched_times(uint64_t *cpu_ns, uint64_t *delay_ns) {
   *delay_ns = delay;
 }
 
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The probe's work: a xorshift in registers, n steps. */
+static volatile uint64_t probe_sink;
+static void probe_work(uint64_t n) {
+  uint64_t x = 88172645463325252ull, i;
+  for (i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+  }
+  probe_sink = x;
+}
+
+/* Steps for probe_us of CPU: the fastest of a few tries, so that a try
+ * the machine stalled does not set it. */
+static void probe_calibrate(void) {
+  uint64_t best = UINT64_MAX, n = 1000000;
+  int k;
+  for (k = 0; k < 5; k++) {
+    uint64_t c0 = thread_cpu_ns(), d;
+    probe_work(n);
+    d = thread_cpu_ns() - c0;
+    if (d > 0 && d < best) best = d;
+  }
+  B.probe_iters = best == UINT64_MAX ? n : B.probe_us * 1000 * n / best;
+  if (B.probe_iters == 0) B.probe_iters = 1;
+}
+
+static void probe_run(void) {
+  uint64_t c0 = thread_cpu_ns(), d;
+  probe_work(B.probe_iters);
+  d = thread_cpu_ns() - c0;
+  B.probes++;
+  B.probe_ns += d;
+  B.probe_1ms += d >= 1000000;
+  B.probe_2ms += d >= 2000000;
+  if (d > B.probe_max) B.probe_max = d;
+}
+
 static void on_tick(uv_timer_t *t) {
   uint64_t now = uv_hrtime(), cpu, delay, idle = uv_metrics_idle_time(&B.loop);
   (void)t;
+  if (B.probing) probe_run();
   sched_times(&cpu, &delay);
   if (B.measuring && B.expected_ns) {
     double lag = now > B.expected_ns ? (double)(now - B.expected_ns) / 1e6 : 0;
@@ -270,13 +340,23 @@ static void report(void) {
            "\"cb_cpu_max\":%.3f,\"cb_over_2ms\":%.0f,\"callbacks\":%.0f,"
            "\"cb_max_mib\":%.2f,\"op_med\":%.2f,\"op_max\":%.2f,"
            "\"cb_cpu_max_steady\":%.3f,\"cb_over_2ms_steady\":%.0f,"
-           "\"gpu\":%s,\"ok\":%s}\n",
+           "\"gpu\":%s,\"ok\":%s",
            op, mib, B.pg.size, B.iters, r[R_TICKS], r[R_P50], r[R_P99],
            r[R_MAX], r[R_OS99], r[R_OSMAX], r[R_OWN99], r[R_OWNMAX],
            r[R_CBWALL], r[R_CBCPU], r[R_CB2MS], r[R_CBS],
            r[R_MAXBYTES] / (1 << 20), r[R_OPMED], r[R_OPMAX], r[R_SCBCPU],
            r[R_SCB2MS], B.gpu ? "true" : "false",
            r[R_BAD] > 0 ? "false" : "true");
+    if (B.probe_us > 0)
+      printf(",\"probe_us\":%llu,\"probes\":%.0f,\"probe_cpu_ms\":%.3f,"
+             "\"probes_over_1ms\":%.0f,\"probes_over_2ms\":%.0f,"
+             "\"probe_max\":%.3f,\"cbs_all\":%.0f,\"cb_cpu_ms\":%.3f,"
+             "\"cbs_over_1ms\":%.0f,\"cbs_over_2ms\":%.0f",
+             (unsigned long long)B.probe_us, B.sums[S_PROBES],
+             B.sums[S_PROBE_NS] / 1e6, B.sums[S_PROBE_1MS],
+             B.sums[S_PROBE_2MS], r[R_PROBEMAX], B.sums[S_CBS],
+             B.sums[S_CB_NS] / 1e6, B.sums[S_CB_1MS], B.sums[S_CB_2MS]);
+    printf("}\n");
   } else {
     printf("%-14s %5.0f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f "
            "%7.3f %6.0f %6.2f %8.2f %8.2f  %s\n",
@@ -300,9 +380,23 @@ static void next_cell(void) {
   cell_begin();
 }
 
+static void on_sums(uvccl_work_t *w, int status) {
+  (void)w;
+  if (status != 0) die("summing the probes", status);
+  report();
+  if (B.row[R_BAD] > 0) B.rc = 1;
+  next_cell();
+}
+
 static void on_row(uvccl_work_t *w, int status) {
   (void)w;
   if (status != 0) die("gathering the row", status);
+  if (B.probe_us > 0) {
+    if (uvccl_allreduce(&B.pg, &B.statw, B.sums, B.sums, NS, UVCCL_FLOAT64,
+                        UVCCL_SUM, on_sums) != 0)
+      die("allreduce of the sums", UV_EINVAL);
+    return;
+  }
   report();
   if (B.row[R_BAD] > 0) B.rc = 1;
   next_cell();
@@ -316,8 +410,15 @@ static void cell_end(void) {
   int k;
 #endif
   B.measuring = 0;
+  B.probing = 0;
   uv_timer_stop(&B.tick);
   memset(r, 0, sizeof(B.row));
+  memset(B.sums, 0, sizeof(B.sums));
+  B.sums[S_PROBES] = (double)B.probes;
+  B.sums[S_PROBE_NS] = (double)B.probe_ns;
+  B.sums[S_PROBE_1MS] = (double)B.probe_1ms;
+  B.sums[S_PROBE_2MS] = (double)B.probe_2ms;
+  r[R_PROBEMAX] = (double)B.probe_max / 1e6;
   own = malloc((n ? n : 1) * sizeof(double));
   if (own == NULL) die("out of memory", UV_ENOMEM);
   for (i = 0; i < n; i++) own[i] = B.lag[i] - B.os[i];
@@ -345,6 +446,12 @@ static void cell_end(void) {
     r[R_CB2MS] = r[R_SCB2MS] + (double)B.warm_2ms;
     r[R_MAXBYTES] = (double)st.max_bytes;
     r[R_CBS] = (double)st.callbacks;
+    /* every callback of the cell, the warm-up's too, as the probes */
+    B.sums[S_CBS] = (double)(st.callbacks + B.warm_cbs);
+    B.sums[S_CB_NS] = (double)(st.cpu_ns + B.warm_cpu_ns);
+    B.sums[S_CB_1MS] = (double)B.warm_1ms;
+    for (k = 4; k < UVCCL_LOOP_HIST; k++) B.sums[S_CB_1MS] += (double)st.cpu_hist[k];
+    B.sums[S_CB_2MS] = r[R_CB2MS];
     if (getenv("LOOP_LAG_SITES") != NULL)
       fprintf(stderr, "rank %d %s %.0f MiB: longest callback %s %.3f ms "
               "(cpu: %s %.3f ms)\n", B.pg.rank, op_names[cur_op()],
@@ -385,10 +492,13 @@ static void on_barrier(uvccl_work_t *w, int status) {
   if (B.iter == 0) {
     uvccl_loop_stats_t st;
     int k;
-    B.warm_cpu_max = B.warm_2ms = 0;
+    B.warm_cpu_max = B.warm_2ms = B.warm_cbs = B.warm_cpu_ns = B.warm_1ms = 0;
     if (uvccl_pg_loop_stats(&B.pg, &st, 1) == 0) {
       B.warm_cpu_max = st.max_cpu_ns;
+      B.warm_cbs = st.callbacks;
+      B.warm_cpu_ns = st.cpu_ns;
       for (k = 5; k < UVCCL_LOOP_HIST; k++) B.warm_2ms += st.cpu_hist[k];
+      for (k = 4; k < UVCCL_LOOP_HIST; k++) B.warm_1ms += st.cpu_hist[k];
     }
   }
 #endif
@@ -428,6 +538,8 @@ static void cell_begin(void) {
   }
   fill();
   B.iter = -1; /* a warm-up first */
+  B.probes = B.probe_ns = B.probe_1ms = B.probe_2ms = B.probe_max = 0;
+  B.probing = B.probe_us > 0;
   B.nticks = 0;
   B.expected_ns = 0;
 #ifdef UVCCL_LOOP_HIST
@@ -459,7 +571,7 @@ static void usage(void) {
           "usage: uvccl-run -n W uvccl-loop-lag [--op "
           "allreduce,broadcast,allgather,reduce_scatter|all]\n"
           "       [--sizes 16M,64M,256M] [--iters N] [--json] [--no-stats] "
-          "[--gpu]\n");
+          "[--gpu] [--probe US]\n");
   exit(2);
 }
 
@@ -504,6 +616,7 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, 'j'},
       {"no-stats", no_argument, NULL, 's' + 256},
       {"gpu", no_argument, NULL, 'g'},
+      {"probe", required_argument, NULL, 'p'},
       {NULL, 0, NULL, 0}};
   uvccl_pg_options_t o;
   uint64_t largest = 0;
@@ -523,6 +636,10 @@ int main(int argc, char **argv) {
     case 'j': B.json = 1; break;
     case 's' + 256: B.no_stats = 1; break;
     case 'g': B.gpu = 1; break;
+    case 'p':
+      B.probe_us = (uint64_t)strtoull(optarg, NULL, 10);
+      if (B.probe_us == 0 || B.probe_us > 900) usage();
+      break;
     default: usage();
     }
   }
@@ -555,6 +672,7 @@ int main(int argc, char **argv) {
       die("--gpu: uvccl_gpu_malloc", rc);
   }
   B.sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (B.probe_us > 0) probe_calibrate();
   memset(&o, 0, sizeof(o));
 #ifdef UVCCL_LOOP_HIST
   o.loop_stats = B.no_stats ? -1 : 1;

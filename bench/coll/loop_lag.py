@@ -42,3 +42,38 @@ for key in order:
               mx("cb_max_mib"), statistics.median(r["op_med"] for r in rs),
               mx("op_max"), max(r.get("steal_ms", 0) for r in rs),
               "exact" if all(r["ok"] for r in rs) else "WRONG"))
+
+# --probe: the control beside uvccl's callbacks (bench/coll/loop_lag.c),
+# summed over every cell, job and rank of a world size, transport and build
+groups = defaultdict(lambda: defaultdict(float))
+gorder = []
+for key in order:
+    for r in cells[key]:
+        if "probes" not in r:
+            continue
+        g = key[:2] + key[4:]
+        if g not in groups:
+            gorder.append(g)
+        s = groups[g]
+        for k in ("probes", "probe_cpu_ms", "probes_over_1ms", "probes_over_2ms",
+                  "cbs_all", "cb_cpu_ms", "cbs_over_1ms", "cbs_over_2ms"):
+            s[k] += r[k]
+        s["probe_max"] = max(s["probe_max"], r["probe_max"])
+        s["probe_us"] = r["probe_us"]
+if gorder:
+    print("\nThe probe: a fixed piece of arithmetic on the loop at each tick, "
+          "timed on the thread's CPU clock like uvccl's callbacks; over 2 ms "
+          "a CPU second: how often each went over 2 ms of CPU, per second of "
+          "the CPU time it ran.\n")
+    print("| W | transport | build | probe us | probes | their CPU s | probes >=1 ms | "
+          ">=2 ms | longest probe | over 2 ms a CPU second | uvccl callbacks | their CPU s | "
+          ">=1 ms | >=2 ms | over 2 ms a CPU second |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for g in gorder:
+        s = groups[g]
+        pr = s["probes_over_2ms"] / (s["probe_cpu_ms"] / 1e3) if s["probe_cpu_ms"] else 0
+        cr = s["cbs_over_2ms"] / (s["cb_cpu_ms"] / 1e3) if s["cb_cpu_ms"] else 0
+        print("| %d | %s | %s | %d | %d | %.2f | %d | %d | %.2f | %.3f | %d | %.2f | %d | %d | %.3f |" % (
+            g[0], g[1], g[2], s["probe_us"], s["probes"], s["probe_cpu_ms"] / 1e3,
+            s["probes_over_1ms"], s["probes_over_2ms"], s["probe_max"], pr,
+            s["cbs_all"], s["cb_cpu_ms"] / 1e3, s["cbs_over_1ms"], s["cbs_over_2ms"], cr))
